@@ -1,0 +1,52 @@
+#include "jit/family.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+#include <mutex>
+
+#include "jit/error.h"
+
+namespace kiln {
+
+namespace {
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, std::unique_ptr<Family>, std::less<>> families;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+}  // namespace
+
+void register_family(std::unique_ptr<Family> family) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const std::string name(family->name());
+  r.families.try_emplace(name, std::move(family));  // idempotent: a second registration is ignored
+}
+
+const Family& find_family(std::string_view name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.families.find(name);
+  if (it == r.families.end()) {
+    std::vector<std::string> known;
+    for (const auto& [n, f] : r.families) known.push_back(n);
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("unknown kernel family '{}'; known families: {}", name, fmt::join(known, ", ")));
+  }
+  return *it->second;
+}
+
+std::vector<std::string> family_names() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [n, f] : r.families) names.push_back(n);
+  return names;
+}
+
+}  // namespace kiln

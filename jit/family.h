@@ -1,0 +1,34 @@
+#pragma once
+// A kernel family as the JIT sees it: a policy schema (validate + canonicalise) and a renderer.
+// The engine knows nothing else about a family; planners and launchers live in runtime/.
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jit/kernel_source.h"
+
+namespace kiln {
+
+class Family {
+ public:
+  virtual ~Family() = default;
+
+  virtual std::string_view name() const = 0;
+
+  // Validates a policy (a flat JSON object of ints, bools and short strings), fills defaults and
+  // returns it with sorted keys. Throws Error(kInvalidArgument) naming the field.
+  virtual nlohmann::json canonicalize(const nlohmann::json& policy) const = 0;
+
+  // Renders the source for a canonical policy (no validation: canonicalize ran first).
+  virtual KernelSource render(const nlohmann::json& canonical_policy) const = 0;
+};
+
+// Families register once at start-up (explicit calls, not static initialisers, which static linking drops).
+void register_family(std::unique_ptr<Family> family);
+const Family& find_family(std::string_view name);  // throws Error(kInvalidArgument) listing known names
+std::vector<std::string> family_names();
+
+}  // namespace kiln

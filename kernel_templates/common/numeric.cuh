@@ -1,0 +1,86 @@
+#pragma once
+// Scalar types and conversions shared by every family. Compiled only by NVRTC (or nvcc in
+// standalone checks): no host headers, no cuda_bf16.h (NVRTC 13.0 does not ship it).
+
+namespace kiln {
+
+using u8 = unsigned char;
+using u16 = unsigned short;
+using u32 = unsigned int;
+using u64 = unsigned long long;
+using i64 = long long;
+
+#ifdef __CUDACC__
+
+// ---- bf16 (stored as raw u16 bits) ----
+__device__ __forceinline__ float bf16_to_float(u16 bits) { return __uint_as_float(u32(bits) << 16); }
+
+// Round to nearest even; NaN becomes the canonical 0x7fff.
+__device__ __forceinline__ u16 float_to_bf16(float f) {
+  u16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+
+// Two floats -> packed bf16x2, `lo` in the low half (the first element in memory).
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ float bf16x2_lo(u32 v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16x2_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
+
+// ---- fp8 e4m3 (OCP e4m3fn) ----
+// Two e4m3 bytes (low byte first) -> packed f16x2 bits. Exact: every e4m3 value is an f16.
+__device__ __forceinline__ u32 e4m3x2_to_f16x2(u16 v) {
+  u32 r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+  return r;
+}
+
+__device__ __forceinline__ float f16_bits_to_float(u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+__device__ __forceinline__ float e4m3_to_float(u8 v) {
+  return f16_bits_to_float(u16(e4m3x2_to_f16x2(u16(v)) & 0xffffu));
+}
+
+// Round to nearest even, saturating to +-448; NaN stays NaN (0x7f).
+__device__ __forceinline__ u8 float_to_e4m3_satfinite(float f) {
+  u16 r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+  return u8(r & 0xffu);
+}
+
+// ---- fp4 e2m1 ----
+// Bit construction instead of a table: a run-time indexed array would live in local memory.
+__device__ __forceinline__ float e2m1_to_float(u32 code) {
+  const u32 m = code & 7u;
+  const u32 mag = m == 0 ? 0u : m == 1 ? 0x3f000000u : (((126u + (m >> 1)) << 23) | ((m & 1u) << 22));
+  return __uint_as_float(mag | ((code & 8u) << 28));
+}
+
+// Round to nearest even, saturating at +-6. Zero magnitudes are always code 0 (never -0), and NaN
+// becomes code 0, so an all-zero or all-NaN group packs to zero bytes.
+__device__ __forceinline__ u32 float_to_e2m1(float y) {
+  const float a = fabsf(y);
+  u32 m;
+  if (!(a > 0.25f)) m = 0;  // also NaN
+  else if (a < 0.75f) m = 1;
+  else if (a <= 1.25f) m = 2;
+  else if (a < 1.75f) m = 3;
+  else if (a <= 2.5f) m = 4;
+  else if (a < 3.5f) m = 5;
+  else if (a <= 5.0f) m = 6;
+  else m = 7;
+  return m == 0 ? 0u : (m | ((__float_as_uint(y) >> 28) & 8u));
+}
+
+#endif  // __CUDACC__
+
+}  // namespace kiln

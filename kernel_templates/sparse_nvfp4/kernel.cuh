@@ -1,0 +1,542 @@
+#pragma once
+// Sparse MLA decode over an NVFP4 (384 B/token) paged cache, Hopper software-decode path.
+//
+// One block = one query token x one head group (16 * kHeadTiles heads) x one split (a range of
+// 64-slot chunks). Warps 4..7 (producers) gather a chunk's raw records with cp.async into a staging
+// buffer and decode them once into a shared tile of 64 rows x 512 dims (448 f16 NoPE, 64 bf16 RoPE);
+// warps 0..3 (consumers) run QK and PV on tensor cores (mma.sync m16n8k16) with an online softmax.
+// Decoded NoPE values are stored as value * 2^-7 (exact in f16 for every e2m1 x e4m3 product); the
+// Q RoPE dims are pre-multiplied by 2^-7 too, so every logit is 2^-7 * s and the 2^7 is folded into
+// the softmax scale. NoPE output columns are multiplied back by 2^7 at the end.
+#include "common/mma.cuh"
+#include "common/numeric.cuh"
+#include "common/nvfp4.cuh"
+#include "sparse_nvfp4/params.cuh"
+
+namespace kiln {
+
+#ifdef __CUDACC__
+namespace sparse_detail {
+
+constexpr int kBarProducers = 1;
+constexpr int kBarConsumers = 2;
+constexpr int kBarFull = 3;   // + buffer: producers arrive, consumers wait
+constexpr int kBarEmpty = 5;  // + buffer: consumers arrive, producers wait
+constexpr int kNopeDims = 448;
+constexpr int kKScaleExp = 7;                       // decoded NoPE = value * 2^-7
+constexpr float kKScaleUndo = 128.0f;
+constexpr unsigned kDataBytes = 352u;               // per token, before the page's scale block
+constexpr unsigned kTileRow = 1024u;
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }  // no host math headers
+
+__device__ __forceinline__ void bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ float fast_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ float fast_log2(float x) {
+  float r;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ __forceinline__ int clamp_length(const void* lengths, int t, int topk) {
+  if (lengths == nullptr) return topk;
+  const int v = static_cast<const int*>(lengths)[t];
+  return v < 0 ? 0 : (v > topk ? topk : v);
+}
+
+// The active slots of one token: main section chunks first, then the extra section's.
+struct TokenWork {
+  int main_len, extra_len, main_chunks, total_chunks;
+};
+
+template <bool kHasExtra>
+__device__ __forceinline__ TokenWork token_work(const SparseNvfp4Params& p, int t) {
+  TokenWork w;
+  w.main_len = clamp_length(p.topk_length, t, p.topk);
+  w.extra_len = kHasExtra ? clamp_length(p.extra_topk_length, t, p.extra_topk) : 0;
+  w.main_chunks = (w.main_len + kSparseChunk - 1) / kSparseChunk;
+  w.total_chunks = w.main_chunks + (w.extra_len + kSparseChunk - 1) / kSparseChunk;
+  return w;
+}
+
+// Producer thread (cand, half): issues 12 x 16 B of one candidate's record into the staging row;
+// half h takes data units 2k+h and scale unit h, so a lane pair reads whole 32 B sectors.
+// Returns whether the slot is a real candidate (masked slots are zero-filled).
+template <bool kHasExtra>
+__device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
+                                               int chunk, int cand, int half, u8* stage_row) {
+  const u8* base;
+  long long page_stride;
+  int page_size, len, slot;
+  const int* idx_row;
+  if (!kHasExtra || chunk < w.main_chunks) {
+    base = static_cast<const u8*>(p.kv);
+    page_stride = p.kv_page_stride;
+    page_size = p.kv_page_size;
+    len = w.main_len;
+    slot = chunk * kSparseChunk + cand;
+    idx_row = static_cast<const int*>(p.indices) + (long long)t * p.indices_row_stride;
+  } else {
+    base = static_cast<const u8*>(p.extra_kv);
+    page_stride = p.extra_page_stride;
+    page_size = p.extra_page_size;
+    len = w.extra_len;
+    slot = (chunk - w.main_chunks) * kSparseChunk + cand;
+    idx_row = static_cast<const int*>(p.extra_indices) + (long long)t * p.extra_indices_row_stride;
+  }
+  int idx = -1;
+  if (slot < len) idx = __ldg(idx_row + slot);
+  const bool valid = idx >= 0;
+  const u8* data = base;
+  const u8* scales = base;
+  if (valid) {
+    const int page = idx / page_size;
+    const int row = idx - page * page_size;
+    const u8* page_base = base + (long long)page * page_stride;
+    data = page_base + (long long)row * kDataBytes + half * 16;
+    scales = page_base + (long long)page_size * kDataBytes + (long long)row * 32 + half * 16;
+  }
+  const u32 bytes = valid ? 16u : 0u;
+#pragma unroll
+  for (int k = 0; k < 11; ++k) cp_async_16(stage_row + (2 * k + half) * 16, valid ? data + 32 * k : base, bytes);
+  cp_async_16(stage_row + kDataBytes + half * 16, scales, bytes);
+  return valid;
+}
+
+// Decode the staged record (cand, half) into its tile row; 16 B chunk j of a row sits at j ^ (row & 7).
+__device__ __forceinline__ void decode_candidate(const u8* stage_row, u8* tile_row, int cand, int half) {
+  const int sw = cand & 7;
+#pragma unroll
+  for (int k = 0; k < 7; ++k) {
+    const int u = 2 * k + half;  // 16 B code unit: dims 32u .. 32u+31, scale groups 2u, 2u+1
+    const uint4 codes = *reinterpret_cast<const uint4*>(stage_row + u * 16);
+    const u16 sc = *reinterpret_cast<const u16*>(stage_row + kDataBytes + 2 * u);
+    const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - kKScaleExp>(sc);
+    const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
+    const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int wi = 0; wi < 4; ++wi) {
+      u32 o[4];
+      e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
+      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int r = 2 * k + half;  // RoPE unit: dims 448 + 8r .. +7, bf16 copied as is
+    const uint4 v = *reinterpret_cast<const uint4*>(stage_row + 224 + r * 16);
+    *reinterpret_cast<uint4*>(tile_row + (((56 + r) ^ sw) * 16)) = v;
+  }
+}
+
+__device__ __forceinline__ u32 compress_even_bits(u32 x) {
+  x &= 0x55555555u;
+  x = (x | (x >> 1)) & 0x33333333u;
+  x = (x | (x >> 2)) & 0x0f0f0f0fu;
+  x = (x | (x >> 4)) & 0x00ff00ffu;
+  return (x | (x >> 8)) & 0x0000ffffu;
+}
+
+// Q (16 * kHeadTiles rows) into shared memory: NoPE NVFP4 round-tripped (the writers' rule) as exact
+// f16, RoPE as bf16 * 2^-7. Rows past H are zero.
+template <int kHeads, int kRows>
+__device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int tid) {
+  const u16* q = static_cast<const u16*>(p.q);
+  for (int g = tid; g < kRows * 28; g += kSparseConsumerThreads) {
+    const int r = g / 28, grp = g - r * 28;
+    const int head = head0 + r;
+    float x[16];
+    if (head < kHeads) {
+      const uint4* src = reinterpret_cast<const uint4*>(q + ((long long)t * kHeads + head) * 512 + grp * 16);
+      const uint4 a = __ldg(src), b = __ldg(src + 1);
+      const u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        x[2 * i] = bf16x2_lo(v[i]);
+        x[2 * i + 1] = bf16x2_hi(v[i]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[i] = 0.0f;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    const u8 sbyte = float_to_e4m3_satfinite(__fdiv_rn(amax, 6.0f));
+    const float scale = e4m3_to_float(sbyte);
+    const float inv = scale == 0.0f ? 0.0f : __fdiv_rn(1.0f, scale);
+    u32 packed[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float y0 = e2m1_to_float(float_to_e2m1(__fmul_rn(x[2 * i], inv))) * scale;
+      const float y1 = e2m1_to_float(float_to_e2m1(__fmul_rn(x[2 * i + 1], inv))) * scale;
+      u32 h;
+      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(y1), "f"(y0));
+      packed[i] = h;
+    }
+    u8* row = q_smem + r * kTileRow;
+    *reinterpret_cast<uint4*>(row + (((2 * grp) ^ (r & 7)) * 16)) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    *reinterpret_cast<uint4*>(row + (((2 * grp + 1) ^ (r & 7)) * 16)) = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  }
+  for (int g = tid; g < kRows * 8; g += kSparseConsumerThreads) {
+    const int r = g / 8, unit = g - r * 8;
+    const int head = head0 + r;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (head < kHeads) {
+      v = __ldg(reinterpret_cast<const uint4*>(q + ((long long)t * kHeads + head) * 512 + kNopeDims + unit * 8));
+      u32* w = reinterpret_cast<u32*>(&v);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[i] = pack_bf16x2(bf16x2_lo(w[i]) * (1.0f / kKScaleUndo), bf16x2_hi(w[i]) * (1.0f / kKScaleUndo));
+    }
+    *reinterpret_cast<uint4*>(q_smem + r * kTileRow + (((56 + unit) ^ (r & 7)) * 16)) = v;
+  }
+}
+
+}  // namespace sparse_detail
+
+// kHeads: H (multiple of 8, <= 128). kHeadTiles: 1 (16 heads per block) or 2 (32 heads share one
+// gather). kHasExtra: a second pool shares the softmax. kSplit: write mid_out/mid_lse (merged by
+// sparse_nvfp4_merge_kernel) instead of output/out_lse.
+template <int kHeads, int kHeadTiles, bool kHasExtra, bool kSplit>
+__global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
+  using namespace sparse_detail;
+  static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
+  static_assert(kHeadTiles == 1 || kHeadTiles == 2, "head_tiles is 1 or 2");
+  static_assert(kHeadTiles == 1 || kHeads % 32 == 0, "head_tiles 2 needs H % 32 == 0");
+  constexpr int kMt = kHeadTiles;          // m16 tiles per block
+  constexpr int kRows = 16 * kMt;
+  constexpr int kGroups = sparse_head_groups(kHeads, kHeadTiles);
+  constexpr int kSets = 4 / kMt;           // independent QK accumulator sets (MMA latency hiding)
+
+  extern __shared__ __align__(128) u8 smem[];
+  u8* tiles = smem;
+  u8* stages = smem + 2 * kSparseTileBytes;
+  u8* q_smem = smem + sparse_smem_q_offset();
+  u8* p_smem = smem + sparse_smem_p_offset(kHeadTiles);
+  float* red_max = reinterpret_cast<float*>(smem + sparse_smem_red_offset(kHeadTiles));  // [2][4][32]
+  float* red_l = red_max + 2 * 4 * 32;                                                    // [4][32]
+  u32* masks = reinterpret_cast<u32*>(smem + sparse_smem_mask_offset(kHeadTiles));        // [2][4]
+
+  const int tid = threadIdx.x;
+  int bx = blockIdx.x;
+  const int group = bx % kGroups;
+  bx /= kGroups;
+  const int split = kSplit ? bx % p.num_splits : 0;
+  const int t = kSplit ? bx / p.num_splits : bx;
+  const int head0 = group * kRows;
+
+  const TokenWork work = token_work<kHasExtra>(p, t);
+  const int c_begin = kSplit ? split * p.chunks_per_block : 0;
+  int c_end = kSplit ? c_begin + p.chunks_per_block : work.total_chunks;
+  if (c_end > work.total_chunks) c_end = work.total_chunks;
+  const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
+
+  if (tid >= kSparseConsumerThreads) {
+    // ------------------------------ producers ------------------------------
+    const int ptid = tid - kSparseConsumerThreads;
+    const int cand = ptid >> 1, half = ptid & 1;
+    const int pwarp = ptid >> 5, lane = tid & 31;
+    bool valid_next[2] = {false, false};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (i < n_iter)
+        valid_next[i] = load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half,
+                                                  stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
+      cp_async_commit();
+    }
+    for (int i = 0; i < n_iter; ++i) {
+      const int b = i & 1;
+      cp_async_wait<1>();
+      bar_sync(kBarProducers, kSparseConsumerThreads);
+      if (i >= 2) bar_sync(kBarEmpty + b, kSparseThreads);
+      const u8* stage_row = stages + b * kSparseStageBytes + cand * kSparseStageRowBytes;
+      decode_candidate(stage_row, tiles + b * kSparseTileBytes + cand * kTileRow, cand, half);
+      const bool valid = valid_next[0];
+      const u32 ballot = __ballot_sync(0xffffffffu, valid && half == 0);
+      if (lane == 0) masks[b * 4 + pwarp] = compress_even_bits(ballot);
+      bar_arrive(kBarFull + b, kSparseThreads);
+      bar_sync(kBarProducers, kSparseConsumerThreads);  // staging buffer b fully read
+      valid_next[0] = valid_next[1];
+      valid_next[1] = false;
+      if (i + 2 < n_iter)
+        valid_next[1] = load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half,
+                                                  stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ------------------------------ consumers ------------------------------
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, q4 = lane & 3;
+  stage_q<kHeads, kRows>(p, t, head0, q_smem, tid);
+  bar_sync(kBarConsumers, kSparseConsumerThreads);
+
+  const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
+  float o[kMt][16][4];
+  float m_run[kMt][2], l_run[kMt][2];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][nt][e] = 0.0f;
+    m_run[mt][0] = m_run[mt][1] = neg_inf();
+    l_run[mt][0] = l_run[mt][1] = 0.0f;
+  }
+
+  for (int i = 0; i < n_iter; ++i) {
+    const int b = i & 1;
+    const u8* tile = tiles + b * kSparseTileBytes;
+    bar_sync(kBarFull + b, kSparseThreads);
+
+    // ---- S = Q K^T for this warp's 16 candidates ----
+    float sacc[kSets][kMt][2][4];
+#pragma unroll
+    for (int s = 0; s < kSets; ++s)
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sacc[s][mt][nt][e] = 0.0f;
+    const u8* k_row = tile + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kTileRow;
+    const int k_sub = (lane >> 3) & 1;
+    const u8* q_row = q_smem + (lane & 15) * kTileRow;
+    const int q_sub = lane >> 4;
+    const int sw = lane & 7;
+#pragma unroll
+    for (int ks = 0; ks < 32; ++ks) {
+      u32 kb[4];
+      ldmatrix_x4(kb, k_row + (((2 * ks + k_sub) ^ sw) * 16));
+      const u32 b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        u32 qa[4];
+        ldmatrix_x4(qa, q_row + mt * 16 * kTileRow + (((2 * ks + q_sub) ^ sw) * 16));
+        if (ks < kNopeDims / 16) {
+          mma_f16_16816(sacc[ks % kSets][mt][0], qa, b0);
+          mma_f16_16816(sacc[ks % kSets][mt][1], qa, b1);
+        } else {
+          mma_bf16_16816(sacc[ks % kSets][mt][0], qa, b0);
+          mma_bf16_16816(sacc[ks % kSets][mt][1], qa, b1);
+        }
+      }
+    }
+    // ---- masking, chunk row max across the 4 consumer warps ----
+    const u32 mask = masks[b * 4 + warp];
+    float s[kMt][2][4];
+    float* rmax = red_max + b * 4 * 32;
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = 0.0f;
+#pragma unroll
+          for (int st = 0; st < kSets; ++st) v += sacc[st][mt][nt][e];
+          const int col = nt * 8 + 2 * q4 + (e & 1);
+          v = ((mask >> col) & 1u) ? v * scale_log2 : neg_inf();
+          s[mt][nt][e] = v;
+          mx[e >> 1] = fmaxf(mx[e >> 1], v);
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        mx[hr] = quad_max(mx[hr]);
+        if (q4 == 0) rmax[warp * 32 + mt * 16 + hr * 8 + g] = mx[hr];
+      }
+    }
+    bar_sync(kBarConsumers, kSparseConsumerThreads);
+    u8* pbuf = p_smem + b * kRows * 128;
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = mt * 16 + hr * 8 + g;
+        float m_new = m_run[mt][hr];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) m_new = fmaxf(m_new, rmax[w * 32 + row]);
+        const float m_use = m_new == neg_inf() ? 0.0f : m_new;
+        const float alpha = fast_exp2(m_run[mt][hr] - m_use);
+        m_run[mt][hr] = m_new;
+        float psum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const float p0 = fast_exp2(s[mt][nt][2 * hr] - m_use);
+          const float p1 = fast_exp2(s[mt][nt][2 * hr + 1] - m_use);
+          psum += p0 + p1;
+          u32 h;
+          asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(p1), "f"(p0));
+          const int chunk = 2 * warp + nt;
+          *reinterpret_cast<u32*>(pbuf + row * 128 + ((chunk ^ (row & 7)) * 16) + 4 * q4) = h;
+        }
+        l_run[mt][hr] = l_run[mt][hr] * alpha + psum;
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+          o[mt][nt][2 * hr] *= alpha;
+          o[mt][nt][2 * hr + 1] *= alpha;
+        }
+      }
+    }
+    bar_sync(kBarConsumers, kSparseConsumerThreads);
+
+    // ---- O += P V: this warp owns NoPE dims 112w..112w+111 and RoPE dims 448+16w..+15 ----
+    const u8* p_row = pbuf + (lane & 15) * 128;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      u32 pa[kMt][4], pb[kMt][4];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        ldmatrix_x4(pa[mt], p_row + mt * 16 * 128 + (((2 * ks + q_sub) ^ sw) * 16));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pb[mt][e] = f16x2_to_bf16x2(pa[mt][e]);
+      }
+      const u8* v_row = tile + (ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * kTileRow;
+#pragma unroll
+      for (int np = 0; np < 8; ++np) {
+        const int chunk = (np < 7 ? 14 * warp + 2 * np : 56 + 2 * warp) + (lane >> 4);
+        u32 vb[4];
+        ldmatrix_x4_trans(vb, v_row + ((chunk ^ sw) * 16));
+        const u32 b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          if (np < 7) {
+            mma_f16_16816(o[mt][2 * np], pa[mt], b0);
+            mma_f16_16816(o[mt][2 * np + 1], pa[mt], b1);
+          } else {
+            mma_bf16_16816(o[mt][2 * np], pb[mt], b0);
+            mma_bf16_16816(o[mt][2 * np + 1], pb[mt], b1);
+          }
+        }
+      }
+    }
+    if (i + 2 < n_iter) bar_arrive(kBarEmpty + b, kSparseThreads);
+  }
+
+  // ---- epilogue: total row sums, normalisation, sink ----
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const float l = quad_sum(l_run[mt][hr]);
+      if (q4 == 0) red_l[warp * 32 + mt * 16 + hr * 8 + g] = l;
+    }
+  bar_sync(kBarConsumers, kSparseConsumerThreads);
+  const float* sink = static_cast<const float*>(p.attn_sink);
+  constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = mt * 16 + hr * 8 + g;
+      const int head = head0 + row;
+      if (head >= kHeads) continue;
+      const float l = red_l[row] + red_l[32 + row] + red_l[64 + row] + red_l[96 + row];
+      const bool empty = !(l > 0.0f);
+      float lse = m_run[mt][hr] + fast_log2(l);  // base 2, in units of the true logits
+      float factor = empty ? 0.0f : 1.0f / l;
+      if (!kSplit && sink != nullptr) {
+        const float s2 = sink[head] * kLog2e;
+        if (empty) {
+          lse = s2;
+        } else {
+          factor *= 1.0f / (1.0f + fast_exp2(s2 - lse));
+          const float hi = fmaxf(lse, s2), lo = fminf(lse, s2);
+          lse = hi + fast_log2(1.0f + fast_exp2(lo - hi));
+        }
+      } else if (empty) {
+        lse = kSplit ? kSparseEmptySplitLse : neg_inf();
+      }
+      const long long out_row = (long long)t * kHeads + head;
+      if (kSplit && empty) {
+        if (warp == 0 && q4 == 0) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
+        continue;  // mid_out of an empty split is never read
+      }
+      u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
+                        : static_cast<u16*>(p.output) + out_row * 512;
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt) {
+        const int dim = (nt < 14 ? 112 * warp + 8 * nt : 448 + 16 * warp + 8 * (nt - 14)) + 2 * q4;
+        const float f = nt < 14 ? factor * kKScaleUndo : factor;
+        *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(o[mt][nt][2 * hr] * f, o[mt][nt][2 * hr + 1] * f);
+      }
+      if (warp == 0 && q4 == 0) {
+        if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
+        else static_cast<float*>(p.out_lse)[out_row] = lse * p.lse_scale;
+      }
+    }
+  }
+}
+
+// Combines the splits of sparse_nvfp4_decode_kernel<..., kSplit = true>: one 64-thread group per
+// (token, head), 8 dims per thread. Empty splits (lse == -1e30) are skipped, never read.
+template <int kHeads>
+__global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
+  using namespace sparse_detail;
+  const long long row = (long long)blockIdx.x * kSparseMergeRowsPerBlock + threadIdx.x / 64;
+  if (row >= (long long)p.num_tokens * kHeads) return;
+  const int head = int(row % kHeads);
+  const int d0 = (threadIdx.x % 64) * 8;
+  const float* lse_row = static_cast<const float*>(p.mid_lse) + row * p.split_stride;
+  float gmax = kSparseEmptySplitLse;
+  for (int s = 0; s < p.num_splits; ++s) gmax = fmaxf(gmax, lse_row[s]);
+  const bool empty = !(gmax > 0.5f * kSparseEmptySplitLse);
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float wsum = 0.0f;
+  if (!empty) {
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float ls = lse_row[s];
+      if (!(ls > 0.5f * kSparseEmptySplitLse)) continue;
+      const float w = fast_exp2(ls - gmax);
+      wsum += w;
+      const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const u16*>(p.mid_out) + (row * p.split_stride + s) * 512 + d0);
+      const u32 vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[2 * i] += w * bf16x2_lo(vv[i]);
+        acc[2 * i + 1] += w * bf16x2_hi(vv[i]);
+      }
+    }
+  }
+  constexpr float kLog2e = 1.4426950408889634f;
+  float lse = empty ? neg_inf() : gmax + fast_log2(wsum);
+  float factor = empty ? 0.0f : 1.0f / wsum;
+  const float* sink = static_cast<const float*>(p.attn_sink);
+  if (sink != nullptr) {
+    const float s2 = sink[head] * kLog2e;
+    if (empty) {
+      lse = s2;
+    } else {
+      factor *= 1.0f / (1.0f + fast_exp2(s2 - lse));
+      const float hi = fmaxf(lse, s2), lo = fminf(lse, s2);
+      lse = hi + fast_log2(1.0f + fast_exp2(lo - hi));
+    }
+  }
+  u32 out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = pack_bf16x2(acc[2 * i] * factor, acc[2 * i + 1] * factor);
+  *reinterpret_cast<uint4*>(static_cast<u16*>(p.output) + row * 512 + d0) = make_uint4(out[0], out[1], out[2], out[3]);
+  if (threadIdx.x % 64 == 0) static_cast<float*>(p.out_lse)[row] = lse * p.lse_scale;
+}
+
+#endif  // __CUDACC__
+
+}  // namespace kiln

@@ -1,0 +1,93 @@
+#pragma once
+// Launch parameters and launch geometry of the sparse NVFP4 MLA decode family. Included by host C++
+// (g++) and by device code, so only plain scalars and pointers live here.
+
+// constexpr helpers below are also evaluated in device code (no -default-device under NVRTC).
+#ifdef __CUDACC__
+#define KILN_SPARSE_HD __host__ __device__
+#else
+#define KILN_SPARSE_HD
+#endif
+
+namespace kiln {
+
+// One struct by value (`const __grid_constant__`), filled by the host launcher.
+struct SparseNvfp4Params {
+  const void* q;  // [T, H, 512] bf16, contiguous
+
+  // Main pool: page p starts at kv + p * kv_page_stride (bytes); token r of a page is described in
+  // spec/sparse_nvfp4_decode.md (352 data bytes at r*352, 32 scale bytes at page_size*352 + r*32).
+  const void* kv;
+  long long kv_page_stride;  // bytes, multiple of 16, >= kv_page_size * 384
+  int kv_page_size;
+  int topk;                         // slots per token row in `indices`
+  const void* indices;              // int32, row t at indices + t * indices_row_stride
+  long long indices_row_stride;     // elements
+  const void* topk_length;          // int32 [>= T] or null (every slot active)
+
+  // Extra pool (used only by has_extra instantiations); same format, its own page geometry.
+  const void* extra_kv;
+  long long extra_page_stride;
+  int extra_page_size;
+  int extra_topk;
+  const void* extra_indices;
+  long long extra_indices_row_stride;
+  const void* extra_topk_length;  // int32 [>= T] or null
+
+  const void* attn_sink;  // fp32 [>= H] natural-log logits, or null
+
+  void* output;   // [T, H, 512] bf16
+  void* out_lse;  // [T, H] fp32
+  void* mid_out;  // [T, H, split_stride, 512] bf16 (split instantiations only)
+  void* mid_lse;  // [T, H, split_stride] fp32, -1e30 marks a split that saw no candidate
+  int split_stride;
+
+  float sm_scale_log2;  // sm_scale * log2(e), folded on the host
+  float lse_scale;      // multiplies the base-2 LSE written to out_lse
+  int num_tokens;       // T
+  int num_splits;
+  int chunks_per_block;
+};
+
+// ---- launch geometry shared by the host planner and the kernels ----
+constexpr int kSparseThreads = 256;          // 4 consumer (MMA) warps + 4 producer (gather/decode) warps
+constexpr int kSparseConsumerThreads = 128;
+constexpr int kSparseChunk = 64;             // candidate slots per chunk
+constexpr int kSparseMaxChunksPerBlock = 16;
+constexpr int kSparseHeadsPerTile = 16;
+constexpr int kSparseMergeThreads = 256;     // 4 (token, head) rows per merge block
+constexpr int kSparseMergeRowsPerBlock = 4;
+constexpr float kSparseEmptySplitLse = -1e30f;
+
+// Shared-memory carve-up (bytes). Decoded tiles: 64 rows x 1024 B (448 f16 + 64 bf16), two buffers.
+// Raw staging: 64 rows x 416 B (384 B record padded so 8 lanes of a phase hit distinct banks).
+constexpr unsigned kSparseTileBytes = 64u * 1024u;
+constexpr unsigned kSparseStageRowBytes = 416u;
+constexpr unsigned kSparseStageBytes = 64u * kSparseStageRowBytes;
+KILN_SPARSE_HD constexpr unsigned sparse_smem_q_offset() { return 2u * kSparseTileBytes + 2u * kSparseStageBytes; }
+KILN_SPARSE_HD constexpr unsigned sparse_smem_p_offset(int head_tiles) {
+  return sparse_smem_q_offset() + unsigned(head_tiles) * 16u * 1024u;
+}
+KILN_SPARSE_HD constexpr unsigned sparse_smem_red_offset(int head_tiles) {
+  return sparse_smem_p_offset(head_tiles) + 2u * unsigned(head_tiles) * 16u * 128u;
+}
+// red_max[2][4][32] + red_l[4][32] floats, then mask[2][4] u32.
+KILN_SPARSE_HD constexpr unsigned sparse_smem_mask_offset(int head_tiles) {
+  return sparse_smem_red_offset(head_tiles) + (2u * 4u * 32u + 4u * 32u) * 4u;
+}
+// Dynamic shared memory of one decode block: 206,368 B (head_tiles 1) or 226,848 B (head_tiles 2).
+KILN_SPARSE_HD constexpr unsigned sparse_decode_smem_bytes(int head_tiles) {
+  return sparse_smem_mask_offset(head_tiles) + 2u * 4u * 4u;
+}
+KILN_SPARSE_HD constexpr int sparse_head_groups(int heads, int head_tiles) {
+  return (heads + kSparseHeadsPerTile * head_tiles - 1) / (kSparseHeadsPerTile * head_tiles);
+}
+// grid.x of the decode kernel (1-D, so T is not limited to 65535).
+KILN_SPARSE_HD constexpr long long sparse_decode_grid(int tokens, int heads, int head_tiles, int num_splits) {
+  return (long long)tokens * sparse_head_groups(heads, head_tiles) * num_splits;
+}
+KILN_SPARSE_HD constexpr long long sparse_merge_grid(int tokens, int heads) {
+  return ((long long)tokens * heads + kSparseMergeRowsPerBlock - 1) / kSparseMergeRowsPerBlock;
+}
+
+}  // namespace kiln

@@ -1,0 +1,320 @@
+#include "runtime/kernel_service.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <exception>
+#include <fstream>
+#include <thread>
+
+#include "jit/arch.h"
+#include "jit/build_request.h"
+#include "jit/compiler.h"
+#include "jit/error.h"
+#include "jit/log.h"
+#include "runtime/driver.h"
+#include "runtime/families.h"
+#include "runtime/manifest.h"
+
+namespace kiln {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+void add_ms(std::atomic<std::uint64_t>& us, double ms) { us.fetch_add(static_cast<std::uint64_t>(ms * 1000.0)); }
+
+}  // namespace
+
+struct KernelService::AtomicCounters {
+  std::atomic<std::uint64_t> memory_hits{0}, read_only_hits{0}, disk_hits{0}, compiles{0}, compile_failures{0},
+      loads{0}, compile_us{0}, load_us{0};
+};
+
+struct KernelService::BuildSlot {
+  std::once_flag once;
+  std::shared_ptr<const CacheEntry> entry;
+};
+
+struct KernelService::LoadSlot {
+  std::once_flag once;
+  std::unique_ptr<KernelHandle> handle;
+};
+
+std::string_view artifact_source_name(ArtifactSource s) {
+  switch (s) {
+    case ArtifactSource::kMemory: return "memory";
+    case ArtifactSource::kReadOnlyLayer: return "read-only layer";
+    case ArtifactSource::kDisk: return "disk";
+    case ArtifactSource::kCompiled: return "compiled";
+  }
+  return "?";
+}
+
+nlohmann::json ServiceCounters::to_json() const {
+  return {{"memory_hits", memory_hits}, {"read_only_hits", read_only_hits}, {"disk_hits", disk_hits},
+          {"compiles", compiles},       {"compile_failures", compile_failures}, {"loads", loads},
+          {"compile_ms", compile_ms},   {"load_ms", load_ms}};
+}
+
+KernelService::KernelService(const Config& config)
+    : config_(config),
+      store_(std::make_unique<CubinStore>(CubinStore::Options{.root = config.cache_dir,
+                                                              .read_only_layers = config.read_only_layers})),
+      sealed_(config.sealed),
+      counters_(std::make_unique<AtomicCounters>()) {}
+
+KernelService::~KernelService() = default;
+
+KernelService& KernelService::global() {
+  static KernelService service([] {
+    register_builtin_families();
+    Config c = Config::from_environment();
+    set_log_level(c.log_level);
+    return c;
+  }());
+  return service;
+}
+
+Artifact KernelService::build(const SemanticKey& key) {
+  BuildSlot* slot;
+  {
+    std::lock_guard<std::mutex> lock(slots_mutex_);
+    auto& p = build_slots_[key.str()];
+    if (!p) p = std::make_unique<BuildSlot>();
+    slot = p.get();
+  }
+  // call_once: concurrent callers wait for one build; a throwing build leaves the slot open for a retry.
+  bool ran = false;
+  ArtifactSource source = ArtifactSource::kMemory;
+  std::call_once(slot->once, [&] {
+    Artifact a = build_uncached(key);
+    slot->entry = a.entry;
+    source = a.source;
+    ran = true;
+  });
+  if (!ran) counters_->memory_hits.fetch_add(1);
+  return Artifact{slot->entry, source};
+}
+
+Artifact KernelService::build_uncached(const SemanticKey& key) {
+  const BuildRequest request = make_build_request(key);
+  bool compiled = false;
+  const auto build = [&]() -> CacheEntry {
+    if (sealed()) {
+      throw Error(ErrorCode::kSealed,
+                  "the kernel service is sealed and this key is in no cache layer; warm it before sealing, or "
+                  "prebuild it into a layer named in KILN_CACHE_PATH",
+                  {.key = key.str()});
+    }
+    const auto start = std::chrono::steady_clock::now();
+    CompileResult result;
+    try {
+      result = Compiler().compile(request.source, key.arch(), key.str());
+    } catch (const Error&) {
+      counters_->compile_failures.fetch_add(1);
+      throw;
+    }
+    const double ms = ms_since(start);
+    counters_->compiles.fetch_add(1);
+    add_ms(counters_->compile_us, ms);
+    compiled = true;
+    if (config_.dump_dir) {
+      std::error_code ec;
+      std::filesystem::create_directories(*config_.dump_dir, ec);
+      std::ofstream(*config_.dump_dir / (request.cache_key.hex() + ".cu")) << request.source.source;
+      std::ofstream(*config_.dump_dir / (request.cache_key.hex() + ".log")) << result.log;
+    }
+    const NvrtcVersion v = Compiler::nvrtc_version();
+    nlohmann::json meta = {{"nvrtc_version", fmt::format("{}.{}", v.major, v.minor)},
+                           {"arch", key.arch()},
+                           {"options", request.options},
+                           {"compile_ms", ms},
+                           {"source", request.source.source},
+                           {"name_expressions", request.source.name_expressions},
+                           {"lowered_names", result.lowered_names}};
+    return CacheEntry{request.cache_key, key.str(), std::move(meta), std::move(result.cubin)};
+  };
+  CubinStore::Hit hit = store_->get_or_build(request.cache_key, build, nullptr);
+  ArtifactSource source = compiled ? ArtifactSource::kCompiled
+                          : hit.tier == Tier::kReadOnly ? ArtifactSource::kReadOnlyLayer
+                                                                     : ArtifactSource::kDisk;
+  if (source == ArtifactSource::kReadOnlyLayer) counters_->read_only_hits.fetch_add(1);
+  if (source == ArtifactSource::kDisk) counters_->disk_hits.fetch_add(1);
+  if (compiled && config_.record_misses) {
+    try {
+      append_to_manifest(*config_.record_misses, key);
+    } catch (const Error& e) {
+      log_warn("could not record missed key {} in {}: {}", key.str(), config_.record_misses->string(), e.what());
+    }
+  }
+  return Artifact{std::make_shared<const CacheEntry>(std::move(hit.entry)), source};
+}
+
+std::unique_ptr<KernelHandle> KernelService::load(const SemanticKey& key, const CacheEntry& entry, int device) {
+  const Driver& d = Driver::get();
+  d.require(fmt::format("load kernel {}", key.str()));
+  const auto start = std::chrono::steady_clock::now();
+  ScopedDeviceContext ctx(device);
+  auto handle = std::make_unique<KernelHandle>();
+  handle->key = key.str();
+  handle->device = device;
+  d.check(d.cuModuleLoadData(&handle->module, entry.cubin.data()), "cuModuleLoadData");
+  CUdevice dev = 0;
+  d.check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  int max_optin = 0;
+  d.check(d.cuDeviceGetAttribute(&max_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+          "cuDeviceGetAttribute");
+  for (const auto& name : entry.metadata.at("lowered_names")) {
+    KernelFunction f;
+    f.lowered_name = name.get<std::string>();
+    d.check(d.cuModuleGetFunction(&f.function, handle->module, f.lowered_name.c_str()), "cuModuleGetFunction");
+    d.check(d.cuFuncGetAttribute(&f.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, f.function), "cuFuncGetAttribute");
+    d.check(d.cuFuncGetAttribute(&f.local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f.function), "cuFuncGetAttribute");
+    d.check(d.cuFuncGetAttribute(&f.static_smem_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f.function),
+            "cuFuncGetAttribute");
+    d.check(d.cuFuncGetAttribute(&f.max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f.function),
+            "cuFuncGetAttribute");
+    // Raised once here so that launches (possibly inside graph capture) never touch attributes.
+    f.max_dynamic_smem_bytes = max_optin - f.static_smem_bytes;
+    d.check(d.cuFuncSetAttribute(f.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f.max_dynamic_smem_bytes),
+            "cuFuncSetAttribute");
+    handle->functions.push_back(std::move(f));
+  }
+  counters_->loads.fetch_add(1);
+  add_ms(counters_->load_us, ms_since(start));
+  return handle;
+}
+
+const KernelHandle& KernelService::warm(const SemanticKey& key, int device) {
+  LoadSlot* slot;
+  {
+    std::lock_guard<std::mutex> lock(slots_mutex_);
+    auto& p = load_slots_[fmt::format("{}|{}", device, key.str())];
+    if (!p) p = std::make_unique<LoadSlot>();
+    slot = p.get();
+  }
+  std::call_once(slot->once, [&] {
+    if (sealed()) {
+      throw Error(ErrorCode::kSealed, fmt::format("the kernel service is sealed; warm this key on device {} before sealing", device),
+                  {.key = key.str()});
+    }
+    Driver::get().require(fmt::format("warm kernel {}", key.str()));
+    const std::string arch = device_arch(device);
+    if (arch != key.arch()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("key targets {} but device {} is {}; use the key's with_arch(\"{}\")", key.arch(), device,
+                              arch, arch),
+                  {.key = key.str()});
+    }
+    const Artifact artifact = build(key);
+    slot->handle = load(key, *artifact.entry, device);
+  });
+  return *slot->handle;
+}
+
+void KernelService::warm(const std::vector<SemanticKey>& keys, const std::vector<int>& devices) {
+  std::vector<std::pair<const SemanticKey*, int>> work;
+  for (int device : devices) {
+    for (const auto& key : keys) work.emplace_back(&key, device);
+  }
+  std::atomic<std::size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr first_error;
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t threads = std::min<std::size_t>(work.size(), config_.threads > 0 ? config_.threads : hw);
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (std::size_t i = next++; i < work.size(); i = next++) {
+        try {
+          warm(*work[i].first, work[i].second);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (!first_error) first_error = std::current_exception();
+        }
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+const KernelHandle* KernelService::find(std::uint64_t fingerprint, int device) const noexcept {
+  std::shared_lock<std::shared_mutex> lock(fast_mutex_);
+  auto it = fast_.find(FastKey{fingerprint, device});
+  return it == fast_.end() ? nullptr : it->second;
+}
+
+const KernelHandle& KernelService::acquire(std::uint64_t fingerprint, const std::function<SemanticKey()>& make_key,
+                                           CUstream stream) {
+  const int device = current_device();
+  if (const KernelHandle* h = find(fingerprint, device)) return *h;
+  const SemanticKey key = make_key();
+  const Driver& d = Driver::get();
+  d.require(fmt::format("launch kernel {}", key.str()));
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  d.check(d.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    throw Error(ErrorCode::kNotWarm,
+                fmt::format("the stream is capturing a CUDA graph and this kernel is not warm on device {}; nothing "
+                            "was compiled. Warm the key before capture (warm function or kiln warm --manifest)",
+                            device),
+                {.key = key.str()});
+  }
+  const KernelHandle& handle = warm(key, device);
+  std::unique_lock<std::shared_mutex> lock(fast_mutex_);
+  auto [it, inserted] = fast_.emplace(FastKey{fingerprint, device}, &handle);
+  if (!inserted && it->second != &handle) {
+    throw Error(ErrorCode::kInternal, fmt::format("fingerprint collision between {} and {}", it->second->key, key.str()));
+  }
+  return handle;
+}
+
+int KernelService::current_device() {
+  const Driver& d = Driver::get();
+  d.require("find the current device");
+  CUdevice dev = 0;
+  if (d.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;  // no current context: device 0's primary context
+  return static_cast<int>(dev);
+}
+
+std::string KernelService::device_arch(int device) {
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  auto it = devices_.find(device);
+  if (it == devices_.end()) {
+    const Driver& d = Driver::get();
+    d.require(fmt::format("query device {}", device));
+    CUdevice dev = 0;
+    d.check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+    int major = 0, minor = 0, sms = 0;
+    d.check(d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute");
+    d.check(d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute");
+    d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
+    it = devices_.emplace(device, std::make_pair(arch_for_compute_capability(major, minor), sms)).first;
+  }
+  return it->second.first;
+}
+
+int KernelService::device_sm_count(int device) {
+  device_arch(device);
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  return devices_.at(device).second;
+}
+
+ServiceCounters KernelService::counters() const {
+  ServiceCounters c;
+  c.memory_hits = counters_->memory_hits.load();
+  c.read_only_hits = counters_->read_only_hits.load();
+  c.disk_hits = counters_->disk_hits.load();
+  c.compiles = counters_->compiles.load();
+  c.compile_failures = counters_->compile_failures.load();
+  c.loads = counters_->loads.load();
+  c.compile_ms = counters_->compile_us.load() / 1000.0;
+  c.load_ms = counters_->load_us.load() / 1000.0;
+  return c;
+}
+
+}  // namespace kiln

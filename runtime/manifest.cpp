@@ -1,0 +1,179 @@
+#include "runtime/manifest.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "cache/file_lock.h"
+#include "jit/arch.h"
+#include "jit/error.h"
+
+namespace kiln {
+
+namespace {
+
+using nlohmann::json;
+
+Error manifest_error(std::string_view source, std::string_view what) {
+  return Error(ErrorCode::kInvalidArgument, fmt::format("manifest {}: {}", source, what));
+}
+
+std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t byte) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < std::min(byte, text.size()); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+std::vector<std::string> archs_of(const json& node, std::string_view source, std::string_view where,
+                                  const std::vector<std::string>& fallback) {
+  if (!node.contains("archs")) return fallback;
+  const json& a = node.at("archs");
+  if (!a.is_array() || a.empty()) throw manifest_error(source, fmt::format("{}.archs must be a non-empty list", where));
+  std::vector<std::string> out;
+  for (const json& item : a) {
+    if (!item.is_string()) throw manifest_error(source, fmt::format("{}.archs holds {}, not a string", where, item.dump()));
+    out.push_back(validate_arch(item.get<std::string>(), fmt::format("manifest {} {}.archs entry", source, where)));
+  }
+  return out;
+}
+
+// Cartesian product over fields whose value is a list.
+void expand(const json& policy, json::const_iterator it, json& current, std::vector<json>& out) {
+  if (it == policy.end()) {
+    out.push_back(current);
+    return;
+  }
+  const auto next = std::next(it);
+  if (it.value().is_array()) {
+    for (const json& v : it.value()) {
+      current[it.key()] = v;
+      expand(policy, next, current, out);
+    }
+  } else {
+    current[it.key()] = it.value();
+    expand(policy, next, current, out);
+  }
+}
+
+std::string read_file(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    throw Error(ErrorCode::kNotFound, fmt::format("cannot open manifest {}; check the path", file.string()),
+                {.path = file.string()});
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view source,
+                                        const std::optional<std::vector<std::string>>& arch_override) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    const auto [line, column] = line_column(text, e.byte == 0 ? 0 : e.byte - 1);
+    std::string what = e.what();
+    if (auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
+    throw manifest_error(source, fmt::format("line {}, column {}: {}", line, column, what));
+  }
+  if (!doc.is_object()) throw manifest_error(source, "the top level must be a JSON object");
+  for (const auto& [field, value] : doc.items()) {
+    if (field != "archs" && field != "keys" && field != "policies" && field != "version" && field != "comment") {
+      throw manifest_error(source, fmt::format("unknown field '{}'; expected archs, keys, policies", field));
+    }
+  }
+  const std::vector<std::string> top_archs = arch_override ? *arch_override : archs_of(doc, source, "top", {});
+
+  std::vector<SemanticKey> keys;
+  const auto add = [&](SemanticKey k) {
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(std::move(k));
+  };
+  if (doc.contains("keys")) {
+    if (!doc["keys"].is_array()) throw manifest_error(source, "keys must be a list of printable semantic keys");
+    for (std::size_t i = 0; i < doc["keys"].size(); ++i) {
+      const json& item = doc["keys"][i];
+      if (!item.is_string()) throw manifest_error(source, fmt::format("keys[{}] is not a string", i));
+      try {
+        SemanticKey key = SemanticKey::parse(item.get<std::string>());
+        if (arch_override) {
+          for (const auto& arch : *arch_override) add(key.with_arch(arch));
+        } else {
+          add(std::move(key));
+        }
+      } catch (const Error& e) {
+        throw manifest_error(source, fmt::format("keys[{}]: {}", i, e.what()));
+      }
+    }
+  }
+  if (doc.contains("policies")) {
+    if (!doc["policies"].is_array()) throw manifest_error(source, "policies must be a list");
+    for (std::size_t i = 0; i < doc["policies"].size(); ++i) {
+      const json& entry = doc["policies"][i];
+      const std::string where = fmt::format("policies[{}]", i);
+      if (!entry.is_object() || !entry.contains("family") || !entry["family"].is_string() ||
+          !entry.contains("policy") || !entry["policy"].is_object()) {
+        throw manifest_error(source, fmt::format("{} needs \"family\" (string) and \"policy\" (object)", where));
+      }
+      const std::vector<std::string> archs = arch_override ? *arch_override : archs_of(entry, source, where, top_archs);
+      if (archs.empty()) throw manifest_error(source, fmt::format("{} names no archs and the manifest has none", where));
+      std::vector<json> expanded;
+      json current = json::object();
+      expand(entry["policy"], entry["policy"].begin(), current, expanded);
+      for (const json& policy : expanded) {
+        for (const auto& arch : archs) {
+          try {
+            add(SemanticKey(entry["family"].get<std::string>(), policy, arch));
+          } catch (const Error& e) {
+            throw manifest_error(source, fmt::format("{} ({}): {}", where, policy.dump(), e.what()));
+          }
+        }
+      }
+    }
+  }
+  return keys;
+}
+
+std::vector<SemanticKey> load_manifest(const std::filesystem::path& file,
+                                       const std::optional<std::vector<std::string>>& arch_override) {
+  return parse_manifest(read_file(file), file.string(), arch_override);
+}
+
+void append_to_manifest(const std::filesystem::path& file, const SemanticKey& key) {
+  const FileLock lock(file.string() + ".lock");  // several processes may record misses at once
+  json doc = json::object();
+  std::error_code ec;
+  if (std::filesystem::exists(file, ec)) {
+    doc = json::parse(read_file(file), nullptr, /*allow_exceptions=*/false);
+    if (!doc.is_object()) doc = json::object();  // an unreadable record is replaced, not fatal
+  }
+  json& list = doc["keys"];
+  if (!list.is_array()) list = json::array();
+  if (std::find(list.begin(), list.end(), key.str()) != list.end()) return;
+  list.push_back(key.str());
+  const std::string tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << doc.dump(2) << "\n";
+    if (!out) throw Error(ErrorCode::kCacheIo, "cannot write the miss manifest", {.path = tmp});
+  }
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) {
+    throw Error(ErrorCode::kCacheIo, fmt::format("cannot replace the miss manifest: {}", ec.message()),
+                {.path = file.string()});
+  }
+}
+
+}  // namespace kiln

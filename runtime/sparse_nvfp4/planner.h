@@ -1,0 +1,30 @@
+#pragma once
+// Pure host planners of the sparse NVFP4 MLA decode (spec/sparse_nvfp4_decode.md, "Chunks, splits,
+// head tiles"). No CUDA calls; invalid input throws kiln::Error(kInvalidArgument).
+#include <cstdint>
+
+namespace kiln::sparse {
+
+struct SplitPlan {
+  int num_splits = 1;
+  int chunks_per_block = 1;
+  bool operator==(const SplitPlan&) const = default;
+};
+
+// 64-slot chunks of the main plus the extra section.
+int num_chunks(int topk, int extra_topk);
+
+// Scratch for a plan that may split every chunk: T*H*chunks*(512*2 + 4) + T*H*4 + 48 bytes.
+int64_t scratch_bytes(int tokens, int heads, int topk, int extra_topk);
+
+// 1 (16 heads per block) or 2 (32 heads share one gather).
+int plan_head_tiles(int tokens, int heads, int topk, int extra_topk, int sms);
+
+SplitPlan plan_splits(int tokens, int heads, int topk, int extra_topk, int sms, int max_splits = 16,
+                      int head_tiles = 1);
+
+// An explicit num_splits normalised like a planned one: cpb = ceil(chunks / num_splits) (must be
+// <= 16), splits = ceil(chunks / cpb).
+SplitPlan resolve_splits(int topk, int extra_topk, int num_splits);
+
+}  // namespace kiln::sparse

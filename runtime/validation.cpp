@@ -1,0 +1,73 @@
+#include "runtime/validation.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <vector>
+
+#include "jit/error.h"
+
+namespace kiln::check {
+
+void fail(std::string_view arg, std::string_view expected, std::string_view given) {
+  throw Error(ErrorCode::kInvalidArgument, fmt::format("argument '{}': expected {}, got {}", arg, expected, given));
+}
+
+void unsupported(std::string_view arg, std::string_view expected, std::string_view given) {
+  throw Error(ErrorCode::kUnsupported,
+              fmt::format("argument '{}': not implemented for {} (supported: {})", arg, given, expected));
+}
+
+void rank(const TensorView& t, std::string_view arg, std::initializer_list<int> allowed) {
+  for (int r : allowed) {
+    if (t.rank == r) return;
+  }
+  fail(arg, fmt::format("rank {}", fmt::join(allowed, " or ")), fmt::format("rank {} (shape {})", t.rank, t.shape_string()));
+}
+
+void dtype(const TensorView& t, std::string_view arg, std::initializer_list<DType> allowed) {
+  std::vector<std::string_view> names;
+  for (DType d : allowed) {
+    if (t.dtype == d) return;
+    names.push_back(dtype_name(d));
+  }
+  fail(arg, fmt::format("dtype {}", fmt::join(names, " or ")), dtype_name(t.dtype));
+}
+
+void dim(const TensorView& t, std::string_view arg, int d, std::int64_t expected) {
+  if (t.size(d) != expected) {
+    fail(arg, fmt::format("size {} in dimension {}", expected, d), fmt::format("shape {}", t.shape_string()));
+  }
+}
+
+void contiguous(const TensorView& t, std::string_view arg) {
+  if (!t.is_contiguous()) fail(arg, "a contiguous tensor", fmt::format("strides of shape {}", t.shape_string()));
+}
+
+void aligned(const TensorView& t, std::string_view arg, int bytes) {
+  const auto address = reinterpret_cast<std::uintptr_t>(t.data);
+  if (address % bytes != 0) fail(arg, fmt::format("a {}-byte aligned data pointer", bytes), fmt::format("address {:#x}", address));
+}
+
+void not_null(const TensorView& t, std::string_view arg) {
+  if (t.data == nullptr && t.numel() != 0) fail(arg, "a non-null data pointer", "null");
+}
+
+void disjoint(const TensorView& a, std::string_view arg_a, const TensorView& b, std::string_view arg_b) {
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a.data);
+  const auto b0 = reinterpret_cast<std::uintptr_t>(b.data);
+  const auto a1 = a0 + static_cast<std::uintptr_t>(a.extent_bytes());
+  const auto b1 = b0 + static_cast<std::uintptr_t>(b.extent_bytes());
+  if (a0 < b1 && b0 < a1) {
+    fail(arg_a, fmt::format("memory disjoint from '{}'", arg_b),
+         fmt::format("[{:#x}, {:#x}) overlapping [{:#x}, {:#x})", a0, a1, b0, b1));
+  }
+}
+
+void positive_finite(double value, std::string_view arg) {
+  const float f = static_cast<float>(value);
+  if (!std::isfinite(f) || !(f > 0.0f)) fail(arg, "a finite value > 0 (as float32)", fmt::format("{}", value));
+}
+
+}  // namespace kiln::check

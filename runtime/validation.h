@@ -1,0 +1,26 @@
+#pragma once
+// Host-side argument checks shared by every launcher. Each throws Error(kInvalidArgument) whose
+// message names the argument, what was expected and what was given. No device memory is read.
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+
+#include "runtime/tensor_view.h"
+
+namespace kiln::check {
+
+[[noreturn]] void fail(std::string_view arg, std::string_view expected, std::string_view given);
+[[noreturn]] void unsupported(std::string_view arg, std::string_view expected, std::string_view given);
+
+void rank(const TensorView& t, std::string_view arg, std::initializer_list<int> allowed);
+void dtype(const TensorView& t, std::string_view arg, std::initializer_list<DType> allowed);
+void dim(const TensorView& t, std::string_view arg, int d, std::int64_t expected);
+void contiguous(const TensorView& t, std::string_view arg);
+void aligned(const TensorView& t, std::string_view arg, int bytes);
+void not_null(const TensorView& t, std::string_view arg);
+// The byte ranges the two views address must not intersect.
+void disjoint(const TensorView& a, std::string_view arg_a, const TensorView& b, std::string_view arg_b);
+// Finite and > 0 after rounding to float32.
+void positive_finite(double value, std::string_view arg);
+
+}  // namespace kiln::check

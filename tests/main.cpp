@@ -1,0 +1,11 @@
+// main for the unit and nvrtc suites.
+#include <catch2/catch.hpp>
+
+#include "jit/log.h"
+#include "runtime/families.h"
+
+int main(int argc, char** argv) {
+  kiln::register_builtin_families();
+  kiln::set_log_level(kiln::LogLevel::kError);
+  return Catch::Session().run(argc, argv);
+}

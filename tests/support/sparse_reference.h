@@ -1,0 +1,32 @@
+#pragma once
+// fp32 oracle of the sparse NVFP4 MLA decode (spec/sparse_nvfp4_decode.md, "Semantics").
+#include <cstdint>
+
+namespace kiln::testing {
+
+struct SparsePool {
+  const uint8_t* base = nullptr;  // host copy of the paged cache
+  long long page_stride = 0;      // bytes
+  int page_size = 0;
+  const int32_t* indices = nullptr;  // row t at indices + t * row_stride
+  long long row_stride = 0;
+  int topk = 0;
+  const int32_t* lengths = nullptr;  // per-token active prefix, or null
+};
+
+struct SparseProblem {
+  int tokens = 0;  // T
+  int heads = 0;   // H
+  const uint16_t* q = nullptr;  // [T, H, 512] bf16
+  SparsePool main;
+  SparsePool extra;  // extra.base == nullptr: no extra cache
+  const float* attn_sink = nullptr;  // [H] or null
+  float sm_scale = 0.0f;
+  float lse_scale = 1.0f;
+};
+
+// out: [T, H, 512] fp32, lse: [T, H] (base-2 LSE times lse_scale). A token with no valid candidate
+// gets zeros and -inf (or sink * log2(e) * lse_scale with a sink).
+void sparse_nvfp4_reference(const SparseProblem& problem, float* out, float* lse);
+
+}  // namespace kiln::testing

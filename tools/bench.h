@@ -1,0 +1,10 @@
+#pragma once
+#include <string>
+namespace kiln::tools {
+struct BenchOptions {
+  std::string what;       // jit (later: mla, sparse)
+  std::string out;        // JSON report path
+  std::string cache_dir;  // scratch cache root
+};
+int run_bench(const BenchOptions& options);
+}  // namespace kiln::tools

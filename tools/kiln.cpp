@@ -1,0 +1,306 @@
+// The kiln CLI: prebuild, warm, ls, inspect, verify, prune, stats, bench.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "jit/arch.h"
+#include "jit/build_request.h"
+#include "jit/error.h"
+#include "runtime/driver.h"
+#include "runtime/families.h"
+#include "runtime/kernel_service.h"
+#include "runtime/manifest.h"
+#include "tools/bench.h"
+#include "tools/default_manifest.h"
+
+namespace kiln::tools {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kExitBadInput = 2;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+struct CommonOptions {
+  std::string cache_dir;
+  bool json = false;
+};
+
+Config make_config(const CommonOptions& o) {
+  Config c = Config::from_environment();
+  if (!o.cache_dir.empty()) c.cache_dir = o.cache_dir;
+  set_log_level(c.log_level);
+  return c;
+}
+
+std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::string& archs) {
+  std::optional<std::vector<std::string>> override_archs;
+  if (!archs.empty()) override_archs = parse_arch_list(archs);
+  if (manifest.empty()) return parse_manifest(default_manifest(), "(embedded default)", override_archs);
+  return load_manifest(manifest, override_archs);
+}
+
+int run_prebuild(const CommonOptions& common, const std::string& manifest, const std::string& archs, int jobs) {
+  if (jobs < 1) throw Error(ErrorCode::kInvalidArgument, fmt::format("-j must be >= 1, got {}", jobs));
+  const std::vector<SemanticKey> keys = manifest_keys(manifest, archs);
+  KernelService service(make_config(common));
+  const auto start = Clock::now();
+
+  struct Outcome {
+    std::string status;  // compiled | hit | failed
+    std::string detail;
+    double ms = 0;
+  };
+  std::vector<Outcome> outcomes(keys.size());
+  std::atomic<std::size_t> next{0}, done{0};
+  std::mutex print_mutex;
+  const auto worker = [&] {
+    for (std::size_t i = next++; i < keys.size(); i = next++) {
+      const auto t0 = Clock::now();
+      Outcome& out = outcomes[i];
+      try {
+        const Artifact a = service.build(keys[i]);
+        out.status = a.source == ArtifactSource::kCompiled ? "compiled" : "hit";
+        out.detail = std::string(artifact_source_name(a.source));
+      } catch (const Error& e) {
+        out.status = "failed";
+        out.detail = e.what();
+      }
+      out.ms = ms_since(t0);
+      std::lock_guard<std::mutex> lock(print_mutex);
+      std::fprintf(stderr, "[%zu/%zu] %-8s %s (%.0f ms)\n", ++done, keys.size(), out.status.c_str(), keys[i].str().c_str(), out.ms);
+      if (out.status == "failed") std::fprintf(stderr, "    %s\n", out.detail.c_str());
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < std::min<int>(jobs, static_cast<int>(keys.size())); ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+
+  std::size_t compiled = 0, hits = 0, failed = 0;
+  json list = json::array();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const Outcome& o = outcomes[i];
+    compiled += o.status == "compiled";
+    hits += o.status == "hit";
+    failed += o.status == "failed";
+    json item = {{"key", keys[i].str()}, {"outcome", o.status}, {"ms", o.ms}};
+    if (o.status == "failed") item["error"] = o.detail;
+    list.push_back(item);
+  }
+  const double wall = ms_since(start);
+  if (common.json) {
+    json report = {{"keys", list},   {"compiled", compiled},           {"hits", hits},
+                   {"failed", failed}, {"wall_ms", wall},               {"jobs", jobs},
+                   {"cache_dir", service.config().cache_dir.string()}, {"writable", service.store().writable()}};
+    std::printf("%s\n", report.dump(2).c_str());
+  }
+  std::fprintf(stderr, "prebuild: %zu keys: %zu compiled, %zu hit, %zu failed in %.1f s (-j %d, cache %s)\n", keys.size(),
+               compiled, hits, failed, wall / 1000.0, jobs, service.config().cache_dir.c_str());
+  return failed == 0 ? 0 : 1;
+}
+
+int run_warm(const CommonOptions& common, const std::string& manifest, std::vector<int> devices) {
+  const Driver& d = Driver::get();
+  d.require("warm kernels");
+  if (devices.empty()) {
+    int count = 0;
+    d.check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    for (int i = 0; i < count; ++i) devices.push_back(i);
+  }
+  const std::vector<SemanticKey> keys = manifest_keys(manifest, "");
+  KernelService service(make_config(common));
+  const auto start = Clock::now();
+  std::size_t warmed = 0, skipped = 0;
+  for (int device : devices) {
+    const std::string arch = service.device_arch(device);
+    std::vector<SemanticKey> mine;
+    for (const auto& k : keys) {
+      if (k.arch() == arch) mine.push_back(k);
+    }
+    skipped += keys.size() - mine.size();
+    service.warm(mine, {device});
+    warmed += mine.size();
+    std::fprintf(stderr, "device %d (%s): %zu keys warm\n", device, arch.c_str(), mine.size());
+  }
+  const ServiceCounters c = service.counters();
+  json report = {{"warmed", warmed}, {"skipped_other_arch", skipped}, {"wall_ms", ms_since(start)}, {"counters", c.to_json()}};
+  if (common.json) std::printf("%s\n", report.dump(2).c_str());
+  std::fprintf(stderr, "warm: %zu key-device pairs in %.1f ms: %llu compiles, %llu disk hits, %llu read-only hits, %llu loads\n",
+               warmed, ms_since(start), static_cast<unsigned long long>(c.compiles), static_cast<unsigned long long>(c.disk_hits),
+               static_cast<unsigned long long>(c.read_only_hits), static_cast<unsigned long long>(c.loads));
+  return 0;
+}
+
+int run_ls(const CommonOptions& common) {
+  KernelService service(make_config(common));
+  json list = json::array();
+  for (const ListedEntry& e : service.store().list()) {
+    list.push_back({{"cache_key", e.key_hex}, {"key", e.semantic_key}, {"bytes", e.bytes}, {"layer", tier_name(e.tier)},
+                    {"file", e.file.string()}, {"problem", e.problem}});
+    if (!common.json) {
+      std::printf("%s  %8llu  %-9s %s%s\n", e.key_hex.c_str(), static_cast<unsigned long long>(e.bytes),
+                  std::string(tier_name(e.tier)).c_str(), e.semantic_key.c_str(),
+                  e.problem.empty() ? "" : fmt::format("  [{}]", e.problem).c_str());
+    }
+  }
+  if (common.json) std::printf("%s\n", list.dump(2).c_str());
+  return 0;
+}
+
+int run_inspect(const CommonOptions& common, const std::string& text) {
+  KernelService service(make_config(common));
+  std::optional<CacheKey> cache_key = CacheKey::parse_hex(text);
+  std::string semantic;
+  if (!cache_key) {
+    const SemanticKey key = SemanticKey::parse(text);
+    cache_key = make_build_request(key).cache_key;
+    semantic = key.str();
+  }
+  const auto hit = service.store().lookup(*cache_key);
+  if (!hit) {
+    throw Error(ErrorCode::kNotFound,
+                fmt::format("no cache entry for {}; run `kiln prebuild` (or check --cache / KILN_CACHE_PATH)", text),
+                {.key = cache_key->hex()});
+  }
+  json out = {{"cache_key", cache_key->hex()},          {"key", hit->entry.semantic_key},
+              {"layer", tier_name(hit->tier)},           {"file", hit->file.string()},
+              {"cubin_bytes", hit->entry.cubin.size()}, {"metadata", hit->entry.metadata}};
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+int run_verify(const CommonOptions& common) {
+  KernelService service(make_config(common));
+  const VerifyReport r = service.store().verify();
+  for (const BadEntry& b : r.bad) {
+    std::fprintf(stderr, "bad entry %s (%s): %s%s\n", b.file.c_str(), std::string(tier_name(b.tier)).c_str(), b.reason.c_str(),
+                 b.quarantined ? " -> quarantined" : "");
+  }
+  if (common.json) {
+    json bad = json::array();
+    for (const BadEntry& b : r.bad) bad.push_back({{"file", b.file.string()}, {"reason", b.reason}, {"quarantined", b.quarantined}});
+    std::printf("%s\n", json{{"checked", r.checked}, {"bad", bad}}.dump(2).c_str());
+  }
+  std::fprintf(stderr, "verify: %llu entries checked, %zu bad\n", static_cast<unsigned long long>(r.checked), r.bad.size());
+  return r.ok() ? 0 : 1;
+}
+
+int run_prune(const CommonOptions& common, long long max_bytes) {
+  if (max_bytes < 0) throw Error(ErrorCode::kInvalidArgument, fmt::format("--max-bytes must be >= 0, got {}", max_bytes));
+  KernelService service(make_config(common));
+  const PruneReport r = service.store().prune(static_cast<std::uint64_t>(max_bytes));
+  json out = {{"removed_entries", r.removed_entries}, {"removed_quarantined", r.removed_quarantined},
+              {"freed_bytes", r.freed_bytes}, {"remaining_entries", r.remaining_entries}, {"remaining_bytes", r.remaining_bytes}};
+  if (common.json) std::printf("%s\n", out.dump(2).c_str());
+  std::fprintf(stderr, "prune: removed %llu entries (%llu bytes); %llu entries, %llu bytes remain\n",
+               static_cast<unsigned long long>(r.removed_entries), static_cast<unsigned long long>(r.freed_bytes),
+               static_cast<unsigned long long>(r.remaining_entries), static_cast<unsigned long long>(r.remaining_bytes));
+  return 0;
+}
+
+int run_stats(const CommonOptions& common) {
+  KernelService service(make_config(common));
+  const StoreStats s = service.store().stats();
+  json layers = json::array();
+  for (const LayerStats& l : s.layers) {
+    layers.push_back({{"root", l.root.string()}, {"layer", tier_name(l.tier)}, {"present", l.present}, {"entries", l.entries}, {"bytes", l.bytes}});
+    if (!common.json) {
+      std::printf("%-9s %s: %llu entries, %llu bytes%s\n", std::string(tier_name(l.tier)).c_str(), l.root.c_str(),
+                  static_cast<unsigned long long>(l.entries), static_cast<unsigned long long>(l.bytes), l.present ? "" : " (absent)");
+    }
+  }
+  if (common.json) {
+    std::printf("%s\n", json{{"layers", layers}, {"quarantined", s.quarantined}, {"temp_files", s.temp_files}, {"writable", s.writable}}.dump(2).c_str());
+  } else {
+    std::printf("quarantined: %llu files; temp files: %llu; writable: %s\n", static_cast<unsigned long long>(s.quarantined),
+                static_cast<unsigned long long>(s.temp_files), s.writable ? "yes" : "no");
+  }
+  return 0;
+}
+
+int main_impl(int argc, char** argv) {
+  register_builtin_families();
+  CLI::App app{"kiln: runtime JIT compilation service for specialised CUDA kernels"};
+  app.require_subcommand(1);
+  CommonOptions common;
+  const auto add_common = [&](CLI::App* sub) {
+    sub->add_option("--cache", common.cache_dir, "writable cache directory (default: $KILN_CACHE_DIR, ~/.cache/kiln)");
+    sub->add_flag("--json", common.json, "print one JSON object on stdout");
+  };
+
+  std::string manifest, archs;
+  int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto* prebuild = app.add_subcommand("prebuild", "compile every key of a manifest into the cache (no GPU needed)");
+  prebuild->add_option("--manifest", manifest, "manifest JSON (default: the embedded default manifest)");
+  prebuild->add_option("--arch", archs, "comma-separated targets that replace the manifest's (e.g. sm_90a,sm_120a)");
+  prebuild->add_option("-j,--jobs", jobs, "parallel compiles");
+  add_common(prebuild);
+
+  std::vector<int> devices;
+  auto* warm = app.add_subcommand("warm", "load every key of a manifest onto the GPUs (compiles only on a miss)");
+  warm->add_option("--manifest", manifest, "manifest JSON (default: the embedded default manifest)");
+  warm->add_option("--device", devices, "device ordinals (default: all)");
+  add_common(warm);
+
+  auto* ls = app.add_subcommand("ls", "list cache entries of every layer");
+  add_common(ls);
+  std::string key_text;
+  auto* inspect = app.add_subcommand("inspect", "show one entry's metadata (semantic key or 32-hex cache key)");
+  inspect->add_option("KEY", key_text)->required();
+  add_common(inspect);
+  auto* verify = app.add_subcommand("verify", "re-checksum every entry; quarantine bad ones; exit 1 if any");
+  add_common(verify);
+  long long max_bytes = -1;
+  auto* prune = app.add_subcommand("prune", "shrink the writable layer to --max-bytes (LRU); read-only layers untouched");
+  prune->add_option("--max-bytes", max_bytes)->required();
+  add_common(prune);
+  auto* stats = app.add_subcommand("stats", "entries and bytes per layer");
+  add_common(stats);
+
+  BenchOptions bench_options;
+  auto* bench = app.add_subcommand("bench", "measure on this machine (jit: compile/warm/lookup/launch)");
+  bench->add_option("WHAT", bench_options.what, "jit")->required();
+  bench->add_option("--out", bench_options.out, "write the JSON report to this file");
+  add_common(bench);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "kiln: %s (see kiln --help)\n", e.what());
+    return kExitBadInput;
+  }
+
+  try {
+    if (*prebuild) return run_prebuild(common, manifest, archs, jobs);
+    if (*warm) return run_warm(common, manifest, devices);
+    if (*ls) return run_ls(common);
+    if (*inspect) return run_inspect(common, key_text);
+    if (*verify) return run_verify(common);
+    if (*prune) return run_prune(common, max_bytes);
+    if (*stats) return run_stats(common);
+    if (*bench) {
+      bench_options.cache_dir = common.cache_dir;
+      return run_bench(bench_options);
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    const ErrorCode c = e.code();
+    return c == ErrorCode::kInvalidArgument || c == ErrorCode::kNotFound || c == ErrorCode::kUnsupported ? kExitBadInput : 1;
+  }
+  return kExitBadInput;
+}
+
+}  // namespace
+}  // namespace kiln::tools
+
+int main(int argc, char** argv) { return kiln::tools::main_impl(argc, argv); }
