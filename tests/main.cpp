@@ -1,4 +1,5 @@
-// main for the unit and nvrtc suites.
+// main (and the Catch2 implementation) for the unit and nvrtc suites.
+#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include "jit/log.h"

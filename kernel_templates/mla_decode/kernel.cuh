@@ -10,7 +10,7 @@
 // 128 fp32 registers per thread.
 //
 // fp8 (e4m3) inputs are widened to f16 in shared memory (exact: every e4m3 value is an f16) and run
-// on the f16 MMA; P is rounded to f16 there, to bf16 in the bf16 path.
+// on the f16 MMA with P in f16. The bf16 path splits P into bf16 hi + lo (two MMAs per V fragment).
 #include "common/mma.cuh"
 #include "common/mma_sm90.cuh"
 #include "common/numeric.cuh"
@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(32 * kRowGroups * kColGroups, 1)
   constexpr int kPitchBytes = kMlaSmemPitch * 2;
   constexpr int kStagePitch = kFp8 ? kMlaDimQk : kPitchBytes;
   constexpr int kPPitchBytes = kLayout.p_pitch * 2;
+  constexpr int kPLoBytes = kRows * kPPitchBytes;  // bf16: offset of the P residual tile
   // With one S tile per warp a single accumulator chain would serialise 36 dependent MMAs.
   constexpr int kKSplit = kNT == 1 ? 4 : (kNT == 2 ? 2 : 1);
 
@@ -345,8 +346,15 @@ __global__ void __launch_bounds__(32 * kRowGroups * kColGroups, 1)
       const float p3 = fast_exp2(s[j][3] - muse_hi);
       sum_lo += p0 + p1;
       sum_hi += p2 + p3;
-      sts32(p_store + j * 16, pack_p<kFp8>(p0, p1));
-      sts32(p_store + 8 * kPPitchBytes + j * 16, pack_p<kFp8>(p2, p3));
+      const u32 hi01 = pack_p<kFp8>(p0, p1);
+      const u32 hi23 = pack_p<kFp8>(p2, p3);
+      sts32(p_store + j * 16, hi01);
+      sts32(p_store + 8 * kPPitchBytes + j * 16, hi23);
+      if constexpr (!kFp8) {
+        // Residual of the bf16 rounding: P = hi + lo to ~16 bits.
+        sts32(p_store + kPLoBytes + j * 16, pack_bf16x2(p0 - bf16x2_lo(hi01), p1 - bf16x2_hi(hi01)));
+        sts32(p_store + kPLoBytes + 8 * kPPitchBytes + j * 16, pack_bf16x2(p2 - bf16x2_lo(hi23), p3 - bf16x2_hi(hi23)));
+      }
     }
     l_lo = l_lo * alpha_lo + sum_lo;
     l_hi = l_hi * alpha_hi + sum_hi;
@@ -362,8 +370,9 @@ __global__ void __launch_bounds__(32 * kRowGroups * kColGroups, 1)
     // ---- O += P V over this warp's column slice ----
 #pragma unroll
     for (int ks = 0; ks < kTileTokens / 16; ++ks) {
-      u32 a[4];
+      u32 a[4], a_lo[4];
       ldsm_x4(a, p_lane + ks * 32);
+      if constexpr (!kFp8) ldsm_x4(a_lo, p_lane + kPLoBytes + ks * 32);
 #pragma unroll
       for (int jn = 0; jn < kOT / 2; ++jn) {
         u32 bv[4];
@@ -372,6 +381,10 @@ __global__ void __launch_bounds__(32 * kRowGroups * kColGroups, 1)
         const u32 b1[2] = {bv[2], bv[3]};
         mma_16816<kFp8>(o[2 * jn], a, b0);
         mma_16816<kFp8>(o[2 * jn + 1], a, b1);
+        if constexpr (!kFp8) {
+          mma_16816<kFp8>(o[2 * jn], a_lo, b0);
+          mma_16816<kFp8>(o[2 * jn + 1], a_lo, b1);
+        }
       }
     }
   }
@@ -453,27 +466,41 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
 
+  // Weights per split, held by lane s % 32; empty splits (lse -inf, O never written) weigh 0.
+  const float w0 = lse0 == neg_inf() ? 0.f : fast_exp2(lse0 - mx);
+  const float w1 = lse1 == neg_inf() ? 0.f : fast_exp2(lse1 - mx);
+  float wsum = w0 + w1;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
+
   float acc[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) acc[i] = 0.f;
-  float wsum = 0.f;
-  if (mx != neg_inf()) {
-    const float* o = static_cast<const float*>(p.o_partial) + idx0 * kMlaDimV + lane * 4;
-    for (int s = 0; s < n; ++s) {
-      const float ls = __shfl_sync(0xffffffffu, s < 32 ? lse0 : lse1, s & 31);
-      if (ls == neg_inf()) continue;
-      const float w = fast_exp2(ls - mx);
-      wsum += w;
-      const float* os = o + static_cast<long long>(s) * kMlaDimV;
+  const float* o = static_cast<const float*>(p.o_partial) + idx0 * kMlaDimV + lane * 4;
+  constexpr int kBatch = 4;  // splits whose loads are issued together
+  for (int s0 = 0; s0 < n; s0 += kBatch) {
+    float w[kBatch];
+    float4 v[kBatch][4];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int s = s0 + u;
+      w[u] = __shfl_sync(0xffffffffu, s < 32 ? w0 : w1, s & 31);
+      w[u] = s < n ? w[u] : 0.f;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(os + k * 128));
-        acc[4 * k + 0] += w * v.x;
-        acc[4 * k + 1] += w * v.y;
-        acc[4 * k + 2] += w * v.z;
-        acc[4 * k + 3] += w * v.w;
+        v[u][k] = w[u] > 0.f ? __ldg(reinterpret_cast<const float4*>(o + static_cast<long long>(s) * kMlaDimV + k * 128))
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        acc[4 * k + 0] += w[u] * v[u][k].x;
+        acc[4 * k + 1] += w[u] * v[u][k].y;
+        acc[4 * k + 2] += w[u] * v[u][k].z;
+        acc[4 * k + 3] += w[u] * v[u][k].w;
+      }
   }
   const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
   u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + lane * 4;

@@ -16,6 +16,11 @@ constexpr long long kMaxSeqLenLimit = (1LL << 31) - 32768;
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
+// Resident CTAs per SM for this policy's tile (the 1 KB is the per-block reservation on sm_90).
+long long ctas_per_sm(const MlaPolicy& policy) {
+  return std::max(1, kMlaSmemPerSm / (mla_decode_smem_bytes(mla_tile_config(policy.heads, policy.max_seq_len_q, policy.fp8), policy.fp8) + 1024));
+}
+
 int row_tiles(const MlaPolicy& policy) {
   const int rows = mla_tile_rows(tile_config(policy));
   return (mla_max_rows(policy.heads, policy.max_seq_len_q) + rows - 1) / rows;
@@ -40,7 +45,7 @@ int max_splits(const MlaPolicy& policy, int batch) {
   validate_policy(policy);
   if (batch < 1) bad("batch", ">= 1", batch);
   const long long ctas = static_cast<long long>(batch) * row_tiles(policy);
-  const long long by_sms = (kMlaSplitSmBound + ctas - 1) / ctas;
+  const long long by_sms = (kMlaSplitSmBound * ctas_per_sm(policy) + ctas - 1) / ctas;
   const long long by_len = (policy.max_seq_len + tile_config(policy).tile_tokens - 1) / tile_config(policy).tile_tokens;
   return static_cast<int>(std::max(1LL, std::min({by_sms, by_len, static_cast<long long>(kMlaMaxSplits)})));
 }
@@ -68,9 +73,9 @@ MlaPlan plan(const MlaPolicy& policy, int batch, int sm_count) {
   p.tile = tile_config(policy);
   const int tiles = row_tiles(policy);
   const long long ctas = static_cast<long long>(batch) * tiles;
-  // One CTA per SM (every config uses > half the SM's shared memory). Take the largest split count
-  // that still fits in one wave, so no SM runs a second, lonely round.
-  const long long fit = std::max(1LL, sm_count / ctas);
+  // Take the largest split count that still fits in one wave of resident CTAs, so no SM runs a
+  // second, lonely round.
+  const long long fit = std::max(1LL, sm_count * ctas_per_sm(policy) / ctas);
   p.num_splits = static_cast<int>(std::min<long long>(fit, p.workspace.max_splits));
   p.needs_combine = p.num_splits > 1;
 
