@@ -40,7 +40,8 @@ struct KernelService::BuildSlot {
 
 struct KernelService::LoadSlot {
   std::once_flag once;
-  std::unique_ptr<KernelHandle> handle;
+  std::unique_ptr<KernelHandle> owned;
+  std::atomic<const KernelHandle*> ready{nullptr};  // published after the load completes
 };
 
 std::string_view artifact_source_name(ArtifactSource s) {
@@ -210,9 +211,10 @@ const KernelHandle& KernelService::warm(const SemanticKey& key, int device) {
                   {.key = key.str()});
     }
     const Artifact artifact = build(key);
-    slot->handle = load(key, *artifact.entry, device);
+    slot->owned = load(key, *artifact.entry, device);
+    slot->ready.store(slot->owned.get(), std::memory_order_release);
   });
-  return *slot->handle;
+  return *slot->ready.load(std::memory_order_acquire);
 }
 
 void KernelService::warm(const std::vector<SemanticKey>& keys, const std::vector<int>& devices) {
@@ -242,6 +244,12 @@ void KernelService::warm(const std::vector<SemanticKey>& keys, const std::vector
   if (first_error) std::rethrow_exception(first_error);
 }
 
+const KernelHandle* KernelService::find_loaded(const SemanticKey& key, int device) {
+  std::lock_guard<std::mutex> lock(slots_mutex_);
+  auto it = load_slots_.find(fmt::format("{}|{}", device, key.str()));
+  return it == load_slots_.end() ? nullptr : it->second->ready.load(std::memory_order_acquire);
+}
+
 const KernelHandle* KernelService::find(std::uint64_t fingerprint, int device) const noexcept {
   std::shared_lock<std::shared_mutex> lock(fast_mutex_);
   auto it = fast_.find(FastKey{fingerprint, device});
@@ -257,7 +265,7 @@ const KernelHandle& KernelService::acquire(std::uint64_t fingerprint, const std:
   d.require(fmt::format("launch kernel {}", key.str()));
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   d.check(d.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
-  if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE && find_loaded(key, device) == nullptr) {
     throw Error(ErrorCode::kNotWarm,
                 fmt::format("the stream is capturing a CUDA graph and this kernel is not warm on device {}; nothing "
                             "was compiled. Warm the key before capture (warm function or kiln warm --manifest)",

@@ -91,6 +91,8 @@ class KernelService {
   struct LoadSlot;
 
   Artifact build_uncached(const SemanticKey& key);
+  // A handle already loaded by warm(), or nullptr (never loads).
+  const KernelHandle* find_loaded(const SemanticKey& key, int device);
   std::unique_ptr<KernelHandle> load(const SemanticKey& key, const CacheEntry& entry, int device);
 
   Config config_;

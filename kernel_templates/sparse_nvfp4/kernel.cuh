@@ -19,9 +19,9 @@ namespace kiln {
 namespace sparse_detail {
 
 constexpr int kBarProducers = 1;
-constexpr int kBarConsumers = 2;
-constexpr int kBarFull = 3;   // + buffer: producers arrive, consumers wait
-constexpr int kBarEmpty = 5;  // + buffer: consumers arrive, producers wait
+constexpr int kBarFull = 3;       // + buffer: producers arrive, every team waits
+constexpr int kBarEmpty = 5;      // + buffer: every team arrives, producers wait
+constexpr int kBarTeam0 = 2, kBarTeam1 = 7;  // softmax exchanges inside one consumer team
 constexpr int kNopeDims = 448;
 constexpr int kKScaleExp = 7;                       // decoded NoPE = value * 2^-7
 constexpr float kKScaleUndo = 128.0f;
@@ -213,15 +213,19 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
 // gather). kHasExtra: a second pool shares the softmax. kSplit: write mid_out/mid_lse (merged by
 // sparse_nvfp4_merge_kernel) instead of output/out_lse.
 template <int kHeads, int kHeadTiles, bool kHasExtra, bool kSplit>
-__global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
+__global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
+    sparse_nvfp4_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
   static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
   static_assert(kHeadTiles == 1 || kHeadTiles == 2, "head_tiles is 1 or 2");
   static_assert(kHeadTiles == 1 || kHeads % 32 == 0, "head_tiles 2 needs H % 32 == 0");
-  constexpr int kMt = kHeadTiles;          // m16 tiles per block
-  constexpr int kRows = 16 * kMt;
+  constexpr int kMt = 1;                   // m16 tiles per consumer warp (one per team)
+  constexpr int kRows = 16 * kHeadTiles;
   constexpr int kGroups = sparse_head_groups(kHeads, kHeadTiles);
-  constexpr int kSets = 4 / kMt;           // independent QK accumulator sets (MMA latency hiding)
+  constexpr int kSets = 4;                 // independent QK accumulator sets (MMA latency hiding)
+  constexpr int kConsumers = kHeadTiles * kSparseConsumerThreads;
+  constexpr int kProducers = sparse_producer_threads(kHeadTiles);
+  constexpr int kHandoff = kConsumers + kProducers;  // FULL / EMPTY barrier size
 
   extern __shared__ __align__(128) u8 smem[];
   u8* tiles = smem;
@@ -246,36 +250,49 @@ __global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(
   if (c_end > work.total_chunks) c_end = work.total_chunks;
   const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
 
-  if (tid >= kSparseConsumerThreads) {
+  if (tid >= kConsumers) {
     // ------------------------------ producers ------------------------------
-    const int ptid = tid - kSparseConsumerThreads;
-    const int cand = ptid >> 1, half = ptid & 1;
-    const int pwarp = ptid >> 5, lane = tid & 31;
-    bool valid_next[2] = {false, false};
+    // Work item = (candidate, half) of 128; with 64 producer threads each thread takes two items.
+    constexpr int kReps = 128 / kProducers;
+    const int ptid = tid - kConsumers;
+    const int lane = tid & 31;
+    bool valid_next[2][kReps];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      if (i < n_iter)
-        valid_next[i] = load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half,
-                                                  stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
-      cp_async_commit();
+#pragma unroll
+      for (int r = 0; r < kReps; ++r) {
+        const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
+        valid_next[i][r] = false;
+        if (i < n_iter)
+          valid_next[i][r] = load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half,
+                                                       stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
+      }
+      cp_async_commit();  // one group per chunk
     }
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
       cp_async_wait<1>();
-      bar_sync(kBarProducers, kSparseConsumerThreads);
-      if (i >= 2) bar_sync(kBarEmpty + b, kSparseThreads);
-      const u8* stage_row = stages + b * kSparseStageBytes + cand * kSparseStageRowBytes;
-      decode_candidate(stage_row, tiles + b * kSparseTileBytes + cand * kTileRow, cand, half);
-      const bool valid = valid_next[0];
-      const u32 ballot = __ballot_sync(0xffffffffu, valid && half == 0);
-      if (lane == 0) masks[b * 4 + pwarp] = compress_even_bits(ballot);
-      bar_arrive(kBarFull + b, kSparseThreads);
-      bar_sync(kBarProducers, kSparseConsumerThreads);  // staging buffer b fully read
-      valid_next[0] = valid_next[1];
-      valid_next[1] = false;
-      if (i + 2 < n_iter)
-        valid_next[1] = load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half,
-                                                  stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
+      bar_sync(kBarProducers, kProducers);
+      if (i >= 2) bar_sync(kBarEmpty + b, kHandoff);
+#pragma unroll
+      for (int r = 0; r < kReps; ++r) {
+        const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
+        const u8* stage_row = stages + b * kSparseStageBytes + cand * kSparseStageRowBytes;
+        decode_candidate(stage_row, tiles + b * kSparseTileBytes + cand * kTileRow, cand, half);
+        const u32 ballot = __ballot_sync(0xffffffffu, valid_next[0][r] && half == 0);
+        if (lane == 0) masks[b * 4 + (item >> 5)] = compress_even_bits(ballot);
+      }
+      bar_arrive(kBarFull + b, kHandoff);
+      bar_sync(kBarProducers, kProducers);  // staging buffer b fully read
+#pragma unroll
+      for (int r = 0; r < kReps; ++r) {
+        const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
+        valid_next[0][r] = valid_next[1][r];
+        valid_next[1][r] = false;
+        if (i + 2 < n_iter)
+          valid_next[1][r] = load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half,
+                                                       stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
+      }
       cp_async_commit();
     }
     cp_async_wait<0>();
@@ -283,10 +300,14 @@ __global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(
   }
 
   // ------------------------------ consumers ------------------------------
-  const int warp = tid >> 5, lane = tid & 31;
+  // Team `team` owns heads head0 + 16*team .. +15 (rows 16*team.. of Q, P and the exchanges).
+  const int team = tid / kSparseConsumerThreads;
+  const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, q4 = lane & 3;
-  stage_q<kHeads, kRows>(p, t, head0, q_smem, tid);
-  bar_sync(kBarConsumers, kSparseConsumerThreads);
+  const int bar_team = team == 0 ? kBarTeam0 : kBarTeam1;
+  const int row0 = team * 16;
+  stage_q<kHeads, 16>(p, t, head0 + row0, q_smem + row0 * kTileRow, tid & (kSparseConsumerThreads - 1));
+  bar_sync(bar_team, kSparseConsumerThreads);
 
   const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
   float o[kMt][16][4];
@@ -304,7 +325,7 @@ __global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(
   for (int i = 0; i < n_iter; ++i) {
     const int b = i & 1;
     const u8* tile = tiles + b * kSparseTileBytes;
-    bar_sync(kBarFull + b, kSparseThreads);
+    bar_sync(kBarFull + b, kHandoff);
 
     // ---- S = Q K^T for this warp's 16 candidates ----
     float sacc[kSets][kMt][2][4];
@@ -318,7 +339,7 @@ __global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(
           for (int e = 0; e < 4; ++e) sacc[s][mt][nt][e] = 0.0f;
     const u8* k_row = tile + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kTileRow;
     const int k_sub = (lane >> 3) & 1;
-    const u8* q_row = q_smem + (lane & 15) * kTileRow;
+    const u8* q_row = q_smem + (row0 + (lane & 15)) * kTileRow;
     const int q_sub = lane >> 4;
     const int sw = lane & 7;
 #pragma unroll
@@ -361,11 +382,11 @@ __global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         mx[hr] = quad_max(mx[hr]);
-        if (q4 == 0) rmax[warp * 32 + mt * 16 + hr * 8 + g] = mx[hr];
+        if (q4 == 0) rmax[warp * 32 + row0 + mt * 16 + hr * 8 + g] = mx[hr];
       }
     }
-    bar_sync(kBarConsumers, kSparseConsumerThreads);
-    u8* pbuf = p_smem + b * kRows * 128;
+    bar_sync(bar_team, kSparseConsumerThreads);
+    u8* pbuf = p_smem + b * kRows * 128 + row0 * 128;
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
@@ -373,7 +394,7 @@ __global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(
         const int row = mt * 16 + hr * 8 + g;
         float m_new = m_run[mt][hr];
 #pragma unroll
-        for (int w = 0; w < 4; ++w) m_new = fmaxf(m_new, rmax[w * 32 + row]);
+        for (int w = 0; w < 4; ++w) m_new = fmaxf(m_new, rmax[w * 32 + row0 + row]);
         const float m_use = m_new == neg_inf() ? 0.0f : m_new;
         const float alpha = fast_exp2(m_run[mt][hr] - m_use);
         m_run[mt][hr] = m_new;
@@ -396,7 +417,7 @@ __global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(
         }
       }
     }
-    bar_sync(kBarConsumers, kSparseConsumerThreads);
+    bar_sync(bar_team, kSparseConsumerThreads);
 
     // ---- O += P V: this warp owns NoPE dims 112w..112w+111 and RoPE dims 448+16w..+15 ----
     const u8* p_row = pbuf + (lane & 15) * 128;
@@ -428,7 +449,7 @@ __global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(
         }
       }
     }
-    if (i + 2 < n_iter) bar_arrive(kBarEmpty + b, kSparseThreads);
+    if (i + 2 < n_iter) bar_arrive(kBarEmpty + b, kHandoff);
   }
 
   // ---- epilogue: total row sums, normalisation, sink ----
@@ -437,16 +458,16 @@ __global__ void __launch_bounds__(kSparseThreads, 1) sparse_nvfp4_decode_kernel(
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const float l = quad_sum(l_run[mt][hr]);
-      if (q4 == 0) red_l[warp * 32 + mt * 16 + hr * 8 + g] = l;
+      if (q4 == 0) red_l[warp * 32 + row0 + mt * 16 + hr * 8 + g] = l;
     }
-  bar_sync(kBarConsumers, kSparseConsumerThreads);
+  bar_sync(bar_team, kSparseConsumerThreads);
   const float* sink = static_cast<const float*>(p.attn_sink);
   constexpr float kLog2e = 1.4426950408889634f;
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int row = mt * 16 + hr * 8 + g;
+      const int row = row0 + mt * 16 + hr * 8 + g;
       const int head = head0 + row;
       if (head >= kHeads) continue;
       const float l = red_l[row] + red_l[32 + row] + red_l[64 + row] + red_l[96 + row];

@@ -50,8 +50,13 @@ struct SparseNvfp4Params {
 };
 
 // ---- launch geometry shared by the host planner and the kernels ----
-constexpr int kSparseThreads = 256;          // 4 consumer (MMA) warps + 4 producer (gather/decode) warps
-constexpr int kSparseConsumerThreads = 128;
+// Block: one consumer team (4 MMA warps) per 16-head tile, plus producer (gather/decode) warps:
+// 4 with one tile (256 threads), 2 with two tiles (320 threads, so a team keeps ~200 registers).
+constexpr int kSparseConsumerThreads = 128;  // one team
+KILN_SPARSE_HD constexpr int sparse_producer_threads(int head_tiles) { return head_tiles == 1 ? 128 : 64; }
+KILN_SPARSE_HD constexpr int sparse_block_threads(int head_tiles) {
+  return head_tiles * kSparseConsumerThreads + sparse_producer_threads(head_tiles);
+}
 constexpr int kSparseChunk = 64;             // candidate slots per chunk
 constexpr int kSparseMaxChunksPerBlock = 16;
 constexpr int kSparseHeadsPerTile = 16;

@@ -1,0 +1,52 @@
+#pragma once
+// The paged MLA decode family ("mla_decode"): the static policy an engine warms, its semantic key and
+// the Family that renders one module holding both kernels (decode, then the split-KV combine).
+//
+// Policy JSON (canonical, every field present):
+//   {"heads": 1..128, "page_size": 16|32|64|128, "max_seq_len": 1..2^31-32768, "max_seq_len_q": 1..8,
+//    "packed": bool, "dtype": "bf16"|"fp8_e4m3", "out_dtype": "bf16", "mask": "dense"|"causal"}
+// heads and max_seq_len have no default (no value is right for every model); the rest default to
+// page_size 64, max_seq_len_q 1, packed false, dtype bf16, out_dtype bf16, mask causal.
+#include <cstdint>
+#include <string_view>
+
+#include "jit/semantic_key.h"
+#include "runtime/mla_decode/planner.h"
+#include "runtime/tensor_view.h"
+
+namespace kiln::mla {
+
+inline constexpr const char* kMlaFamily = "mla_decode";
+
+enum class MaskType { kDense, kCausal };
+
+std::string_view mask_name(MaskType mask);
+
+// The semantic-key fields of one MLA decode kernel (everything except the target arch).
+struct MlaDecodePolicy {
+  int heads = 0;
+  int page_size = 64;
+  long long max_seq_len = 0;
+  int max_seq_len_q = 1;
+  bool packed = false;
+  DType dtype = DType::kBf16;      // query and cache: kBf16 or kE4m3
+  DType out_dtype = DType::kBf16;  // kBf16 only
+  MaskType mask = MaskType::kCausal;
+
+  // Throws kiln::Error naming the field: kInvalidArgument for values the contract forbids (heads 0,
+  // max_seq_len 0), kUnsupported for valid requests kiln does not implement (heads 256, fp16 out).
+  void validate() const;
+
+  // The planner's view (no out_dtype: bf16 is the only output).
+  MlaPolicy planner_policy() const;
+
+  SemanticKey key(std::string_view arch) const;
+
+  // Cheap identity for KernelService::acquire's fast path; hashes the fields, not a string.
+  std::uint64_t fingerprint() const;
+};
+
+// Registers the family with the JIT; idempotent. The lead calls it from register_builtin_families().
+void register_mla_family();
+
+}  // namespace kiln::mla

@@ -1,0 +1,30 @@
+#pragma once
+// The "sparse_nvfp4" family: sparse MLA decode over the 384-byte NVFP4 cache
+// (spec/sparse_nvfp4_decode.md). The static policy is what the kernel templates take as template
+// arguments; page sizes, page strides, topk and every length are runtime values.
+#include <cstdint>
+#include <string_view>
+
+#include "jit/semantic_key.h"
+
+namespace kiln::sparse {
+
+inline constexpr const char* kSparseFamily = "sparse_nvfp4";
+
+struct SparsePolicy {
+  int heads = 64;         // H: a multiple of 8 in [8, 128]
+  int head_tiles = 1;     // 1 (16 heads per block) or 2 (32 heads share one gather; H % 32 == 0)
+  bool has_extra = false; // a second (extra) pool shares the softmax
+  bool split = false;     // num_splits > 1: decode into mid_out/mid_lse, then the merge kernel
+
+  SemanticKey key(std::string_view arch) const;
+  // Cheap identity for KernelService::acquire (the arch follows from the device).
+  std::uint64_t fingerprint() const;
+
+  bool operator==(const SparsePolicy&) const = default;
+};
+
+// Registers the family with the JIT (idempotent). runtime/families.cpp calls it.
+void register_sparse_family();
+
+}  // namespace kiln::sparse

@@ -1,0 +1,65 @@
+#pragma once
+// Engine API of the sparse NVFP4 MLA decode (seed: flashinfer.mla.cake_sparse_mla_sm120_dsv4_nvfp4_decode;
+// contract: spec/sparse_nvfp4_decode.md). Host validation, plan resolution, key, launch.
+#include <cuda.h>
+
+#include <optional>
+#include <vector>
+
+#include "runtime/sparse_nvfp4/family.h"
+#include "runtime/tensor_view.h"
+
+namespace kiln::sparse {
+
+// The seed's keyword arguments. Optional tensors are absent when empty; every given one is checked.
+struct SparseOptions {
+  std::optional<TensorView> topk_length;        // int32 [>= T]: active prefix of each indices row
+  std::optional<TensorView> attn_sink;          // fp32 [>= H]: natural-log sink logit per head
+  std::optional<TensorView> extra_kv_cache;     // second pool, same format; needs extra_indices
+  std::optional<TensorView> extra_indices;      // int32 [T, extra_topk] or [T, 1, extra_topk]; needs extra_kv_cache
+  std::optional<TensorView> extra_topk_length;  // int32 [>= T]; needs extra_indices
+  std::optional<TensorView> mid_out;            // bf16 [T, H, S, 512], S >= num_splits: required when the plan splits
+  std::optional<TensorView> mid_lse;            // fp32 [T, H, S], same S as mid_out
+  double lse_scale = 1.0;                       // multiplies the base-2 LSE (ln 2 gives natural log)
+  std::optional<int> num_splits;                // overrides plan_splits (normalised like a planned value)
+  int max_splits = 16;                          // caps plan_splits
+  std::optional<int> head_tiles;                // overrides plan_head_tiles: 1, or 2 when H % 32 == 0
+};
+
+// The seed's returned dict {"head_tiles", "num_splits", "chunks_per_block"}.
+struct SplitPlanResult {
+  int head_tiles = 1;
+  int num_splits = 1;
+  int chunks_per_block = 1;
+  bool operator==(const SplitPlanResult&) const = default;
+};
+
+// Writes output [T, H, 512] bf16 and out_lse [T, H] fp32 in place on `stream` (the calling thread's
+// current context) and returns the resolved plan. Every argument is checked on the host before any
+// driver call (kiln::Error naming the argument); T == 0 returns the plan without touching the driver.
+// Allocates nothing and formats nothing unless it throws, so it can run inside CUDA graph capture
+// once the plan's key is warm (warm_sparse).
+SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, const TensorView& kv_cache,
+                                                       const TensorView& indices, const TensorView& output,
+                                                       const TensorView& out_lse, double sm_scale,
+                                                       const SparseOptions& opt = {}, CUstream stream = nullptr);
+
+// The same checks and plan resolution as the launcher for a device with `sms` SMs, without a driver
+// and without launching: lets an engine (and the unit tests) validate a call and size mid_out/mid_lse.
+SplitPlanResult plan_sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
+                                   const TensorView& output, const TensorView& out_lse, double sm_scale,
+                                   const SparseOptions& opt, int sms);
+
+// Plan resolution from shapes alone (the launcher's rule): head_tiles = override or plan_head_tiles;
+// then num_splits = resolve_splits(override) or plan_splits(..., max_splits, head_tiles).
+SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, int sms,
+                             std::optional<int> num_splits = std::nullopt, int max_splits = 16,
+                             std::optional<int> head_tiles = std::nullopt);
+
+// The policy (kernel key) a resolved plan launches.
+SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan);
+
+// Compiles (or loads from cache) and loads `policy`'s module on each device (arch from the device).
+void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices);
+
+}  // namespace kiln::sparse
