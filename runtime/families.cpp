@@ -1,9 +1,15 @@
 #include "runtime/families.h"
 
+#include "runtime/mla_decode/family.h"
 #include "runtime/nvfp4_writer/writer.h"
+#include "runtime/sparse_nvfp4/family.h"
 
 namespace kiln {
 
-void register_builtin_families() { nvfp4::register_writer_family(); }
+void register_builtin_families() {
+  nvfp4::register_writer_family();
+  mla::register_mla_family();
+  sparse::register_sparse_family();
+}
 
 }  // namespace kiln

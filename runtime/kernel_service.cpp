@@ -197,6 +197,10 @@ const KernelHandle& KernelService::warm(const SemanticKey& key, int device) {
     if (!p) p = std::make_unique<LoadSlot>();
     slot = p.get();
   }
+  if (const KernelHandle* h = slot->ready.load(std::memory_order_acquire)) {
+    counters_->memory_hits.fetch_add(1);
+    return *h;
+  }
   std::call_once(slot->once, [&] {
     if (sealed()) {
       throw Error(ErrorCode::kSealed, fmt::format("the kernel service is sealed; warm this key on device {} before sealing", device),
@@ -307,9 +311,15 @@ std::string KernelService::device_arch(int device) {
 }
 
 int KernelService::device_sm_count(int device) {
+  // Launchers ask on every call: after the first query this is one atomic load.
+  if (device >= 0 && device < kMaxDevices) {
+    if (const int sms = sm_counts_[device].load(std::memory_order_acquire)) return sms;
+  }
   device_arch(device);
   std::lock_guard<std::mutex> lock(device_mutex_);
-  return devices_.at(device).second;
+  const int sms = devices_.at(device).second;
+  if (device >= 0 && device < kMaxDevices) sm_counts_[device].store(sms, std::memory_order_release);
+  return sms;
 }
 
 ServiceCounters KernelService::counters() const {

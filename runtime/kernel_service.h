@@ -3,6 +3,7 @@
 // publish -> load. Knows nothing about any kernel family.
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -116,6 +117,8 @@ class KernelService {
   mutable std::shared_mutex fast_mutex_;
   std::unordered_map<FastKey, const KernelHandle*, FastKeyHash> fast_;
 
+  static constexpr int kMaxDevices = 64;
+  std::array<std::atomic<int>, kMaxDevices> sm_counts_{};
   std::mutex device_mutex_;
   std::unordered_map<int, std::pair<std::string, int>> devices_;  // arch, SM count
 

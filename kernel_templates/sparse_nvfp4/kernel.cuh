@@ -2,9 +2,12 @@
 // Sparse MLA decode over an NVFP4 (384 B/token) paged cache, Hopper software-decode path.
 //
 // One block = one query token x one head group (16 * kHeadTiles heads) x one split (a range of
-// 64-slot chunks). Warps 4..7 (producers) gather a chunk's raw records with cp.async into a staging
-// buffer and decode them once into a shared tile of 64 rows x 512 dims (448 f16 NoPE, 64 bf16 RoPE);
-// warps 0..3 (consumers) run QK and PV on tensor cores (mma.sync m16n8k16) with an online softmax.
+// 64-slot chunks). Producer warps (the last 4, or 2 with two head tiles) gather a chunk's raw records
+// with cp.async into a staging buffer and decode them once into a shared tile of 64 rows x 512 dims
+// (448 f16 NoPE, 64 bf16 RoPE); one team of 4 consumer warps per 16-head tile runs QK and PV on
+// tensor cores (mma.sync m16n8k16) with an online softmax. Two teams share each decoded tile.
+// Warp w of a team owns candidates 16w..16w+15 in QK and dims 112w.., 448+16w.. in PV; the row max
+// and P go through shared memory (two team barriers per chunk).
 // Decoded NoPE values are stored as value * 2^-7 (exact in f16 for every e2m1 x e4m3 product); the
 // Q RoPE dims are pre-multiplied by 2^-7 too, so every logit is 2^-7 * s and the 2^7 is folded into
 // the softmax scale. NoPE output columns are multiplied back by 2^7 at the end.
@@ -222,7 +225,8 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   constexpr int kMt = 1;                   // m16 tiles per consumer warp (one per team)
   constexpr int kRows = 16 * kHeadTiles;
   constexpr int kGroups = sparse_head_groups(kHeads, kHeadTiles);
-  constexpr int kSets = 4;                 // independent QK accumulator sets (MMA latency hiding)
+  // Independent QK accumulator sets (MMA latency hiding); two teams share a 168-register budget.
+  constexpr int kSets = kHeadTiles == 1 ? 4 : 2;
   constexpr int kConsumers = kHeadTiles * kSparseConsumerThreads;
   constexpr int kProducers = sparse_producer_threads(kHeadTiles);
   constexpr int kHandoff = kConsumers + kProducers;  // FULL / EMPTY barrier size

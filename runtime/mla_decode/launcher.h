@@ -59,8 +59,11 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
     MaskType mask = MaskType::kCausal, DType out_dtype = DType::kBf16, CUstream stream = nullptr);
 
 // Workspace bytes for one launch of the policy at `batch` requests: exactly the semantic-key
-// arguments plus batch (a smaller batch never needs more). 0 means the kernel never splits KV for
-// this (policy, batch) and any (even empty) workspace will do. dtype: kBf16 or kE4m3 (q and cache).
+// arguments plus batch. 0 means the kernel never splits KV for this (policy, batch) and any (even
+// empty) workspace will do. dtype: kBf16 or kE4m3 (q and cache). Independent of the device (the
+// split bound assumes the largest SM count), so a CPU-only process can size buffers. Not monotonic
+// in batch (fewer requests get more splits each): a buffer shared by graphs of several batch sizes
+// needs the maximum over those sizes.
 std::size_t mla_workspace_size(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed,
                                DType dtype, DType out_dtype, MaskType mask, int batch);
 std::size_t mla_workspace_size(const MlaDecodePolicy& policy, int batch);

@@ -1,2 +1,517 @@
+// NVRTC compiles (no GPU): every key of the embedded default manifest for every arch, determinism,
+// compile errors, the KernelService tiers and counters, miss recording, and `kiln prebuild` from
+// real processes. Each NVRTC compile costs about a second, so every test compiles as little as it can.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
-TEST_CASE("placeholder nvrtc", "[nvrtc]") { CHECK(true); }
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/cubin_store.h"
+#include "jit/build_request.h"
+#include "jit/compiler.h"
+#include "jit/error.h"
+#include "jit/family.h"
+#include "jit/semantic_key.h"
+#include "runtime/config.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_service.h"
+#include "runtime/manifest.h"
+#include "runtime/nvfp4_writer/writer.h"
+#include "tools/default_manifest.h"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using kiln::ErrorCode;
+using kiln::SemanticKey;
+using nlohmann::json;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "kiln_nvrtc_test.XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+template <typename F>
+kiln::Error expect_error(F&& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e;
+  }
+  FAIL("expected a kiln::Error");
+  return kiln::Error(ErrorCode::kInternal, "unreachable");
+}
+
+SemanticKey writer(const char* op, int page, const char* arch) {
+  return SemanticKey("nvfp4_writer", {{"op", op}, {"page_size", page}}, arch);
+}
+
+kiln::Config config_for(const fs::path& cache_dir) {
+  kiln::Config c;  // not from_environment: the test decides every setting
+  c.cache_dir = cache_dir;
+  c.log_level = kiln::LogLevel::kError;
+  return c;
+}
+
+// ---- running the kiln CLI as real processes ----
+
+fs::path cli_path() {
+  if (const char* p = std::getenv("KILN_CLI"); p && *p) return p;
+  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "kiln";
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// A started `kiln` process; stdout/stderr go to files in `scratch` so that many can run at once.
+class CliProcess {
+ public:
+  CliProcess(const std::vector<std::string>& args, const fs::path& scratch, const std::string& tag) {
+    const fs::path cli = cli_path();
+    REQUIRE(fs::exists(cli));
+    std::map<std::string, std::string> env_map;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string item(*e);
+      const auto eq = item.find('=');
+      if (eq != std::string::npos) env_map[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    for (const char* v : {"KILN_CACHE_PATH", "KILN_SEALED", "KILN_RECORD_MISSES", "KILN_DUMP_SOURCE"}) env_map.erase(v);
+    env_map["KILN_CACHE_DIR"] = (scratch / "env_cache_unused").string();
+    env_map["KILN_LOG_LEVEL"] = "warn";
+    std::vector<std::string> env_storage;
+    for (const auto& [k, v] : env_map) env_storage.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& s : env_storage) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> argv_storage = {cli.string()};
+    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : argv_storage) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    out_file_ = (scratch / (tag + ".stdout")).string();
+    err_file_ = (scratch / (tag + ".stderr")).string();
+
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      const int out = ::open(out_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = ::open(err_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (out < 0 || err < 0) ::_exit(126);
+      ::dup2(out, 1);
+      ::dup2(err, 2);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+  }
+
+  CliResult wait() {
+    int status = 0;
+    REQUIRE(::waitpid(pid_, &status, 0) == pid_);
+    CliResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = read_text(out_file_);
+    r.err = read_text(err_file_);
+    return r;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string out_file_, err_file_;
+};
+
+CliResult run_cli(const std::vector<std::string>& args, const fs::path& scratch, const std::string& tag = "cli") {
+  return CliProcess(args, scratch, tag).wait();
+}
+
+// Parses the --json report of `kiln prebuild` and checks its shape.
+json prebuild_report(const CliResult& r) {
+  INFO("prebuild stderr:\n" << r.err);
+  INFO("prebuild stdout:\n" << r.out);
+  REQUIRE(r.exit_code == 0);
+  const json report = json::parse(r.out);
+  for (const char* field : {"keys", "compiled", "hits", "failed", "wall_ms"}) REQUIRE(report.contains(field));
+  REQUIRE(report["keys"].is_array());
+  CHECK(report["wall_ms"].is_number());
+  CHECK(report["wall_ms"].get<double>() >= 0);
+  for (const json& item : report["keys"]) {
+    REQUIRE(item.contains("key"));
+    REQUIRE(item.contains("outcome"));
+  }
+  return report;
+}
+
+std::multiset<std::string> outcomes(const json& report) {
+  std::multiset<std::string> out;
+  for (const json& item : report["keys"]) out.insert(item["outcome"].get<std::string>());
+  return out;
+}
+
+// ---- a family whose source never compiles ----
+
+class BrokenFamily final : public kiln::Family {
+ public:
+  std::string_view name() const override { return "kiln_test_broken"; }
+  json canonicalize(const json& policy) const override {
+    json out = {{"variant", 1}};
+    if (policy.contains("variant")) out["variant"] = policy["variant"];
+    return out;
+  }
+  kiln::KernelSource render(const json&) const override {
+    // A missing expression: NVRTC reports "expected an expression".
+    return kiln::KernelSource{"extern \"C\" __global__ void kiln_broken_kernel(int* out) { int x = ; out[0] = x; }\n",
+                              {"kiln_broken_kernel"}};
+  }
+};
+
+SemanticKey broken_key() {
+  kiln::register_family(std::make_unique<BrokenFamily>());  // idempotent
+  return SemanticKey("kiln_test_broken", {{"variant", 1}}, "sm_90a");
+}
+
+}  // namespace
+
+TEST_CASE("compile: the same key compiled twice gives byte-identical cubins", "[nvrtc]") {
+  const SemanticKey key = writer("append", 64, "sm_120a");
+  const kiln::BuildRequest request = kiln::make_build_request(key);
+  const kiln::Compiler compiler;
+  const kiln::CompileResult a = compiler.compile(request.source, key.arch(), key.str());
+  const kiln::CompileResult b = compiler.compile(request.source, key.arch(), key.str());
+  REQUIRE_FALSE(a.cubin.empty());
+  CHECK(a.cubin == b.cubin);
+  CHECK(a.lowered_names == b.lowered_names);
+  // And nothing of this machine's paths made it into the binary.
+  CHECK(a.cubin.find(fs::current_path().string()) == std::string::npos);
+  CHECK(a.cubin.find(fs::read_symlink("/proc/self/exe").parent_path().string()) == std::string::npos);
+}
+
+TEST_CASE("compile: a syntax error raises kCompileFailed with the key and NVRTC's log", "[nvrtc]") {
+  const SemanticKey key = broken_key();
+  const kiln::BuildRequest request = kiln::make_build_request(key);
+  const kiln::Error e = expect_error([&] { kiln::Compiler().compile(request.source, key.arch(), key.str()); });
+  CHECK(e.code() == ErrorCode::kCompileFailed);
+  CHECK(e.details().key == key.str());
+  CHECK_THAT(e.details().log, Contains("error"));
+  CHECK_THAT(e.details().log, Contains("expected an expression"));
+  CHECK_THAT(e.what(), Contains("expected an expression"));  // the log is in the message too
+  CHECK_THAT(e.what(), Contains(key.str()));
+
+  // Through the service: counted as a failure, nothing published, and a retry fails the same way.
+  TempDir dir;
+  kiln::KernelService service(config_for(dir.path()));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const kiln::Error s = expect_error([&] { service.build(key); });
+    CHECK(s.code() == ErrorCode::kCompileFailed);
+    CHECK(s.details().key == key.str());
+  }
+  CHECK(service.counters().compile_failures == 2);
+  CHECK(service.counters().compiles == 0);
+  CHECK(service.store().list().empty());
+}
+
+TEST_CASE("service: one key from 4 threads compiles once; then disk hit; then read-only layer hit", "[nvrtc]") {
+  TempDir first, second;
+  const SemanticKey key = writer("pack", 32, "sm_90a");
+  const kiln::CacheKey cache_key = kiln::make_build_request(key).cache_key;
+
+  std::string cubin;
+  {
+    kiln::KernelService service(config_for(first.path()));
+    std::vector<kiln::Artifact> got(4);
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        ++ready;
+        while (ready.load() < 4) std::this_thread::yield();  // start together
+        got[t] = service.build(key);
+      });
+    }
+    for (auto& t : threads) t.join();
+    const kiln::ServiceCounters c = service.counters();
+    CHECK(c.compiles == 1);
+    CHECK(c.memory_hits == 3);
+    CHECK(c.disk_hits == 0);
+    CHECK(c.compile_ms > 0);
+    int compiled = 0;
+    for (const auto& a : got) {
+      REQUIRE(a.entry);
+      CHECK(a.entry == got[0].entry);  // one shared artifact
+      compiled += a.source == kiln::ArtifactSource::kCompiled;
+    }
+    CHECK(compiled == 1);
+    CHECK(got[0].entry->semantic_key == key.str());
+    CHECK(got[0].entry->key == cache_key);
+    cubin = got[0].entry->cubin;
+    CHECK(fs::exists(kiln::CubinStore::entry_path(first.path(), cache_key)));
+  }
+  {
+    // A new service (as a new process would) on the same directory: disk hit, no compile.
+    kiln::KernelService service(config_for(first.path()));
+    const kiln::Artifact a = service.build(key);
+    CHECK(a.source == kiln::ArtifactSource::kDisk);
+    CHECK(a.entry->cubin == cubin);
+    const kiln::ServiceCounters c = service.counters();
+    CHECK(c.disk_hits == 1);
+    CHECK(c.compiles == 0);
+    CHECK(c.read_only_hits == 0);
+  }
+  {
+    // The first directory as a prebuilt read-only layer, an empty writable one.
+    kiln::Config config = config_for(second.path());
+    config.read_only_layers = {first.path()};
+    kiln::KernelService service(config);
+    const kiln::Artifact a = service.build(key);
+    CHECK(a.source == kiln::ArtifactSource::kReadOnlyLayer);
+    CHECK(a.entry->cubin == cubin);
+    const kiln::ServiceCounters c = service.counters();
+    CHECK(c.read_only_hits == 1);
+    CHECK(c.disk_hits == 0);
+    CHECK(c.compiles == 0);
+    // A hit in a read-only layer is not copied into the writable one.
+    CHECK_FALSE(fs::exists(kiln::CubinStore::entry_path(second.path(), cache_key)));
+    // Asking again is a memory hit.
+    CHECK(service.build(key).entry == a.entry);
+    CHECK(service.counters().memory_hits == 1);
+  }
+}
+
+TEST_CASE("service: sealed on an empty cache refuses to compile and names the key", "[nvrtc]") {
+  TempDir dir;
+  kiln::Config config = config_for(dir.path());
+  config.sealed = true;
+  kiln::KernelService service(config);
+  CHECK(service.sealed());
+  const SemanticKey key = writer("append", 2, "sm_90a");
+  const kiln::Error e = expect_error([&] { service.build(key); });
+  CHECK(e.code() == ErrorCode::kSealed);
+  CHECK(e.details().key == key.str());
+  CHECK_THAT(e.what(), Contains(key.str()));
+  CHECK_THAT(e.what(), Contains("sealed"));
+  const kiln::ServiceCounters c = service.counters();
+  CHECK(c.compiles == 0);
+  CHECK(c.compile_failures == 0);
+  CHECK(service.store().list().empty());
+  // Still sealed on a second try (the failure was not cached as success).
+  CHECK(expect_error([&] { service.build(key); }).code() == ErrorCode::kSealed);
+}
+
+TEST_CASE("service: recorded misses form a manifest that kiln prebuild accepts", "[nvrtc]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  const fs::path record = dir.path() / "misses.json";
+  const SemanticKey a = writer("pack", 2, "sm_90a");
+  const SemanticKey b = writer("append", 128, "sm_120a");
+  {
+    kiln::Config config = config_for(cache);
+    config.record_misses = record;
+    kiln::KernelService service(config);
+    CHECK(service.build(a).source == kiln::ArtifactSource::kCompiled);
+    CHECK(service.build(b).source == kiln::ArtifactSource::kCompiled);
+    service.build(a);  // a memory hit is not a miss
+    CHECK(service.counters().compiles == 2);
+  }
+  const auto recorded = kiln::load_manifest(record);
+  std::set<std::string> got;
+  for (const auto& k : recorded) got.insert(k.str());
+  CHECK(recorded.size() == 2);
+  CHECK(got == std::set<std::string>{a.str(), b.str()});
+
+  {
+    // A disk hit is not a miss either: the record does not grow.
+    kiln::Config config = config_for(cache);
+    config.record_misses = record;
+    kiln::KernelService service(config);
+    CHECK(service.build(a).source == kiln::ArtifactSource::kDisk);
+    CHECK(kiln::load_manifest(record).size() == 2);
+  }
+
+  const json report = prebuild_report(
+      run_cli({"prebuild", "--manifest", record.string(), "--cache", cache.string(), "-j", "2", "--json"}, dir.path()));
+  CHECK(report["compiled"] == 0);
+  CHECK(report["hits"] == 2);
+  CHECK(report["failed"] == 0);
+  std::set<std::string> listed;
+  for (const json& item : report["keys"]) listed.insert(item["key"].get<std::string>());
+  CHECK(listed == got);
+}
+
+// One test for the whole default manifest: it is the most expensive thing here (every key is one
+// NVRTC compile), so the cubins that `kiln prebuild` compiles are also the ones checked key by key.
+TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_120a; a second run compiles nothing",
+          "[nvrtc]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  const auto manifest_keys = kiln::parse_manifest(kiln::tools::default_manifest(), "(embedded default)");
+  const std::size_t n = manifest_keys.size();
+  REQUIRE(n > 0);
+  std::set<std::string> expected;
+  std::map<std::string, std::set<std::string>> policies_by_arch;  // arch -> family + policy
+  for (const auto& k : manifest_keys) {
+    expected.insert(k.str());
+    policies_by_arch[k.arch()].insert(k.family() + " " + k.policy().dump());
+  }
+  // Both targets, with the same policy set: a server on either GPU finds its kernels.
+  REQUIRE(policies_by_arch.size() == 2);
+  REQUIRE(policies_by_arch.count("sm_90a") == 1);
+  REQUIRE(policies_by_arch.count("sm_120a") == 1);
+  CHECK(policies_by_arch["sm_90a"] == policies_by_arch["sm_120a"]);
+
+  const CliResult first_run = run_cli({"prebuild", "--cache", cache.string(), "-j", "2", "--json"}, dir.path(), "first");
+  const json first = prebuild_report(first_run);
+  CHECK(first["compiled"] == n);
+  CHECK(first["hits"] == 0);
+  CHECK(first["failed"] == 0);
+  CHECK(first["keys"].size() == n);
+  CHECK(outcomes(first).count("compiled") == n);
+  std::set<std::string> listed;
+  for (const json& item : first["keys"]) {
+    const std::string key = item["key"].get<std::string>();
+    listed.insert(key);
+    const SemanticKey parsed = SemanticKey::parse(key);  // printable keys parse back
+    CHECK_THAT(key, StartsWith(parsed.family() + ":" + parsed.arch() + ":"));
+    if (item["outcome"] != "compiled") FAIL_CHECK(key << ": " << item.dump());  // names the key that failed
+  }
+  CHECK(listed == expected);
+  CHECK_THAT(first_run.err, Contains(std::to_string(n) + " compiled, 0 hit, 0 failed"));  // the summary line
+
+  const json second = prebuild_report(run_cli({"prebuild", "--cache", cache.string(), "-j", "2", "--json"}, dir.path(), "second"));
+  CHECK(second["compiled"] == 0);
+  CHECK(second["hits"] == n);
+  CHECK(second["failed"] == 0);
+  CHECK(outcomes(second).count("hit") == n);
+
+  // Every key's entry, found through this process's make_build_request: a non-empty ELF cubin that
+  // defines every lowered name, one per name expression.
+  kiln::CubinStore store({.root = cache});
+  for (const auto& key : manifest_keys) {
+    INFO("key " << key.str());
+    const kiln::BuildRequest request = kiln::make_build_request(key);
+    const auto hit = store.lookup(request.cache_key);
+    REQUIRE(hit.has_value());
+    const kiln::CacheEntry& e = hit->entry;
+    CHECK(e.semantic_key == key.str());
+    CHECK(e.cubin.size() > 64);
+    CHECK(e.cubin.compare(0, 4, "\x7f" "ELF") == 0);  // a real cubin, not PTX
+    CHECK(e.metadata.at("arch") == key.arch());
+    CHECK(e.metadata.at("name_expressions") == json(request.source.name_expressions));
+    const json& lowered = e.metadata.at("lowered_names");
+    REQUIRE(lowered.size() == request.source.name_expressions.size());
+    for (const json& name : lowered) {
+      CHECK_FALSE(name.get<std::string>().empty());
+      CHECK(e.cubin.find(name.get<std::string>()) != std::string::npos);
+    }
+  }
+
+  // The cubin another process compiled is byte-identical to one compiled here (first writer key:
+  // cheapest to compile).
+  const auto writer_key = std::find_if(manifest_keys.begin(), manifest_keys.end(),
+                                       [](const SemanticKey& k) { return k.family() == "nvfp4_writer"; });
+  REQUIRE(writer_key != manifest_keys.end());
+  const kiln::BuildRequest request = kiln::make_build_request(*writer_key);
+  const kiln::CompileResult here = kiln::Compiler().compile(request.source, writer_key->arch(), writer_key->str());
+  CHECK(store.lookup(request.cache_key)->entry.cubin == here.cubin);
+  CHECK(store.lookup(request.cache_key)->entry.metadata.at("lowered_names") == json(here.lowered_names));
+
+  // And `kiln inspect` finds it by its printable key.
+  const CliResult inspect = run_cli({"inspect", writer_key->str(), "--cache", cache.string()}, dir.path(), "inspect");
+  CHECK(inspect.exit_code == 0);
+  const json info = json::parse(inspect.out);
+  CHECK(info["key"] == writer_key->str());
+  CHECK(info["cache_key"] == request.cache_key.hex());
+}
+
+TEST_CASE("cli: 8 concurrent kiln prebuild processes compile a key once", "[nvrtc]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  const fs::path manifest = dir.path() / "one.json";
+  const SemanticKey key = writer("append", 32, "sm_90a");
+  std::ofstream(manifest) << json({{"keys", {key.str()}}}).dump();
+
+  std::vector<std::unique_ptr<CliProcess>> procs;
+  for (int i = 0; i < 8; ++i) {
+    std::string tag = "proc";  // built with append: GCC 12 warns falsely (-Wrestrict) on "p" + to_string(i)
+    tag.append(std::to_string(i));
+    procs.push_back(std::make_unique<CliProcess>(
+        std::vector<std::string>{"prebuild", "--manifest", manifest.string(), "-j", "1", "--cache", cache.string(), "--json"},
+        dir.path(), tag));
+  }
+  int compiled = 0, hits = 0;
+  for (auto& p : procs) {
+    const json report = prebuild_report(p->wait());
+    REQUIRE(report["keys"].size() == 1);
+    CHECK(report["keys"][0]["key"] == key.str());
+    CHECK(report["failed"] == 0);
+    compiled += report["compiled"].get<int>();
+    hits += report["hits"].get<int>();
+    CHECK(report["compiled"].get<int>() + report["hits"].get<int>() == 1);
+  }
+  CHECK(compiled == 1);
+  CHECK(hits == 7);
+
+  const CliResult verify = run_cli({"verify", "--cache", cache.string(), "--json"}, dir.path(), "verify");
+  INFO(verify.err);
+  CHECK(verify.exit_code == 0);
+  const json v = json::parse(verify.out);
+  CHECK(v["checked"] == 1);
+  CHECK(v["bad"] == json::array());
+}
+
+TEST_CASE("driver: without a GPU driver, warm fails with a clear kDriver error", "[nvrtc]") {
+  if (kiln::Driver::get().available()) {
+    WARN("a CUDA driver is present here; the no-driver behaviour is covered on machines without one");
+    return;
+  }
+  // The global service reads its cache dir from the environment: keep it away from the user's cache.
+  TempDir dir;
+  ::setenv("KILN_CACHE_DIR", dir.str().c_str(), 1);
+  ::unsetenv("KILN_CACHE_PATH");
+  const kiln::Error e = expect_error([] { kiln::nvfp4::warm(kiln::nvfp4::WriterPolicy{}, {0}); });
+  CHECK(e.code() == ErrorCode::kDriver);
+  CHECK_THAT(e.what(), Contains("GPU"));
+  CHECK_THAT(e.what(), Contains("driver"));
+  CHECK_FALSE(kiln::Driver::get().reason().empty());
+  CHECK_THAT(e.what(), Contains(kiln::Driver::get().reason()));
+  // Building (no GPU) still works on such a machine; nothing was compiled by the failed warm.
+  CHECK(kiln::KernelService::global().counters().compiles == 0);
+}

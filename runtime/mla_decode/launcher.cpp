@@ -1,0 +1,346 @@
+#include "runtime/mla_decode/launcher.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "jit/error.h"
+#include "kernel_templates/mla_decode/params.cuh"
+#include "runtime/driver.h"
+#include "runtime/kernel_service.h"
+#include "runtime/mla_decode/planner.h"
+#include "runtime/validation.h"
+
+namespace kiln::mla {
+
+namespace {
+
+constexpr std::int64_t kInt32Max = INT32_MAX;
+// Grid z carries the request index (planner: decode grid z = batch, combine grid y = batch).
+constexpr std::int64_t kMaxBatch = 65535;
+
+std::string num(std::int64_t v) { return fmt::format("{}", v); }
+
+// Like check::disjoint, but an empty view addresses nothing and so overlaps nothing (check::disjoint
+// would report an empty range that starts inside another view).
+void disjoint_if_nonempty(const TensorView& a, std::string_view arg_a, const TensorView& b, std::string_view arg_b) {
+  if (a.numel() == 0 || b.numel() == 0) return;
+  check::disjoint(a, arg_a, b, arg_b);
+}
+
+// Query and cache must be the same element type; a uint8 view is the usual sign of an fp8 tensor
+// that came through DLPack 0.6 (no fp8 code), so say how to fix it.
+void check_input_dtype(const TensorView& t, std::string_view arg) {
+  if (t.dtype == DType::kBf16 || t.dtype == DType::kE4m3) return;
+  if (t.dtype == DType::kU8 || t.dtype == DType::kI8) {
+    check::fail(arg,
+                "dtype bfloat16 or float8_e4m3fn (DLPack 0.6 has no fp8 code: set TensorView::dtype = DType::kE4m3 "
+                "on an fp8 tensor's view)",
+                dtype_name(t.dtype));
+  }
+  check::fail(arg, "dtype bfloat16 or float8_e4m3fn", dtype_name(t.dtype));
+}
+
+void check_index_vector(const TensorView& t, std::string_view arg, std::int64_t size) {
+  check::dtype(t, arg, {DType::kI32});
+  check::rank(t, arg, {1});
+  check::dim(t, arg, 0, size);
+  check::contiguous(t, arg);
+  check::aligned(t, arg, 4);
+  check::not_null(t, arg);
+}
+
+}  // namespace
+
+std::size_t mla_workspace_size(const MlaDecodePolicy& policy, int batch) {
+  policy.validate();
+  if (batch < 0) check::fail("batch", ">= 0", num(batch));
+  if (batch > kMaxBatch) check::unsupported("batch", "1..65535", num(batch));
+  if (batch == 0) return 0;
+  return workspace_size(policy.planner_policy(), batch);
+}
+
+std::size_t mla_workspace_size(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed,
+                               DType dtype, DType out_dtype, MaskType mask, int batch) {
+  return mla_workspace_size(MlaDecodePolicy{heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype, mask},
+                            batch);
+}
+
+void warm_mla(const MlaDecodePolicy& policy, const std::vector<int>& devices) {
+  policy.validate();
+  KernelService& service = KernelService::global();
+  for (int device : devices) {
+    service.warm(policy.key(service.device_arch(device)), device);
+    // Also enter the key in acquire()'s fingerprint table, so that the first launch after warm-up
+    // (often inside graph capture) is a hash lookup instead of building the key's strings.
+    ScopedDeviceContext context(device);
+    service.acquire(policy.fingerprint(), [&service, &policy, device] { return policy.key(service.device_arch(device)); },
+                    nullptr);
+  }
+}
+
+void warm_mla(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed, DType dtype,
+              DType out_dtype, MaskType mask, const std::vector<int>& devices) {
+  warm_mla(MlaDecodePolicy{heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype, mask}, devices);
+}
+
+MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_cache,
+                                  const TensorView& workspace_buffer, int kv_lora_rank, int qk_rope_head_dim,
+                                  const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
+                                  const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q,
+                                  const std::optional<TensorView>& out, double bmm1_scale, double bmm2_scale,
+                                  MaskType mask, DType out_dtype) {
+  // Every check below formats only when it fails: the success path allocates nothing.
+  if (kv_lora_rank != kMlaDimV) check::unsupported("kv_lora_rank", "512", num(kv_lora_rank));
+  if (qk_rope_head_dim != kMlaDimQk - kMlaDimV) check::unsupported("qk_rope_head_dim", "64", num(qk_rope_head_dim));
+  check::positive_finite(bmm1_scale, "bmm1_scale");
+  check::positive_finite(bmm2_scale, "bmm2_scale");
+  if (mask != MaskType::kDense && mask != MaskType::kCausal) {
+    check::fail("mask_type", "MaskType::kDense or MaskType::kCausal", num(static_cast<int>(mask)));
+  }
+  if (out_dtype != DType::kBf16) check::unsupported("out_dtype", "bfloat16", dtype_name(out_dtype));
+  if (max_seq_len < 1 || max_seq_len > (1LL << 31) - 32768) {
+    check::fail("max_seq_len", "1..2147450880 (2^31 - 32768)", num(max_seq_len));
+  }
+  const bool packed = qo_indptr.has_value();
+
+  // query: [B, SQ, H, 576] or [total_q, H, 576].
+  check_input_dtype(query, "query");
+  if (packed) {
+    if (query.rank != 3) check::fail("query", "rank 3 [total_q, H, 576] in packed mode (qo_indptr given)",
+                                     fmt::format("rank {} (shape {})", query.rank, query.shape_string()));
+  } else if (query.rank != 4) {
+    check::fail("query", "rank 4 [B, SQ, H, 576] in fixed mode (no qo_indptr)",
+                fmt::format("rank {} (shape {})", query.rank, query.shape_string()));
+  }
+  check::dim(query, "query", -1, kMlaDimQk);
+  check::contiguous(query, "query");
+  check::aligned(query, "query", 16);
+  check::not_null(query, "query");
+  const std::int64_t heads = query.size(-2);
+  if (heads < 1) check::fail("query", "heads (dimension -2) in 1..128", fmt::format("shape {}", query.shape_string()));
+  if (heads > 128) check::unsupported("query", "heads (dimension -2) 1..128", fmt::format("{} heads", heads));
+
+  // kv_cache: [pages, page_size, 576] or [pages, 1, page_size, 576].
+  if (kv_cache.dtype != query.dtype) {
+    check::fail("kv_cache", fmt::format("dtype {} (the query's dtype)", dtype_name(query.dtype)), dtype_name(kv_cache.dtype));
+  }
+  check::rank(kv_cache, "kv_cache", {3, 4});
+  if (kv_cache.rank == 4 && kv_cache.size(1) != 1) {
+    check::fail("kv_cache", "size 1 in dimension 1 of the rank-4 layout [num_pages, 1, page_size, 576]",
+                fmt::format("shape {}", kv_cache.shape_string()));
+  }
+  check::dim(kv_cache, "kv_cache", -1, kMlaDimQk);
+  const std::int64_t page_size = kv_cache.size(-2);
+  if (page_size != 16 && page_size != 32 && page_size != 64 && page_size != 128) {
+    check::unsupported("kv_cache", "page_size (dimension -2) 16, 32, 64 or 128", fmt::format("page_size {}", page_size));
+  }
+  check::contiguous(kv_cache, "kv_cache");
+  check::aligned(kv_cache, "kv_cache", 16);
+  check::not_null(kv_cache, "kv_cache");
+
+  // Batch: the query's leading dimension in fixed mode; seq_lens' length in packed mode.
+  check::rank(seq_lens, "seq_lens", {1});
+  const std::int64_t batch = packed ? seq_lens.size(0) : query.size(0);
+  check_index_vector(seq_lens, "seq_lens", batch);
+
+  // block_tables: int32 [B, max_pages], inner stride 1, rows may be padded.
+  check::dtype(block_tables, "block_tables", {DType::kI32});
+  check::rank(block_tables, "block_tables", {2});
+  check::dim(block_tables, "block_tables", 0, batch);
+  const std::int64_t max_pages = block_tables.size(1);
+  if (max_pages > 1 && block_tables.stride(1) != 1) {
+    check::fail("block_tables", "inner stride 1", fmt::format("stride {}", block_tables.stride(1)));
+  }
+  if (batch > 1 && block_tables.stride(0) < max_pages) {
+    check::fail("block_tables", fmt::format("row stride >= max_pages = {}", max_pages),
+                fmt::format("row stride {}", block_tables.stride(0)));
+  }
+  const std::int64_t pages_needed = (max_seq_len + page_size - 1) / page_size;
+  if (max_pages < pages_needed) {
+    check::fail("block_tables",
+                fmt::format("max_pages (dimension 1) >= ceil(max_seq_len / page_size) = ceil({} / {}) = {}", max_seq_len,
+                            page_size, pages_needed),
+                fmt::format("shape {}", block_tables.shape_string()));
+  }
+  if (block_tables.numel() > kInt32Max) {
+    check::fail("block_tables", "at most 2^31 - 1 elements (int32 indexing)",
+                fmt::format("shape {} = {} elements", block_tables.shape_string(), block_tables.numel()));
+  }
+  check::aligned(block_tables, "block_tables", 4);
+  check::not_null(block_tables, "block_tables");
+
+  // Query length bound (SQ) and token count.
+  std::int64_t sq = 0;
+  std::int64_t total_q = 0;
+  if (packed) {
+    if (!max_seq_len_q) {
+      check::fail("max_seq_len_q", "a value: it is required in packed mode (qo_indptr given)", "none");
+    }
+    sq = *max_seq_len_q;
+    if (sq < 1) check::fail("max_seq_len_q", "1..8", num(sq));
+    if (sq > 8) check::unsupported("max_seq_len_q", "1..8", num(sq));
+    check_index_vector(*qo_indptr, "qo_indptr", batch + 1);
+    total_q = query.size(0);
+    if (total_q > batch * sq) {
+      check::fail("query", fmt::format("at most B * max_seq_len_q = {} * {} = {} tokens (every qo_indptr delta is <= "
+                                        "max_seq_len_q)", batch, sq, batch * sq),
+                  fmt::format("{} tokens (shape {})", total_q, query.shape_string()));
+    }
+  } else {
+    sq = query.size(1);
+    if (sq < 1) check::fail("query", "SQ (dimension 1) in 1..8", fmt::format("shape {}", query.shape_string()));
+    if (sq > 8) check::unsupported("query", "SQ (dimension 1) 1..8", fmt::format("SQ {}", sq));
+    if (max_seq_len_q && *max_seq_len_q != sq) {
+      check::fail("max_seq_len_q", fmt::format("SQ = query.size(1) = {} in fixed mode (or no value)", sq),
+                  num(*max_seq_len_q));
+    }
+    total_q = batch * sq;
+  }
+  if (batch * sq * heads > kInt32Max) {
+    check::fail("query", "B * max_seq_len_q * H <= 2^31 - 1 (int32 row indexing)",
+                fmt::format("{} * {} * {} = {}", batch, sq, heads, batch * sq * heads));
+  }
+  if (batch > kMaxBatch) {
+    check::unsupported(packed ? "seq_lens" : "query", "a batch of at most 65535 requests", fmt::format("{}", batch));
+  }
+
+  MlaProblem problem;
+  problem.policy = MlaDecodePolicy{static_cast<int>(heads), static_cast<int>(page_size), max_seq_len, static_cast<int>(sq),
+                                   packed,  query.dtype, out_dtype, mask};
+  problem.policy.validate();  // already implied by the checks above; kept so the two never drift apart
+  problem.batch = static_cast<int>(batch);
+  problem.total_q = total_q;
+  problem.workspace_bytes = batch == 0 ? 0 : workspace_size(problem.policy.planner_policy(), problem.batch);
+
+  // out: [B, SQ, H, 512] or [total_q, H, 512], disjoint from every input.
+  if (out) {
+    const TensorView& o = *out;
+    if (o.dtype != out_dtype) {
+      check::fail("out", fmt::format("dtype {} (out_dtype)", dtype_name(out_dtype)), dtype_name(o.dtype));
+    }
+    const bool shape_ok = packed ? (o.rank == 3 && o.size(0) == total_q && o.size(1) == heads && o.size(2) == kMlaDimV)
+                                 : (o.rank == 4 && o.size(0) == batch && o.size(1) == sq && o.size(2) == heads &&
+                                    o.size(3) == kMlaDimV);
+    if (!shape_ok) {
+      check::fail("out",
+                  packed ? fmt::format("shape [total_q, H, 512] = [{}, {}, 512]", total_q, heads)
+                         : fmt::format("shape [B, SQ, H, 512] = [{}, {}, {}, 512]", batch, sq, heads),
+                  fmt::format("shape {}", o.shape_string()));
+    }
+    check::contiguous(o, "out");
+    check::aligned(o, "out", 16);
+    check::not_null(o, "out");
+    disjoint_if_nonempty(o, "out", query, "query");
+    disjoint_if_nonempty(o, "out", kv_cache, "kv_cache");
+    disjoint_if_nonempty(o, "out", block_tables, "block_tables");
+    disjoint_if_nonempty(o, "out", seq_lens, "seq_lens");
+    if (packed) disjoint_if_nonempty(o, "out", *qo_indptr, "qo_indptr");
+    problem.out = o;
+  } else {
+    // Views have a fixed-size shape array, so describing the expected output allocates nothing.
+    problem.out = packed ? TensorView::contiguous(nullptr, out_dtype, {total_q, heads, kMlaDimV})
+                         : TensorView::contiguous(nullptr, out_dtype, {batch, sq, heads, kMlaDimV});
+  }
+
+  // workspace_buffer: bytes, 32-byte aligned, large enough, overlapping nothing.
+  check::dtype(workspace_buffer, "workspace_buffer", {DType::kU8, DType::kI8});
+  check::contiguous(workspace_buffer, "workspace_buffer");
+  check::aligned(workspace_buffer, "workspace_buffer", 32);
+  if (static_cast<std::uint64_t>(workspace_buffer.numel()) < problem.workspace_bytes) {
+    check::fail("workspace_buffer",
+                fmt::format("at least mla_workspace_size(...) = {} bytes for heads {}, max_seq_len_q {}, batch {}",
+                            problem.workspace_bytes, heads, sq, batch),
+                fmt::format("{} bytes", workspace_buffer.numel()));
+  }
+  if (problem.workspace_bytes > 0) check::not_null(workspace_buffer, "workspace_buffer");
+  disjoint_if_nonempty(workspace_buffer, "workspace_buffer", query, "query");
+  disjoint_if_nonempty(workspace_buffer, "workspace_buffer", kv_cache, "kv_cache");
+  disjoint_if_nonempty(workspace_buffer, "workspace_buffer", block_tables, "block_tables");
+  disjoint_if_nonempty(workspace_buffer, "workspace_buffer", seq_lens, "seq_lens");
+  if (packed) disjoint_if_nonempty(workspace_buffer, "workspace_buffer", *qo_indptr, "qo_indptr");
+  if (out) disjoint_if_nonempty(workspace_buffer, "workspace_buffer", *out, "out");
+  return problem;
+}
+
+TensorView prims_ts_batch_decode_with_kv_cache_mla(
+    const TensorView& query, const TensorView& kv_cache, const TensorView& workspace_buffer, int kv_lora_rank,
+    int qk_rope_head_dim, const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
+    const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q, const std::optional<TensorView>& out,
+    double bmm1_scale, double bmm2_scale, MaskType mask, DType out_dtype, CUstream stream) {
+  MlaProblem problem =
+      validate_mla_arguments(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
+                             max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask, out_dtype);
+  // No query rows: nothing to compute and nothing to allocate, so no driver is needed either.
+  if (problem.total_q == 0) return problem.out;
+
+  KernelService& service = KernelService::global();
+  const MlaDecodePolicy& policy = problem.policy;
+  // The key is built (and may be compiled) only on a miss; a warm launch is one hash lookup.
+  const KernelHandle& handle =
+      service.acquire(policy.fingerprint(), [&service, &policy] { return policy.key(service.device_arch(KernelService::current_device())); },
+                      stream);
+  const MlaPlan launch = plan(policy.planner_policy(), problem.batch, service.device_sm_count(handle.device));
+  const KernelFunction& decode = handle.entry(0);
+  if (static_cast<int>(launch.decode.smem_bytes) > decode.max_dynamic_smem_bytes) {
+    // e.g. a 64-row tile on a GPU with ~100 KB of shared memory per block (sm_120).
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("mla_decode: this configuration needs {} bytes of shared memory per block; device {} "
+                            "allows {}. Use fewer heads * max_seq_len_q per launch on this GPU",
+                            launch.decode.smem_bytes, handle.device, decode.max_dynamic_smem_bytes),
+                {.key = handle.key});
+  }
+
+  const Driver& d = Driver::get();
+  bool allocated = false;
+  if (!out) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    d.check(d.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+      check::fail("out", "a caller-provided output while the stream is capturing a CUDA graph (allocation is not "
+                         "graph-safe)", "none");
+    }
+    CUdeviceptr ptr = 0;
+    const auto bytes = static_cast<std::size_t>(problem.out.numel()) * static_cast<std::size_t>(dtype_bytes(out_dtype));
+    d.check(d.cuMemAlloc(&ptr, bytes), "cuMemAlloc(mla_decode out)");
+    problem.out.data = reinterpret_cast<void*>(ptr);
+    allocated = true;
+  }
+
+  const WorkspaceLayout& ws = launch.workspace;
+  auto* ws_base = static_cast<unsigned char*>(workspace_buffer.data);
+  MlaDecodeParams params{};
+  params.q = query.data;
+  params.kv = kv_cache.data;
+  params.block_tables = block_tables.data;
+  params.seq_lens = seq_lens.data;
+  params.qo_indptr = qo_indptr ? qo_indptr->data : nullptr;
+  params.out = problem.out.data;
+  params.lse_partial = launch.needs_combine ? ws_base + ws.lse_offset : nullptr;
+  params.o_partial = launch.needs_combine ? ws_base + ws.o_offset : nullptr;
+  params.block_table_stride = block_tables.stride(0);
+  params.batch = problem.batch;
+  params.num_splits = launch.num_splits;
+  // The kernel's softmax runs on exp2; callers give the natural-exponent scale (spec "Math").
+  params.scale_log2 = static_cast<float>(bmm1_scale * 1.4426950408889634);
+  params.out_scale = static_cast<float>(bmm2_scale);
+
+  void* args[] = {&params};
+  CUresult r = d.cuLaunchKernel(decode.function, launch.decode.grid[0], launch.decode.grid[1], launch.decode.grid[2],
+                                launch.decode.block[0], launch.decode.block[1], launch.decode.block[2], launch.decode.smem_bytes,
+                                stream, args, nullptr);
+  if (r == CUDA_SUCCESS && launch.needs_combine) {
+    r = d.cuLaunchKernel(handle.entry(1).function, launch.combine.grid[0], launch.combine.grid[1], launch.combine.grid[2],
+                         launch.combine.block[0], launch.combine.block[1], launch.combine.block[2], launch.combine.smem_bytes,
+                         stream, args, nullptr);
+  }
+  if (r != CUDA_SUCCESS && allocated) {
+    // A kernel that never launched cannot be using the buffer; don't leak it.
+    d.cuMemFree(reinterpret_cast<CUdeviceptr>(problem.out.data));
+  }
+  d.check(r, "cuLaunchKernel(mla_decode)");
+  return problem.out;
+}
+
+}  // namespace kiln::mla

@@ -1,0 +1,392 @@
+#include "runtime/sparse_nvfp4/launcher.h"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <cmath>
+
+#include "jit/error.h"
+#include "kernel_templates/common/nvfp4_format.cuh"
+#include "kernel_templates/sparse_nvfp4/params.cuh"
+#include "runtime/driver.h"
+#include "runtime/kernel_service.h"
+#include "runtime/sparse_nvfp4/planner.h"
+#include "runtime/validation.h"
+
+namespace kiln::sparse {
+
+namespace {
+
+constexpr double kLog2e = 1.4426950408889634;
+constexpr int kLatentDims = 512;
+constexpr int kMaxHeads = 128;
+// At T == 0 both planners give the same plan for every SM count >= 3 (no CTA reaches any
+// threshold), so the zero-token path resolves its plan with this stand-in and needs no driver.
+constexpr int kZeroTokenSms = 132;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+struct CacheGeometry {
+  std::int64_t pages = 0;
+  std::int64_t page_size = 0;
+  std::int64_t page_stride = 0;  // bytes
+};
+
+// The 384-byte format's view rules: the same as nvfp4::check_cache (runtime/nvfp4_writer/writer.cpp),
+// plus any page size (the decode reads it at run time) and the argument's own name.
+CacheGeometry check_cache(const TensorView& cache, const char* arg) {
+  check::dtype(cache, arg, {DType::kU8});
+  check::rank(cache, arg, {3, 4});
+  check::dim(cache, arg, -1, kNvfp4TokenBytes);
+  int row_dim = 1;
+  if (cache.rank == 4) {
+    if (cache.size(1) == 1) row_dim = 2;  // HND [P, 1, page, 384]
+    else if (cache.size(2) != 1) check::fail(arg, "[P, page, 384], HND [P, 1, page, 384] or NHD [P, page, 1, 384]", cache.shape_string());
+  }
+  const CacheGeometry g{cache.size(0), cache.size(row_dim), cache.stride(0)};
+  if (cache.stride(-1) != 1) check::fail(arg, "stride(-1) == 1", fmt::format("{}", cache.stride(-1)));
+  if (g.page_size < 1) check::fail(arg, "a page size >= 1", fmt::format("shape {}", cache.shape_string()));
+  if (g.page_size > INT_MAX / kNvfp4TokenBytes) {
+    check::unsupported(arg, fmt::format("page sizes up to {}", INT_MAX / kNvfp4TokenBytes), fmt::format("page size {}", g.page_size));
+  }
+  if (g.page_size > 1 && cache.stride(row_dim) != kNvfp4TokenBytes) {
+    check::fail(arg, "pages whose page_size * 384 bytes are contiguous (token stride 384)",
+                fmt::format("token stride {}", cache.stride(row_dim)));
+  }
+  check::not_null(cache, arg);
+  check::aligned(cache, arg, 16);
+  if (g.pages > 1 && (g.page_stride % 16 != 0 || g.page_stride < g.page_size * kNvfp4TokenBytes)) {
+    check::fail(arg, fmt::format("a page stride that is a multiple of 16 and >= page_size * 384 = {}", g.page_size * kNvfp4TokenBytes),
+                fmt::format("{}", g.page_stride));
+  }
+  return g;
+}
+
+// int32 [T, k] or [T, 1, k] with unit stride along k; returns k.
+std::int64_t check_indices(const TensorView& idx, const char* arg, std::int64_t tokens, std::int64_t min_topk) {
+  check::dtype(idx, arg, {DType::kI32});
+  check::rank(idx, arg, {2, 3});
+  if (idx.size(0) != tokens || (idx.rank == 3 && idx.size(1) != 1)) {
+    check::fail(arg, fmt::format("shape [T, topk] or [T, 1, topk] with T = {} (from q)", tokens), idx.shape_string());
+  }
+  const std::int64_t topk = idx.size(-1);
+  if (topk < min_topk) check::fail(arg, fmt::format("topk (last dimension) >= {}", min_topk), idx.shape_string());
+  if (topk > INT_MAX) check::unsupported(arg, fmt::format("topk up to {}", INT_MAX), fmt::format("topk {}", topk));
+  if (topk > 1 && idx.stride(-1) != 1) check::fail(arg, "stride(-1) == 1", fmt::format("{}", idx.stride(-1)));
+  check::not_null(idx, arg);
+  check::aligned(idx, arg, 4);
+  return topk;
+}
+
+// 1-D, unit stride, at least `min_entries` entries of `type` (lengths, sink).
+void check_vector(const TensorView& t, const char* arg, DType type, std::int64_t min_entries, const char* what) {
+  check::dtype(t, arg, {type});
+  check::rank(t, arg, {1});
+  if (t.size(0) < min_entries) {
+    check::fail(arg, fmt::format("at least {} = {} entries", what, min_entries), fmt::format("shape {}", t.shape_string()));
+  }
+  if (t.size(0) > 1 && t.stride(0) != 1) check::fail(arg, "stride(0) == 1", fmt::format("{}", t.stride(0)));
+  check::not_null(t, arg);
+  check::aligned(t, arg, 4);
+}
+
+void check_dense(const TensorView& t, const char* arg, DType type, int rank, int alignment) {
+  check::dtype(t, arg, {type});
+  check::rank(t, arg, {rank});
+  check::contiguous(t, arg);
+  check::not_null(t, arg);
+  check::aligned(t, arg, alignment);
+}
+
+void check_finite(double value, const char* arg) {
+  if (!std::isfinite(static_cast<float>(value))) check::fail(arg, "a finite value (as float32)", fmt::format("{}", value));
+}
+
+// Everything a launch needs once the device-independent checks passed.
+struct Checked {
+  std::int64_t tokens = 0;
+  int heads = 0;
+  int topk = 0;
+  int extra_topk = 0;
+  bool has_extra = false;
+  CacheGeometry main;
+  CacheGeometry extra;
+  int split_stride = 0;  // S of mid_out/mid_lse, 0 when absent
+};
+
+struct Args {
+  const TensorView& q;
+  const TensorView& kv_cache;
+  const TensorView& indices;
+  const TensorView& output;
+  const TensorView& out_lse;
+  double sm_scale;
+  const SparseOptions& opt;
+};
+
+// Fails the call when mid_out/mid_lse cannot hold `num_splits` splits (T > 0: nothing is written at T == 0).
+void require_scratch(const Args& a, const Checked& c, int num_splits, const char* why) {
+  if (c.tokens == 0 || num_splits <= 1) return;
+  if (!a.opt.mid_out) check::fail("mid_out", fmt::format("bf16 [T, H, S >= {}, 512] scratch because {}", num_splits, why), "none");
+  if (c.split_stride < num_splits) {
+    check::fail("mid_out", fmt::format("S >= num_splits = {} in [T, H, S, 512] ({})", num_splits, why), a.opt.mid_out->shape_string());
+  }
+}
+
+// Every rule that does not depend on the device (no driver call).
+Checked check_static(const Args& a) {
+  const SparseOptions& opt = a.opt;
+  Checked c;
+
+  check_dense(a.q, "q", DType::kBf16, 3, 16);
+  check::dim(a.q, "q", -1, kLatentDims);
+  c.tokens = a.q.size(0);
+  const std::int64_t heads = a.q.size(1);
+  if (heads < 8 || heads > kMaxHeads || heads % 8 != 0) {
+    check::unsupported("q", "head counts H that are multiples of 8 in [8, 128]", fmt::format("H = {} (shape {})", heads, a.q.shape_string()));
+  }
+  c.heads = static_cast<int>(heads);
+  if (c.tokens > INT_MAX) check::unsupported("q", fmt::format("T up to {}", INT_MAX), fmt::format("T = {}", c.tokens));
+
+  c.main = check_cache(a.kv_cache, "kv_cache");
+  c.topk = static_cast<int>(check_indices(a.indices, "indices", c.tokens, 1));
+
+  check_dense(a.output, "output", DType::kBf16, 3, 16);
+  if (a.output.size(0) != c.tokens || a.output.size(1) != heads || a.output.size(2) != kLatentDims) {
+    check::fail("output", fmt::format("shape [{}, {}, 512] matching q", c.tokens, heads), a.output.shape_string());
+  }
+  check_dense(a.out_lse, "out_lse", DType::kF32, 2, 4);
+  if (a.out_lse.size(0) != c.tokens || a.out_lse.size(1) != heads) {
+    check::fail("out_lse", fmt::format("shape [{}, {}] matching q", c.tokens, heads), a.out_lse.shape_string());
+  }
+
+  check::positive_finite(a.sm_scale, "sm_scale");
+  check_finite(opt.lse_scale, "lse_scale");
+
+  if (opt.topk_length) check_vector(*opt.topk_length, "topk_length", DType::kI32, c.tokens, "T");
+  if (opt.attn_sink) check_vector(*opt.attn_sink, "attn_sink", DType::kF32, heads, "H");
+
+  if (opt.extra_kv_cache && !opt.extra_indices) {
+    check::fail("extra_indices", "a tensor whenever extra_kv_cache is given", "none");
+  }
+  if (opt.extra_indices && !opt.extra_kv_cache) {
+    check::fail("extra_kv_cache", "a tensor whenever extra_indices is given", "none");
+  }
+  if (opt.extra_topk_length && !opt.extra_indices) {
+    check::fail("extra_topk_length", "extra_indices and extra_kv_cache alongside it", "extra_topk_length without extra_indices");
+  }
+  c.has_extra = opt.extra_kv_cache.has_value();
+  if (c.has_extra) {
+    c.extra = check_cache(*opt.extra_kv_cache, "extra_kv_cache");
+    c.extra_topk = static_cast<int>(check_indices(*opt.extra_indices, "extra_indices", c.tokens, 0));
+    if (opt.extra_topk_length) check_vector(*opt.extra_topk_length, "extra_topk_length", DType::kI32, c.tokens, "T");
+  }
+
+  if (opt.mid_out.has_value() != opt.mid_lse.has_value()) {
+    const char* given = opt.mid_out ? "mid_out" : "mid_lse";
+    check::fail(opt.mid_out ? "mid_lse" : "mid_out", "mid_out and mid_lse given together",
+                fmt::format("only {}", given));
+  }
+  if (opt.mid_out) {
+    const TensorView& mo = *opt.mid_out;
+    const TensorView& ml = *opt.mid_lse;
+    check_dense(mo, "mid_out", DType::kBf16, 4, 16);
+    if (mo.size(0) != c.tokens || mo.size(1) != heads || mo.size(3) != kLatentDims) {
+      check::fail("mid_out", fmt::format("shape [{}, {}, S, 512] matching q", c.tokens, heads), mo.shape_string());
+    }
+    if (mo.size(2) > INT_MAX) check::unsupported("mid_out", fmt::format("S up to {}", INT_MAX), mo.shape_string());
+    check_dense(ml, "mid_lse", DType::kF32, 3, 4);
+    if (ml.size(0) != c.tokens || ml.size(1) != heads || ml.size(2) != mo.size(2)) {
+      check::fail("mid_lse", fmt::format("shape [{}, {}, {}] matching q and mid_out [T, H, S, 512]", c.tokens, heads, mo.size(2)),
+                  ml.shape_string());
+    }
+    c.split_stride = static_cast<int>(mo.size(2));
+  }
+
+  // Plan overrides and the parts of the plan the device cannot change.
+  if (opt.head_tiles) {
+    if (*opt.head_tiles != 1 && *opt.head_tiles != 2) check::fail("head_tiles", "1 or 2", fmt::format("{}", *opt.head_tiles));
+    if (*opt.head_tiles == 2 && c.heads % 32 != 0) {
+      check::fail("head_tiles", "1 when H % 32 != 0 (2 shares one gather among 32 heads)", fmt::format("2 with H = {}", c.heads));
+    }
+  }
+  if (opt.max_splits < 1) check::fail("max_splits", ">= 1", fmt::format("{}", opt.max_splits));
+  const std::int64_t chunks = ceil_div(c.topk, kSparseChunk) + ceil_div(c.extra_topk, kSparseChunk);
+  const std::int64_t min_splits = ceil_div(chunks, kSparseMaxChunksPerBlock);
+  if (opt.num_splits) {
+    const int n = *opt.num_splits;
+    if (n < 1) check::fail("num_splits", ">= 1", fmt::format("{}", n));
+    if (ceil_div(chunks, n) > kSparseMaxChunksPerBlock) {
+      check::fail("num_splits", fmt::format("at least {} splits so that each block handles <= {} of the {} chunks", min_splits,
+                                            kSparseMaxChunksPerBlock, chunks),
+                  fmt::format("{} ({} chunks per block)", n, ceil_div(chunks, n)));
+    }
+    const std::int64_t cpb = ceil_div(chunks, n);
+    require_scratch(a, c, static_cast<int>(ceil_div(chunks, cpb)), "num_splits makes the plan split");
+  } else {
+    if (min_splits > opt.max_splits) {
+      check::fail("max_splits", fmt::format(">= {} ({} chunks need that many splits of <= {} chunks)", min_splits, chunks,
+                                            kSparseMaxChunksPerBlock),
+                  fmt::format("{}", opt.max_splits));
+    }
+    require_scratch(a, c, static_cast<int>(min_splits), "more than 16 chunks always split");
+  }
+
+  // Outputs are written while the inputs are read: no byte may be both.
+  const TensorView* reads[8] = {&a.q, &a.kv_cache, &a.indices, nullptr, nullptr, nullptr, nullptr, nullptr};
+  const char* read_names[8] = {"q", "kv_cache", "indices", "topk_length", "attn_sink", "extra_kv_cache", "extra_indices",
+                               "extra_topk_length"};
+  if (opt.topk_length) reads[3] = &*opt.topk_length;
+  if (opt.attn_sink) reads[4] = &*opt.attn_sink;
+  if (c.has_extra) {
+    reads[5] = &*opt.extra_kv_cache;
+    reads[6] = &*opt.extra_indices;
+    if (opt.extra_topk_length) reads[7] = &*opt.extra_topk_length;
+  }
+  for (int i = 0; i < 8; ++i) {
+    if (reads[i] == nullptr) continue;
+    check::disjoint(a.output, "output", *reads[i], read_names[i]);
+    check::disjoint(a.out_lse, "out_lse", *reads[i], read_names[i]);
+  }
+  check::disjoint(a.output, "output", a.out_lse, "out_lse");
+  if (opt.mid_out) {
+    // mid_out/mid_lse are written only by split plans, but an engine that passes them owns them
+    // for the call, so they must not alias anything else either.
+    for (int i = 0; i < 8; ++i) {
+      if (reads[i] == nullptr) continue;
+      check::disjoint(*opt.mid_out, "mid_out", *reads[i], read_names[i]);
+      check::disjoint(*opt.mid_lse, "mid_lse", *reads[i], read_names[i]);
+    }
+    check::disjoint(*opt.mid_out, "mid_out", a.output, "output");
+    check::disjoint(*opt.mid_out, "mid_out", a.out_lse, "out_lse");
+    check::disjoint(*opt.mid_lse, "mid_lse", a.output, "output");
+    check::disjoint(*opt.mid_lse, "mid_lse", a.out_lse, "out_lse");
+    check::disjoint(*opt.mid_out, "mid_out", *opt.mid_lse, "mid_lse");
+  }
+  return c;
+}
+
+// The plan for `sms` SMs and the checks that depend on it (still no driver call).
+SplitPlanResult finish_plan(const Args& a, const Checked& c, int sms) {
+  const SparseOptions& opt = a.opt;
+  const int tokens = static_cast<int>(c.tokens);
+  const SplitPlanResult plan = resolve_plan(tokens, c.heads, c.topk, c.extra_topk, sms, opt.num_splits, opt.max_splits, opt.head_tiles);
+  require_scratch(a, c, plan.num_splits, "the planned num_splits is > 1 (pass num_splits = 1 to forbid splitting)");
+  if (sparse_decode_grid(tokens, c.heads, plan.head_tiles, plan.num_splits) > INT_MAX) {
+    check::unsupported("q", fmt::format("at most {} decode blocks", INT_MAX),
+                       fmt::format("T = {} with {} heads and {} splits", c.tokens, c.heads, plan.num_splits));
+  }
+  return plan;
+}
+
+SparseNvfp4Params make_params(const Args& a, const Checked& c, const SplitPlanResult& plan) {
+  const SparseOptions& opt = a.opt;
+  SparseNvfp4Params p{};
+  p.q = a.q.data;
+  p.kv = a.kv_cache.data;
+  p.kv_page_stride = c.main.page_stride;
+  p.kv_page_size = static_cast<int>(c.main.page_size);
+  p.topk = c.topk;
+  p.indices = a.indices.data;
+  p.indices_row_stride = a.indices.stride(0);
+  p.topk_length = opt.topk_length ? opt.topk_length->data : nullptr;
+  if (c.has_extra) {
+    p.extra_kv = opt.extra_kv_cache->data;
+    p.extra_page_stride = c.extra.page_stride;
+    p.extra_page_size = static_cast<int>(c.extra.page_size);
+    p.extra_topk = c.extra_topk;
+    p.extra_indices = opt.extra_indices->data;
+    p.extra_indices_row_stride = opt.extra_indices->stride(0);
+    p.extra_topk_length = opt.extra_topk_length ? opt.extra_topk_length->data : nullptr;
+  }
+  p.attn_sink = opt.attn_sink ? opt.attn_sink->data : nullptr;
+  p.output = a.output.data;
+  p.out_lse = a.out_lse.data;
+  if (plan.num_splits > 1) {
+    p.mid_out = opt.mid_out->data;
+    p.mid_lse = opt.mid_lse->data;
+    p.split_stride = c.split_stride;
+  }
+  p.sm_scale_log2 = static_cast<float>(a.sm_scale * kLog2e);
+  p.lse_scale = static_cast<float>(opt.lse_scale);
+  p.num_tokens = static_cast<int>(c.tokens);
+  p.num_splits = plan.num_splits;
+  p.chunks_per_block = plan.chunks_per_block;
+  return p;
+}
+
+void launch(const SparsePolicy& policy, const SparseNvfp4Params& params, int heads, CUstream stream) {
+  KernelService& service = KernelService::global();
+  // One captured reference keeps the std::function in its small buffer: no allocation on a hit.
+  const KernelHandle& handle = service.acquire(
+      policy.fingerprint(), [&policy] {
+        KernelService& s = KernelService::global();
+        return policy.key(s.device_arch(KernelService::current_device()));
+      },
+      stream);
+  const unsigned smem = sparse_decode_smem_bytes(policy.head_tiles);
+  const KernelFunction& decode = handle.entry(0);
+  if (decode.max_dynamic_smem_bytes < static_cast<int>(smem)) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("sparse_nvfp4 decode needs {} bytes of dynamic shared memory per block; device {} allows {}",
+                            smem, handle.device, decode.max_dynamic_smem_bytes),
+                {.key = handle.key});
+  }
+  const Driver& d = Driver::get();
+  void* args[] = {const_cast<SparseNvfp4Params*>(&params)};
+  const auto grid = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, heads, policy.head_tiles, params.num_splits));
+  d.check(d.cuLaunchKernel(decode.function, grid, 1, 1, static_cast<unsigned>(sparse_block_threads(policy.head_tiles)), 1, 1, smem, stream, args, nullptr),
+          "cuLaunchKernel(sparse_nvfp4_decode)");
+  if (policy.split) {
+    const auto merge_grid = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, heads));
+    d.check(d.cuLaunchKernel(handle.entry(1).function, merge_grid, 1, 1, kSparseMergeThreads, 1, 1, 0, stream, args, nullptr),
+            "cuLaunchKernel(sparse_nvfp4_merge)");
+  }
+}
+
+}  // namespace
+
+SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, int sms, std::optional<int> num_splits,
+                             int max_splits, std::optional<int> head_tiles) {
+  SplitPlanResult r;
+  r.head_tiles = head_tiles ? *head_tiles : plan_head_tiles(tokens, heads, topk, extra_topk, sms);
+  const SplitPlan s = num_splits ? resolve_splits(topk, extra_topk, *num_splits)
+                                 : plan_splits(tokens, heads, topk, extra_topk, sms, max_splits, r.head_tiles);
+  r.num_splits = s.num_splits;
+  r.chunks_per_block = s.chunks_per_block;
+  return r;
+}
+
+SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan) {
+  return SparsePolicy{heads, plan.head_tiles, has_extra, plan.num_splits > 1};
+}
+
+SplitPlanResult plan_sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
+                                   const TensorView& output, const TensorView& out_lse, double sm_scale,
+                                   const SparseOptions& opt, int sms) {
+  if (sms < 1) check::fail("sms", ">= 1", fmt::format("{}", sms));
+  const Args a{q, kv_cache, indices, output, out_lse, sm_scale, opt};
+  const Checked c = check_static(a);
+  return finish_plan(a, c, c.tokens == 0 ? kZeroTokenSms : sms);
+}
+
+SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, const TensorView& kv_cache,
+                                                       const TensorView& indices, const TensorView& output,
+                                                       const TensorView& out_lse, double sm_scale,
+                                                       const SparseOptions& opt, CUstream stream) {
+  const Args a{q, kv_cache, indices, output, out_lse, sm_scale, opt};
+  const Checked c = check_static(a);
+  if (c.tokens == 0) return finish_plan(a, c, kZeroTokenSms);
+  KernelService& service = KernelService::global();
+  const SplitPlanResult plan = finish_plan(a, c, service.device_sm_count(KernelService::current_device()));
+  const SparseNvfp4Params params = make_params(a, c, plan);
+  launch(sparse_policy(c.heads, c.has_extra, plan), params, c.heads, stream);
+  return plan;
+}
+
+void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices) {
+  KernelService& service = KernelService::global();
+  for (int device : devices) service.warm(policy.key(service.device_arch(device)), device);
+}
+
+}  // namespace kiln::sparse

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# kiln CI: the whole test story in one script, run from a fresh clone by the README's test command.
+#
+#   1. build/        Release, gcc: every suite (ctest, all labels: unit, nvrtc, gpu -> skipped
+#                    without a GPU, stress).
+#   2. build-asan/   clang with ASan + UBSan (+ fuzzer-no-link coverage, so the same tree also
+#                    builds the fuzzers): ctest -L 'unit|nvrtc'.
+#   3. build-tsan/   gcc with TSan: the threaded and multi-process service/store tests (ctest -R).
+#   4. fuzzers       from build-asan: fuzz_entry, fuzz_manifest, fuzz_semantic_key, each for
+#                    KILN_FUZZ_SECONDS (default 60) from a scratch copy of tests/fuzz/corpus/<target>.
+#
+# Every stage runs even if an earlier one failed (one CI run shows every problem); the script exits
+# non-zero if any stage failed. Needs, besides the README's build packages: clang and
+# libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes); gcc's ASan/TSan runtimes come with g++.
+#
+# Knobs: KILN_CI_JOBS (default 2), KILN_FUZZ_SECONDS (default 60), KILN_CI_STAGES (default
+# "normal asan tsan fuzz": run a subset locally).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+jobs=${KILN_CI_JOBS:-2}
+fuzz_seconds=${KILN_FUZZ_SECONDS:-60}
+stages=${KILN_CI_STAGES:-normal asan tsan fuzz}
+failed=()
+summary=()
+
+# Sanitizer settings. NVRTC and libcuda are not instrumented; nothing below hides a report from
+# kiln's own code:
+# - detect_leaks=0 under ASan: LeakSanitizer would report NVRTC's process-lifetime allocations
+#   (its internal caches are never freed, by design of the library), which are not ours to fix and
+#   cannot be told apart from kiln's by a suppression narrower than "everything in libnvrtc".
+#   kiln's own ownership is RAII throughout; leaks in it would show up in the fuzzers, which run
+#   with leak detection on (they never load NVRTC).
+# - halt_on_error / -fno-sanitize-recover: the first report fails the test.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+# The threaded / multi-process tests (see tests/unit/test_cubin_store.cpp, tests/nvrtc/test_compile.cpp):
+# many threads or processes on one store, one service, one key; locks; kills.
+tsan_tests='processes|threads|thread|concurrent|file lock|SIGKILL'
+
+run_stage() {
+  local name=$1
+  shift
+  case " $stages " in *" $name "*) ;; *) return 0 ;; esac
+  echo
+  echo "=================== stage $name"
+  local start=$SECONDS
+  if "$@"; then
+    summary+=("$name: ok, $((SECONDS - start)) s")
+  else
+    summary+=("$name: FAILED, $((SECONDS - start)) s")
+    failed+=("$name")
+  fi
+}
+
+configure_build() {  # dir, cmake args..., -- targets...
+  local dir=$1
+  shift
+  local args=() targets=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  targets=("$@")
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "${args[@]}" || return 1
+  if [ ${#targets[@]} -gt 0 ]; then
+    cmake --build "$dir" -j"$jobs" --target "${targets[@]}"
+  else
+    cmake --build "$dir" -j"$jobs"
+  fi
+}
+
+stage_normal() {
+  configure_build build || return 1
+  (cd build && ctest --output-on-failure -j"$jobs")
+}
+
+stage_asan() {
+  CXX=clang++ configure_build build-asan -DKILN_SANITIZE=address,undefined,fuzzer-no-link -DKILN_BUILD_FUZZERS=ON \
+    "-DCMAKE_CXX_FLAGS=-g1 -fno-sanitize-recover=all" \
+    -- kiln store_worker kiln_unit_tests kiln_nvrtc_tests || return 1
+  (cd build-asan && ctest --output-on-failure -j"$jobs" -L 'unit|nvrtc')
+}
+
+stage_tsan() {
+  configure_build build-tsan -DKILN_SANITIZE=thread "-DCMAKE_CXX_FLAGS=-g1" \
+    -- kiln store_worker kiln_unit_tests kiln_nvrtc_tests || return 1
+  (cd build-tsan && ctest --output-on-failure -j"$jobs" -R "$tsan_tests")
+}
+
+stage_fuzz() {
+  CXX=clang++ configure_build build-asan -DKILN_SANITIZE=address,undefined,fuzzer-no-link -DKILN_BUILD_FUZZERS=ON \
+    "-DCMAKE_CXX_FLAGS=-g1 -fno-sanitize-recover=all" \
+    -- fuzz_entry fuzz_manifest fuzz_semantic_key || return 1
+  local rc=0 target
+  for target in entry manifest semantic_key; do
+    # New inputs go to a scratch directory; the committed seeds stay small and unchanged.
+    local scratch=build-asan/fuzz-work/$target
+    rm -rf "$scratch" && mkdir -p "$scratch" build-asan/fuzz-artifacts
+    echo "--- fuzz_$target for ${fuzz_seconds} s"
+    # Leak detection on: the parsers never load NVRTC. -rss_limit_mb / -timeout turn a blow-up on
+    # one input into a reported failure instead of a stuck CI job.
+    if ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 build-asan/tests/fuzz/fuzz_$target \
+        -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
+        -artifact_prefix=build-asan/fuzz-artifacts/"$target"- \
+        "$scratch" tests/fuzz/corpus/$target tests/fuzz/regressions/$target \
+        > build-asan/fuzz-$target.log 2>&1; then
+      grep -E '^(Done|#[0-9]+ +DONE)|stat::number_of_executed_units|cov:' build-asan/fuzz-$target.log | tail -3
+    else
+      rc=1
+      echo "fuzz_$target FAILED; the crashing input is in build-asan/fuzz-artifacts/ -- log tail:"
+      tail -40 build-asan/fuzz-$target.log
+    fi
+  done
+  return $rc
+}
+
+run_stage normal stage_normal
+run_stage asan stage_asan
+run_stage tsan stage_tsan
+run_stage fuzz stage_fuzz
+
+echo
+echo "=================== summary"
+printf '%s\n' "${summary[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED stages: ${failed[*]}"
+  exit 1
+fi
+echo "all stages passed"

@@ -1,0 +1,766 @@
+// Paged MLA decode on the GPU, through the public launcher only, against the fp32 CPU oracle
+// (tests/support/mla_reference) at the spec's tolerances. Every launch gets fresh random inputs,
+// a NaN-poisoned output and workspace, and NaN in every cache slot it must not read (block-table
+// padding, entries past the live length, the tail of each request's last page).
+//
+// The conformance matrix touches every value of every axis of spec/mla_decode.md at least once
+// without building the cross product; the first test asserts that coverage, so trimming the table
+// cannot silently drop a value. The oracle is the bottleneck: sum(L * q_len) * H * 1088 MACs per
+// launch, kept to ~1 G each (it prints its own cost so the table can be re-balanced).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jit/error.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_service.h"
+#include "runtime/mla_decode/family.h"
+#include "runtime/mla_decode/launcher.h"
+#include "runtime/mla_decode/planner.h"
+#include "tests/support/device_buffer.h"
+#include "tests/support/mla_reference.h"
+
+namespace {
+
+using kiln::DType;
+using kiln::TensorView;
+using kiln::mla::MaskType;
+using kiln::testing::DeviceBuffer;
+
+constexpr int kDimQk = 576;
+constexpr int kDimV = 512;
+// 0xff is NaN in bf16 (0xffff), e4m3fn (0xff) and fp32 (0xffffffff): one poison byte for every buffer.
+constexpr std::uint8_t kNanByte = 0xff;
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Reproducible by default; `kiln_gpu_tests --rng-seed N` (or `time`) draws other inputs.
+std::uint64_t base_seed() {
+  const unsigned s = Catch::rngSeed();
+  return s != 0 ? s : 20251129u;
+}
+
+// splitmix64: fast enough to fill tens of MB per case (std::uniform_real_distribution is not).
+struct Rng {
+  std::uint64_t state;
+  explicit Rng(std::uint64_t seed) : state(seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  int below(int n) { return static_cast<int>(next() % static_cast<std::uint64_t>(n)); }
+  float uniform(float lo, float hi) { return lo + (hi - lo) * static_cast<float>(next() >> 40) / 16777216.f; }
+};
+
+// Random finite values: bf16 uniform in (-1, 1); e4m3 with magnitudes 2^-4 .. 1.875 and either sign
+// (wide enough to exercise the fp8 path, never NaN: exponent <= 7 with any mantissa is finite).
+void fill_random(std::uint8_t* dst, std::size_t elements, bool fp8, Rng& rng) {
+  if (fp8) {
+    for (std::size_t i = 0; i < elements; ++i) {
+      const std::uint64_t r = rng.next();
+      const unsigned exponent = 3 + static_cast<unsigned>((r >> 8) % 5);  // 3..7: 2^-4 .. 2^0
+      dst[i] = static_cast<std::uint8_t>(((r & 1) << 7) | (exponent << 3) | ((r >> 1) & 7));
+    }
+    return;
+  }
+  auto* p = reinterpret_cast<std::uint16_t*>(dst);
+  for (std::size_t i = 0; i < elements; i += 4) {
+    const std::uint64_t r = rng.next();
+    for (std::size_t k = 0; k < 4 && i + k < elements; ++k) {
+      const float u = static_cast<float>((r >> (16 * k)) & 0xffff) / 32768.f - 1.f;
+      p[i + k] = kiln::testing::float_to_bf16_bits(u);
+    }
+  }
+}
+
+// One launch of the matrix. Fixed mode: every request has `sq` query rows; packed: q_lens[b].
+struct MlaCase {
+  int heads = 16;
+  int page_size = 64;
+  int sq = 1;  // fixed: SQ; packed: max_seq_len_q
+  bool fp8 = false;
+  bool causal = true;
+  bool packed = false;
+  long long max_seq_len = 0;  // 0: the longest live length (exact fit)
+  std::vector<int> seq_lens;
+  std::vector<int> q_lens;    // packed only; 0 = empty request
+  int bt_pad = 0;             // block-table row stride = max_pages + bt_pad (padding -> NaN page)
+  bool rank4_cache = false;   // [pages, 1, page_size, 576] instead of [pages, page_size, 576]
+  bool pass_max_seq_len_q = true;  // fixed mode: pass SQ explicitly or leave it out
+  bool allocate_out = false;  // let the launcher allocate the output (not graph-safe; eager only)
+
+  long long policy_max_seq_len() const {
+    return max_seq_len > 0 ? max_seq_len : *std::max_element(seq_lens.begin(), seq_lens.end());
+  }
+  int q_len(int b) const { return packed ? q_lens[b] : sq; }
+  std::string label() const {
+    std::ostringstream s;
+    s << "H" << heads << " p" << page_size << (packed ? " packed msq" : " SQ") << sq << (fp8 ? " fp8" : " bf16")
+      << (causal ? " causal" : " dense") << " max_seq_len " << policy_max_seq_len() << " B " << seq_lens.size() << " L [";
+    for (std::size_t b = 0; b < seq_lens.size(); ++b) {
+      s << (b ? "," : "") << seq_lens[b];
+      if (packed) s << "/" << q_lens[b];
+    }
+    s << "] pad " << bt_pad << (rank4_cache ? " rank4" : "") << (allocate_out ? " alloc-out" : "");
+    return s.str();
+  }
+  kiln::mla::MlaDecodePolicy policy() const {
+    return {heads, page_size, policy_max_seq_len(), sq, packed, fp8 ? DType::kE4m3 : DType::kBf16, DType::kBf16,
+            causal ? MaskType::kCausal : MaskType::kDense};
+  }
+};
+
+// Host image of one launch's inputs.
+struct HostProblem {
+  MlaCase c;
+  int batch = 0;
+  std::vector<int> q_offsets;  // B + 1 (fixed: b * SQ)
+  int total_q = 0;
+  std::int64_t max_pages = 0, bt_stride = 0, num_pages = 0;
+  int nan_page = 0;
+  std::vector<std::uint8_t> q, kv;
+  std::vector<std::int32_t> block_tables, seq_lens, qo_indptr;
+  float bmm1 = 1.f, bmm2 = 1.f;
+
+  std::size_t esize() const { return c.fp8 ? 1 : 2; }
+  std::size_t out_elems() const { return static_cast<std::size_t>(total_q) * c.heads * kDimV; }
+};
+
+// (Re)draws the block tables (a fresh page permutation) and lengths' tails; the page pool keeps
+// its size. Slots the kernel must not read are NaN: unmapped entries, padding, last-page tails.
+void map_pages(HostProblem& p, Rng& rng) {
+  const MlaCase& c = p.c;
+  std::vector<int> order(static_cast<std::size_t>(p.num_pages));
+  std::iota(order.begin(), order.end(), 0);
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(static_cast<int>(i))]);
+  p.nan_page = order.back();
+  order.pop_back();
+  p.block_tables.assign(static_cast<std::size_t>(p.batch * p.bt_stride), p.nan_page);
+  std::size_t next = 0;
+  const std::size_t row_bytes = kDimQk * p.esize();
+  for (int b = 0; b < p.batch; ++b) {
+    const int len = p.seq_lens[b];
+    const int pages = (len + c.page_size - 1) / c.page_size;
+    for (int j = 0; j < pages; ++j) p.block_tables[b * p.bt_stride + j] = order.at(next++);
+    // Tail of the last page: tokens len .. end of page hold NaN (as a stale cache slot could).
+    const std::int64_t last = p.block_tables[b * p.bt_stride + pages - 1];
+    for (int t = len % c.page_size ? len % c.page_size : c.page_size; t < c.page_size; ++t) {
+      std::memset(&p.kv[(last * c.page_size + t) * row_bytes], kNanByte, row_bytes);
+    }
+  }
+  std::memset(&p.kv[static_cast<std::size_t>(p.nan_page) * c.page_size * row_bytes], kNanByte,
+              static_cast<std::size_t>(c.page_size) * row_bytes);
+}
+
+HostProblem make_host_problem(const MlaCase& c, std::uint64_t seed) {
+  HostProblem p;
+  p.c = c;
+  p.batch = static_cast<int>(c.seq_lens.size());
+  Rng rng(seed);
+  p.q_offsets.assign(p.batch + 1, 0);
+  for (int b = 0; b < p.batch; ++b) p.q_offsets[b + 1] = p.q_offsets[b] + c.q_len(b);
+  p.total_q = p.q_offsets[p.batch];
+  p.max_pages = (c.policy_max_seq_len() + c.page_size - 1) / c.page_size;
+  p.bt_stride = p.max_pages + c.bt_pad;
+  std::int64_t live_pages = 0;
+  for (int len : c.seq_lens) live_pages += (len + c.page_size - 1) / c.page_size;
+  p.num_pages = live_pages + 4 + 1;  // + unreferenced spares + the NaN page
+  p.q.resize(static_cast<std::size_t>(p.total_q) * c.heads * kDimQk * p.esize());
+  fill_random(p.q.data(), p.q.size() / p.esize(), c.fp8, rng);
+  p.kv.resize(static_cast<std::size_t>(p.num_pages) * c.page_size * kDimQk * p.esize());
+  fill_random(p.kv.data(), p.kv.size() / p.esize(), c.fp8, rng);
+  p.seq_lens.assign(c.seq_lens.begin(), c.seq_lens.end());
+  p.qo_indptr.assign(p.q_offsets.begin(), p.q_offsets.end());
+  map_pages(p, rng);
+  p.bmm1 = rng.uniform(0.04f, 0.2f);  // DeepSeek's 1/sqrt(192) = 0.072 is inside
+  p.bmm2 = rng.uniform(0.5f, 2.f);
+  return p;
+}
+
+std::vector<float> oracle(const HostProblem& p) {
+  kiln::testing::MlaReferenceProblem r;
+  r.batch = p.batch;
+  r.heads = p.c.heads;
+  r.page_size = p.c.page_size;
+  r.fp8 = p.c.fp8;
+  r.causal = p.c.causal;
+  r.q_offsets = p.q_offsets;
+  r.q = p.q.data();
+  r.kv = p.kv.data();
+  r.block_tables = p.block_tables.data();
+  r.block_table_stride = p.bt_stride;
+  r.seq_lens = p.seq_lens.data();
+  r.bmm1_scale = p.bmm1;
+  r.bmm2_scale = p.bmm2;
+  return kiln::testing::mla_reference(r, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+// Device copies of a HostProblem plus the views the launcher takes.
+struct DeviceProblem {
+  explicit DeviceProblem(const HostProblem& p)
+      : q(p.q.size()),
+        kv(p.kv.size()),
+        block_tables(p.block_tables.size() * 4),
+        seq_lens(p.seq_lens.size() * 4),
+        qo_indptr(p.qo_indptr.size() * 4),
+        out(std::max<std::size_t>(p.out_elems() * 2, 16)),
+        workspace(std::max<std::size_t>(kiln::mla::mla_workspace_size(p.c.policy(), p.batch), 32)) {
+    upload(p);
+  }
+
+  // New values at the same addresses (what a server does between graph replays).
+  void upload(const HostProblem& p) {
+    q.upload(p.q);
+    kv.upload(p.kv);
+    upload_metadata(p);
+  }
+  void upload_metadata(const HostProblem& p) {
+    block_tables.upload(p.block_tables);
+    seq_lens.upload(p.seq_lens);
+    qo_indptr.upload(p.qo_indptr);
+    // cuMemcpyHtoD from pageable memory may return before its DMA lands, and it is ordered only on
+    // the legacy stream: wait, so a launch on a non-blocking stream sees the new values.
+    const kiln::Driver& d = kiln::Driver::get();
+    d.check(d.cuCtxSynchronize(), "cuCtxSynchronize after upload");
+  }
+  void poison() const {
+    out.fill(kNanByte);
+    workspace.fill(kNanByte);  // the workspace needs no zeroing: prove it
+  }
+
+  TensorView launch(const HostProblem& p, CUstream stream, bool use_out = true) const {
+    const MlaCase& c = p.c;
+    const DType dt = c.fp8 ? DType::kE4m3 : DType::kBf16;
+    const TensorView query = c.packed ? TensorView::contiguous(q.get(), dt, {p.total_q, c.heads, kDimQk})
+                                      : TensorView::contiguous(q.get(), dt, {p.batch, c.sq, c.heads, kDimQk});
+    const TensorView cache = c.rank4_cache ? TensorView::contiguous(kv.get(), dt, {p.num_pages, 1, c.page_size, kDimQk})
+                                           : TensorView::contiguous(kv.get(), dt, {p.num_pages, c.page_size, kDimQk});
+    TensorView bt = TensorView::contiguous(block_tables.get(), DType::kI32, {p.batch, p.max_pages});
+    bt.strides[0] = p.bt_stride;  // padded rows
+    const TensorView lens = TensorView::contiguous(seq_lens.get(), DType::kI32, {p.batch});
+    const TensorView ws = TensorView::contiguous(workspace.get(), DType::kU8, {static_cast<std::int64_t>(workspace.bytes())});
+    std::optional<TensorView> indptr, o;
+    std::optional<int> msq;
+    if (c.packed) {
+      indptr = TensorView::contiguous(qo_indptr.get(), DType::kI32, {p.batch + 1});
+      msq = c.sq;
+    } else if (c.pass_max_seq_len_q) {
+      msq = c.sq;
+    }
+    if (use_out) {
+      o = c.packed ? TensorView::contiguous(out.get(), DType::kBf16, {p.total_q, c.heads, kDimV})
+                   : TensorView::contiguous(out.get(), DType::kBf16, {p.batch, c.sq, c.heads, kDimV});
+    }
+    return kiln::mla::prims_ts_batch_decode_with_kv_cache_mla(
+        query, cache, ws, 512, 64, bt, lens, c.policy_max_seq_len(), indptr, msq, o, p.bmm1, p.bmm2,
+        c.causal ? MaskType::kCausal : MaskType::kDense, DType::kBf16, stream);
+  }
+
+  std::vector<std::uint16_t> download_out(std::size_t elems) const { return out.download<std::uint16_t>(elems); }
+
+  DeviceBuffer q, kv, block_tables, seq_lens, qo_indptr, out, workspace;
+};
+
+struct Comparison {
+  double max_abs_err = 0, rel_l2 = 0;
+  std::size_t bad = 0, nan = 0, worst = 0;
+  float worst_got = 0, worst_ref = 0;
+  bool ok = false;
+};
+
+Comparison compare(const std::vector<std::uint16_t>& got, const std::vector<float>& ref, bool fp8) {
+  // Spec "Accuracy": upstream's tolerances against an fp32 oracle.
+  const double rtol = fp8 ? 5e-2 : 1e-2, atol = fp8 ? 1.5e-3 : 5e-4, l2tol = fp8 ? 0.1 : 0.02;
+  Comparison r;
+  double num = 0, den = 0, worst_excess = -1;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const float o = kiln::testing::bf16_bits_to_float(got[i]);
+    const double err = std::fabs(static_cast<double>(o) - ref[i]);
+    const double excess = std::isnan(o) ? 1e30 : err - (atol + rtol * std::fabs(ref[i]));
+    if (std::isnan(o)) ++r.nan;
+    if (excess > 0) ++r.bad;
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      r.worst = i;
+      r.worst_got = o;
+      r.worst_ref = ref[i];
+    }
+    if (!std::isnan(o)) {
+      num += err * err;
+      r.max_abs_err = std::max(r.max_abs_err, err);
+    }
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  r.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  r.ok = r.bad == 0 && r.nan == 0 && r.rel_l2 <= l2tol;
+  return r;
+}
+
+// "token t, head h, column d" of a flat output index, for failure messages.
+std::string where(const HostProblem& p, std::size_t index) {
+  const std::size_t d = index % kDimV, h = index / kDimV % p.c.heads, tok = index / kDimV / p.c.heads;
+  int b = 0;
+  while (b + 1 <= p.batch && static_cast<std::size_t>(p.q_offsets[b + 1]) <= tok) ++b;
+  std::ostringstream s;
+  s << "token " << tok << " (request " << b << ", row " << tok - p.q_offsets[b] << ", seq_len "
+    << (b < p.batch ? p.seq_lens[b] : -1) << "), head " << h << ", column " << d;
+  return s.str();
+}
+
+int sm_count() { return kiln::KernelService::global().device_sm_count(0); }
+
+double oracle_gmacs(const MlaCase& c) {
+  double macs = 0;
+  for (std::size_t b = 0; b < c.seq_lens.size(); ++b) macs += static_cast<double>(c.seq_lens[b]) * c.q_len(static_cast<int>(b));
+  return macs * c.heads * (kDimQk + kDimV) * 1e-9;
+}
+
+// One launch whose oracle may still be running: the GPU side is done and its output downloaded.
+struct PendingCase {
+  MlaCase c;
+  std::uint64_t seed = 0;
+  std::shared_ptr<const HostProblem> p;
+  std::vector<std::uint16_t> got;
+  double gpu_ms = 0;
+  Clock::time_point t0;
+  std::future<std::pair<std::vector<float>, double>> ref;  // oracle output and its ms
+};
+
+// Draws fresh inputs, poisons, launches eagerly on the legacy stream and downloads the output, then
+// starts the oracle on other threads (it is the bottleneck; the next launches overlap it).
+PendingCase launch_case(const MlaCase& c, std::uint64_t seed) {
+  kiln::mla::register_mla_family();  // idempotent; the suite's main may predate the family
+  PendingCase pc;
+  pc.c = c;
+  pc.seed = seed;
+  pc.t0 = Clock::now();
+  auto p = std::make_shared<const HostProblem>(make_host_problem(c, seed));
+  DeviceProblem dev(*p);
+  dev.poison();
+  const auto t_gpu = Clock::now();
+  const TensorView out = dev.launch(*p, nullptr, !c.allocate_out);
+  const kiln::Driver& d = kiln::Driver::get();
+  d.check(d.cuCtxSynchronize(), "cuCtxSynchronize after mla launch");
+  pc.gpu_ms = ms_since(t_gpu);  // includes the first launch's compile/load
+  if (c.allocate_out) {
+    REQUIRE(out.data != nullptr);
+    REQUIRE(static_cast<std::size_t>(out.numel()) == p->out_elems());
+    pc.got.resize(p->out_elems());
+    const CUdeviceptr ptr = reinterpret_cast<CUdeviceptr>(out.data);
+    const CUresult r = d.cuMemcpyDtoH(pc.got.data(), ptr, pc.got.size() * 2);
+    d.cuMemFree(ptr);  // the caller owns a launcher-allocated output
+    d.check(r, "cuMemcpyDtoH(allocated out)");
+  } else {
+    CHECK(out.data == dev.out.get());
+    pc.got = dev.download_out(p->out_elems());
+  }
+  pc.ref = std::async(std::launch::async, [p] {
+    const auto t = Clock::now();
+    std::vector<float> ref = oracle(*p);
+    return std::make_pair(std::move(ref), ms_since(t));
+  });
+  pc.p = std::move(p);
+  return pc;
+}
+
+// Waits for the oracle, compares, prints one line per launch (the lead's log) and CHECKs with the
+// details on failure. Runs on the test's thread (Catch2 assertions are not thread-safe).
+void finish_case(PendingCase& pc) {
+  const auto [ref, ref_ms] = pc.ref.get();
+  const HostProblem& p = *pc.p;
+  const MlaCase& c = pc.c;
+  const Comparison cmp = compare(pc.got, ref, c.fp8);
+  const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy().planner_policy(), p.batch, sm_count());
+  std::printf("%s %-96s splits %2d  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu  scales %.3f/%.2f  gpu %.0f ms  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
+              cmp.ok ? "PASS" : "FAIL", c.label().c_str(), plan.num_splits, cmp.max_abs_err, cmp.rel_l2, cmp.bad, cmp.nan,
+              p.bmm1, p.bmm2, pc.gpu_ms, ref_ms, oracle_gmacs(c), ms_since(pc.t0));
+  std::fflush(stdout);
+  INFO(c.label() << " seed " << pc.seed << " splits " << plan.num_splits);
+  INFO("max|err| " << cmp.max_abs_err << ", relL2 " << cmp.rel_l2 << ", " << cmp.bad << " elements out of tolerance, " << cmp.nan
+                   << " NaN; worst at " << where(p, cmp.worst) << ": got " << cmp.worst_got << ", want " << cmp.worst_ref);
+  CHECK(cmp.ok);
+}
+
+// Launches every case in order; up to kOraclesInFlight oracles run behind the GPU work.
+void run_cases(const std::vector<MlaCase>& cases, std::uint64_t seed0) {
+  constexpr std::size_t kOraclesInFlight = 3;
+  std::deque<PendingCase> pending;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    pending.push_back(launch_case(cases[i], seed0 + i));
+    if (pending.size() >= kOraclesInFlight) {
+      finish_case(pending.front());
+      pending.pop_front();
+    }
+  }
+  for (; !pending.empty(); pending.pop_front()) finish_case(pending.front());
+}
+
+// The tile-edge lengths of the spec, in a scrambled order so long and short requests interleave.
+const std::vector<int> kAllLens = {65, 1, 4097, 256, 2048, 63, 2049, 64};
+const std::vector<int> kMidLens = {256, 1, 2049, 64, 63, 65};  // no 2048 / 4097: for 256+ rows
+const std::vector<int> kShortLens = {63, 1, 256, 65, 64};     // for 512+ rows
+constexpr long long kFar = 163840;                             // DeepSeek-V3's max_seq_len
+
+MlaCase fixed(int heads, int page, int sq, bool fp8, bool causal, std::vector<int> lens, long long max_seq_len = 0) {
+  MlaCase c;
+  c.heads = heads;
+  c.page_size = page;
+  c.sq = sq;
+  c.fp8 = fp8;
+  c.causal = causal;
+  c.seq_lens = std::move(lens);
+  c.max_seq_len = max_seq_len;
+  return c;
+}
+
+MlaCase packed(int heads, int page, int msq, bool fp8, bool causal, std::vector<int> lens, std::vector<int> q_lens,
+               long long max_seq_len = 0) {
+  MlaCase c = fixed(heads, page, msq, fp8, causal, std::move(lens), max_seq_len);
+  c.packed = true;
+  c.q_lens = std::move(q_lens);
+  return c;
+}
+
+std::vector<MlaCase> conformance_matrix() {
+  constexpr bool kBf16 = false, kFp8 = true, kDense = false, kCausal = true;
+  std::vector<MlaCase> m = {
+      // The DeepSeek shapes (tensor parallel 8 and 1), live lengths far below max_seq_len.
+      fixed(16, 64, 1, kBf16, kCausal, kAllLens, kFar),
+      fixed(16, 64, 1, kFp8, kCausal, kAllLens, kFar),
+      fixed(128, 64, 1, kBf16, kCausal, kAllLens, kFar),
+      fixed(128, 64, 1, kFp8, kCausal, {65, 1, 2049, 256, 2048, 63, 64}, kFar),
+      fixed(32, 64, 2, kBf16, kCausal, kAllLens, kFar),
+      fixed(64, 64, 2, kFp8, kCausal, kMidLens, kFar),
+      // Every head count, with every page size, both dtypes, both masks and every SQ spread over them.
+      fixed(6, 16, 2, kBf16, kCausal, kAllLens),
+      fixed(6, 32, 8, kFp8, kDense, kAllLens),
+      fixed(7, 128, 8, kBf16, kCausal, kAllLens),
+      fixed(7, 32, 2, kFp8, kDense, kAllLens),
+      fixed(8, 32, 4, kBf16, kDense, kAllLens),
+      fixed(8, 16, 1, kFp8, kCausal, kAllLens, kFar),
+      fixed(12, 16, 1, kFp8, kDense, kAllLens),
+      fixed(12, 128, 4, kBf16, kCausal, kAllLens, 8192),
+      fixed(24, 64, 2, kBf16, kDense, kAllLens),
+      fixed(24, 128, 1, kFp8, kCausal, kAllLens),
+      fixed(32, 16, 1, kBf16, kDense, kAllLens, 5000),
+      fixed(32, 32, 2, kFp8, kCausal, kAllLens),
+      fixed(48, 64, 1, kBf16, kDense, kAllLens),
+      fixed(48, 128, 2, kFp8, kCausal, kMidLens),
+      fixed(64, 16, 2, kBf16, kCausal, kMidLens),
+      fixed(64, 32, 1, kFp8, kDense, kAllLens),
+      fixed(96, 64, 1, kBf16, kCausal, {65, 1, 2049, 256, 2048, 63, 64}),
+      fixed(96, 16, 1, kFp8, kDense, kMidLens, kFar),
+      fixed(96, 32, 4, kBf16, kCausal, {63, 1, 256, 65, 2048, 64}),
+      fixed(128, 128, 2, kBf16, kCausal, kMidLens),
+      fixed(128, 32, 2, kFp8, kDense, kMidLens),
+      fixed(64, 128, 4, kBf16, kCausal, kMidLens),
+      fixed(32, 64, 8, kFp8, kCausal, kMidLens),
+      fixed(16, 128, 8, kBf16, kDense, kAllLens),
+      fixed(128, 16, 8, kBf16, kCausal, kShortLens),
+      fixed(128, 64, 4, kFp8, kDense, kShortLens),
+      fixed(24, 32, 8, kFp8, kCausal, kMidLens),
+      fixed(48, 16, 4, kFp8, kDense, kShortLens),
+      fixed(16, 32, 4, kFp8, kCausal, kAllLens),
+      fixed(12, 64, 8, kBf16, kDense, kMidLens),
+      // max_seq_len <= one 32-token tile: no split is possible, the decode kernel writes `out` itself.
+      fixed(16, 16, 4, kBf16, kCausal, {1, 17, 31, 32, 5, 32}, 32),
+      fixed(8, 128, 1, kFp8, kDense, {32, 1, 20}, 32),
+      // A batch large enough to fill the GPU with one split per request (72 x 2 row tiles > 132 SMs).
+      fixed(128, 64, 1, kFp8, kCausal, {}, 300),
+      fixed(96, 128, 2, kBf16, kCausal, {}, 300),
+      // Packed: uneven and empty requests (first and last empty too).
+      packed(16, 128, 8, kBf16, kCausal, {65, 1, 4097, 256, 2049, 63, 64, 300}, {8, 0, 4, 1, 0, 3, 8, 7}),
+      packed(8, 64, 4, kFp8, kCausal, {65, 1, 4097, 256, 2049, 63, 64, 300}, {4, 0, 2, 1, 0, 3, 4, 3}, kFar),
+      packed(64, 16, 4, kBf16, kDense, {65, 1, 2049, 256, 2048, 63, 64, 300}, {4, 0, 2, 1, 0, 3, 4, 3}),
+      packed(16, 32, 2, kFp8, kDense, {4097, 63, 1, 2048, 64}, {2, 1, 0, 2, 1}),
+      packed(128, 128, 4, kBf16, kCausal, {300, 65, 1, 64, 63}, {4, 1, 0, 3, 2}),
+      packed(7, 16, 8, kFp8, kCausal, {1, 2049, 65, 4097, 64, 256}, {0, 5, 8, 1, 0, 8}),
+      packed(32, 64, 1, kBf16, kCausal, {2049, 1, 63, 4097, 64, 65}, {1, 0, 1, 1, 0, 1}, kFar),
+      packed(6, 32, 2, kBf16, kDense, {64, 4097, 1, 65, 2048, 256}, {0, 2, 1, 2, 1, 0}),
+      packed(96, 64, 2, kFp8, kCausal, {256, 65, 1, 2049}, {1, 2, 2, 0}),
+      packed(12, 128, 4, kFp8, kDense, {63, 64, 65, 1, 256}, {3, 0, 4, 4, 1}, 70000),
+      packed(24, 16, 8, kBf16, kCausal, {1, 63, 256, 64}, {8, 0, 3, 6}),
+      packed(48, 32, 2, kBf16, kDense, {2049, 65, 1}, {2, 0, 1}),
+  };
+  // The two large-batch cases draw their lengths here (random, short: the oracle stays cheap).
+  Rng rng(base_seed() ^ 0x5eed);
+  for (MlaCase& c : m) {
+    if (!c.seq_lens.empty()) continue;
+    const int batch = 72;
+    for (int b = 0; b < batch; ++b) c.seq_lens.push_back(1 + rng.below(static_cast<int>(c.max_seq_len)));
+  }
+  // Layout variety at no cost: padded block-table rows on most launches, the rank-4 cache on some,
+  // fixed mode without max_seq_len_q on some, and one launcher-allocated output.
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    m[i].bt_pad = i % 3 == 0 ? 0 : static_cast<int>(1 + i % 17);
+    m[i].rank4_cache = i % 4 == 1;
+    m[i].pass_max_seq_len_q = i % 5 != 2;
+  }
+  m[9].allocate_out = true;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("mla: the conformance matrix covers every value of every axis of the spec", "[gpu][mla]") {
+  const auto m = conformance_matrix();
+  std::set<int> pages, heads, sqs, lens;
+  std::set<std::pair<int, bool>> page_dtype;
+  bool dense_sq_gt1 = false, causal_sq_gt1 = false, packed_uneven = false, packed_empty = false, far = false,
+       padded = false, single_split = false;
+  for (const MlaCase& c : m) {
+    pages.insert(c.page_size);
+    heads.insert(c.heads);
+    sqs.insert(c.sq);
+    page_dtype.insert({c.page_size, c.fp8});
+    lens.insert(c.seq_lens.begin(), c.seq_lens.end());
+    dense_sq_gt1 |= !c.causal && c.sq > 1;
+    causal_sq_gt1 |= c.causal && c.sq > 1;
+    if (c.packed) {
+      packed_empty |= std::count(c.q_lens.begin(), c.q_lens.end(), 0) > 0;
+      packed_uneven |= std::set<int>(c.q_lens.begin(), c.q_lens.end()).size() > 2;
+    }
+    far |= c.policy_max_seq_len() >= 16 * *std::max_element(c.seq_lens.begin(), c.seq_lens.end());
+    padded |= c.bt_pad > 0;
+    single_split |= c.policy_max_seq_len() <= 32;
+  }
+  for (int p : {16, 32, 64, 128}) {
+    CHECK(page_dtype.count({p, false}) == 1);
+    CHECK(page_dtype.count({p, true}) == 1);
+  }
+  for (int h : {6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128}) CHECK(heads.count(h) == 1);
+  for (int s : {1, 2, 4, 8}) CHECK(sqs.count(s) == 1);
+  for (int l : {1, 63, 64, 65, 256, 2048, 2049, 4097}) CHECK(lens.count(l) == 1);
+  CHECK(dense_sq_gt1);
+  CHECK(causal_sq_gt1);
+  CHECK(packed_empty);
+  CHECK(packed_uneven);
+  CHECK(far);
+  CHECK(padded);
+  CHECK(single_split);
+  double total = 0;
+  for (const MlaCase& c : m) total += oracle_gmacs(c);
+  std::printf("mla conformance matrix: %zu launches, oracle %.1f GMAC in total, seed %llu\n", m.size(), total,
+              static_cast<unsigned long long>(base_seed()));
+}
+
+TEST_CASE("mla: conformance matrix against the fp32 oracle", "[gpu][mla]") {
+  const auto t0 = Clock::now();
+  const auto m = conformance_matrix();
+  run_cases(m, base_seed() * 1000);
+  std::printf("mla conformance matrix: %zu launches in %.1f s\n", m.size(), ms_since(t0) / 1000);
+}
+
+TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
+  // Small launches that still reach every code path: split + combine, one split, two and more row
+  // tiles, fp8, packed with an empty request, the rank-4 cache, padded block tables.
+  std::vector<MlaCase> m = {
+      fixed(16, 64, 1, false, true, {1, 65, 300}, 163840),
+      fixed(128, 32, 2, true, false, {63, 129}),
+      packed(7, 128, 8, false, true, {5, 200, 1}, {8, 0, 3}),
+      fixed(24, 16, 4, true, true, {1, 32, 17}, 32),
+      packed(64, 64, 2, false, false, {64, 65, 2}, {1, 0, 2}, 4096),
+  };
+  m[0].bt_pad = 5;
+  m[1].rank4_cache = true;
+  m[2].bt_pad = 3;
+  m[4].bt_pad = 11;
+  run_cases(m, base_seed() * 1000 + 900);
+}
+
+TEST_CASE("mla: packed launch with no query rows returns without launching", "[gpu][mla][sanitizer]") {
+  kiln::mla::register_mla_family();
+  kiln::KernelService& service = kiln::KernelService::global();
+  const kiln::Driver& d = kiln::Driver::get();
+  // A policy no other test warms (H 5, max_seq_len 777): a launch would have to compile, which is
+  // refused during capture (kNotWarm), so returning cleanly while capturing proves nothing launched.
+  const int heads = 5, page = 32, batch = 3;
+  const long long max_seq_len = 777;
+  const std::int64_t max_pages = (max_seq_len + page - 1) / page;
+  // Validation still runs in full (the workspace must be large enough even when nothing launches).
+  const std::size_t ws_bytes = std::max<std::size_t>(
+      kiln::mla::mla_workspace_size(heads, page, max_seq_len, 4, true, DType::kBf16, DType::kBf16, MaskType::kCausal, batch), 32);
+  DeviceBuffer q(64), kv(2 * page * kDimQk * 2), bt(batch * max_pages * 4), lens(batch * 4), indptr((batch + 1) * 4),
+      out(64), ws(ws_bytes);
+  const TensorView ws_view = TensorView::contiguous(ws.get(), DType::kU8, {static_cast<std::int64_t>(ws_bytes)});
+  const std::vector<std::int32_t> zeros(batch + 1, 0), ones(batch, 1), table(batch * max_pages, 0);
+  indptr.upload(zeros);
+  lens.upload(ones);
+  bt.upload(table);
+  CUstream stream = nullptr;
+  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const auto before = service.counters();
+  for (const bool capture : {false, true}) {
+    INFO((capture ? "during capture" : "eager"));
+    if (capture) d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    TensorView result;
+    try {
+      result = kiln::mla::prims_ts_batch_decode_with_kv_cache_mla(
+          TensorView::contiguous(q.get(), DType::kBf16, {0, heads, kDimQk}),
+          TensorView::contiguous(kv.get(), DType::kBf16, {2, page, kDimQk}),
+          ws_view, 512, 64,
+          TensorView::contiguous(bt.get(), DType::kI32, {batch, max_pages}),
+          TensorView::contiguous(lens.get(), DType::kI32, {batch}), max_seq_len,
+          TensorView::contiguous(indptr.get(), DType::kI32, {batch + 1}), 4,
+          TensorView::contiguous(out.get(), DType::kBf16, {0, heads, kDimV}), 0.1, 1.0, MaskType::kCausal,
+          DType::kBf16, stream);
+    } catch (const kiln::Error& e) {
+      FAIL("an empty packed launch threw: " << e.what());
+    }
+    if (capture) {
+      CUgraph graph = nullptr;
+      d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+      if (graph) d.cuGraphDestroy(graph);
+    }
+    CHECK(result.numel() == 0);
+    CHECK(result.rank == 3);
+  }
+  // Without `out` the launcher returns an empty view and allocates nothing.
+  const TensorView none = kiln::mla::prims_ts_batch_decode_with_kv_cache_mla(
+      TensorView::contiguous(q.get(), DType::kBf16, {0, heads, kDimQk}),
+      TensorView::contiguous(kv.get(), DType::kBf16, {2, page, kDimQk}), ws_view, 512, 64, TensorView::contiguous(bt.get(), DType::kI32, {batch, max_pages}),
+      TensorView::contiguous(lens.get(), DType::kI32, {batch}), max_seq_len,
+      TensorView::contiguous(indptr.get(), DType::kI32, {batch + 1}), 4, std::nullopt, 0.1, 1.0, MaskType::kCausal,
+      DType::kBf16, stream);
+  CHECK(none.numel() == 0);
+  CHECK(none.data == nullptr);
+  const auto after = service.counters();
+  CHECK(after.compiles == before.compiles);
+  CHECK(after.loads == before.loads);
+  d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  d.cuStreamDestroy(stream);
+}
+
+namespace {
+
+// Captures one launch after warming its key, then replays it after changing seq_lens, qo_indptr
+// (packed) and block_tables in place; every replay must equal, bit for bit, an eager launch with
+// the same values, and match the oracle.
+void graph_replay(MlaCase c, std::uint64_t seed) {
+  kiln::mla::register_mla_family();
+  const kiln::Driver& d = kiln::Driver::get();
+  kiln::KernelService& service = kiln::KernelService::global();
+  Rng rng(seed);
+  // The pool and the query are sized for the largest draw; rounds only move lengths and pages.
+  const int max_len = static_cast<int>(std::min<long long>(c.policy_max_seq_len(), 2100));
+  const int batch = static_cast<int>(c.seq_lens.size());
+  for (int& len : c.seq_lens) len = max_len;
+  HostProblem p = make_host_problem(c, seed);
+  const int total_q = p.total_q;  // the captured query/out views fix total_q
+  DeviceProblem dev(p);
+
+  kiln::mla::warm_mla(c.policy(), {0});  // warm before capture: capture must never compile
+  CUstream stream = nullptr;
+  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const auto before = service.counters();
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  try {
+    dev.launch(p, stream);
+  } catch (...) {
+    d.cuStreamEndCapture(stream, &graph);
+    if (graph) d.cuGraphDestroy(graph);
+    d.cuStreamDestroy(stream);
+    throw;
+  }
+  d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+  d.check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+  const auto after = service.counters();
+  CHECK(after.compiles == before.compiles);
+  CHECK(after.loads == before.loads);
+
+  for (int round = 0; round < 3; ++round) {
+    // New lengths (1 .. max_len, a short one every round), new query split, remapped pages.
+    for (int b = 0; b < batch; ++b) p.seq_lens[b] = b == round % batch ? 1 + rng.below(70) : 1 + rng.below(max_len);
+    if (c.packed) {
+      // Redistribute the same total_q over the requests: uneven, some empty, each <= max_seq_len_q.
+      std::vector<int> q_lens(batch, 0);
+      for (int left = total_q; left > 0;) {
+        const int b = rng.below(batch);
+        if (q_lens[b] < c.sq) {
+          ++q_lens[b];
+          --left;
+        }
+      }
+      for (int b = 0; b < batch; ++b) p.q_offsets[b + 1] = p.q_offsets[b] + q_lens[b];
+      p.qo_indptr.assign(p.q_offsets.begin(), p.q_offsets.end());
+      p.c.q_lens = q_lens;
+    }
+    p.c.seq_lens.assign(p.seq_lens.begin(), p.seq_lens.end());
+    fill_random(p.kv.data(), p.kv.size() / p.esize(), c.fp8, rng);  // map_pages re-poisons the NaN slots
+    map_pages(p, rng);
+    dev.kv.upload(p.kv);
+    dev.upload_metadata(p);
+    std::ostringstream label;
+    label << "graph round " << round << ": " << p.c.label();
+    INFO(label.str());
+
+    dev.poison();
+    d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
+    d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize after replay");
+    const auto replayed = dev.download_out(p.out_elems());
+
+    dev.poison();
+    dev.launch(p, stream);
+    d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize after eager launch");
+    const auto eager = dev.download_out(p.out_elems());
+
+    std::size_t first_diff = replayed.size();
+    for (std::size_t i = 0; i < replayed.size(); ++i) {
+      if (replayed[i] != eager[i]) {
+        first_diff = i;
+        break;
+      }
+    }
+    INFO("first bitwise difference between replay and eager at "
+         << (first_diff < replayed.size() ? where(p, first_diff) : std::string("none")));
+    CHECK(first_diff == replayed.size());
+    const Comparison cmp = compare(replayed, oracle(p), c.fp8);
+    std::printf("%s %-96s graph replay == eager: %s  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu\n", cmp.ok ? "PASS" : "FAIL",
+                label.str().c_str(), first_diff == replayed.size() ? "yes" : "NO", cmp.max_abs_err, cmp.rel_l2, cmp.bad, cmp.nan);
+    std::fflush(stdout);
+    INFO("max|err| " << cmp.max_abs_err << ", relL2 " << cmp.rel_l2 << ", " << cmp.bad << " bad, " << cmp.nan
+                     << " NaN; worst at " << where(p, cmp.worst) << ": got " << cmp.worst_got << ", want " << cmp.worst_ref);
+    CHECK(cmp.ok);
+  }
+  d.cuGraphExecDestroy(exec);
+  d.cuGraphDestroy(graph);
+  d.cuStreamDestroy(stream);
+}
+
+}  // namespace
+
+TEST_CASE("mla: packed graph replay after in-place seq_lens, qo_indptr and block_tables changes equals eager",
+          "[gpu][mla]") {
+  MlaCase c = packed(32, 32, 4, false, true, {1, 1, 1, 1, 1, 1}, {2, 2, 2, 2, 2, 2}, 8192);
+  c.bt_pad = 7;
+  graph_replay(c, base_seed() * 1000 + 800);
+}
+
+TEST_CASE("mla: fixed graph replay after in-place seq_lens and block_tables changes equals eager", "[gpu][mla]") {
+  MlaCase c = fixed(128, 64, 1, true, true, {1, 1, 1, 1}, 163840);
+  c.bt_pad = 3;
+  c.rank4_cache = true;
+  graph_replay(c, base_seed() * 1000 + 801);
+  MlaCase dense = fixed(16, 16, 2, false, false, {1, 1, 1}, 2500);
+  graph_replay(dense, base_seed() * 1000 + 802);
+}

@@ -1,0 +1,86 @@
+// The sparse_nvfp4 family compiles under NVRTC for every target arch (no GPU). Eight keys in all:
+// per arch, four policies that together cover both values of head_tiles, has_extra and split, so
+// every branch of the decode template and the merge kernel is instantiated on each arch.
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "jit/error.h"
+#include "runtime/config.h"
+#include "runtime/kernel_service.h"
+#include "runtime/sparse_nvfp4/family.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace sp = kiln::sparse;
+
+class TempCacheDir {
+ public:
+  TempCacheDir() {
+    std::string tmpl = (fs::temp_directory_path() / "kiln_sparse_nvrtc.XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempCacheDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+struct Case {
+  const char* arch;
+  sp::SparsePolicy policy;
+};
+
+}  // namespace
+
+TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
+  sp::register_sparse_family();
+  TempCacheDir dir;
+  kiln::Config config;
+  config.cache_dir = dir.path();
+  kiln::KernelService service(config);
+
+  const std::vector<Case> cases = {
+      {"sm_90a", {64, 1, false, false}},   // TP 2 of 128 heads, sliding window only, direct
+      {"sm_90a", {128, 2, true, true}},    // full 128 heads, both pools, split + merge
+      {"sm_90a", {32, 2, false, true}},
+      {"sm_90a", {8, 1, true, false}},     // smallest head count (half a 16-row tile)
+      {"sm_120a", {16, 1, false, true}},
+      {"sm_120a", {64, 2, true, false}},
+      {"sm_120a", {128, 1, true, true}},
+      {"sm_120a", {96, 2, false, false}},
+  };
+  for (const Case& c : cases) {
+    const kiln::SemanticKey key = c.policy.key(c.arch);
+    INFO(key.str());
+    kiln::Artifact artifact;
+    try {
+      artifact = service.build(key);
+    } catch (const kiln::Error& e) {
+      FAIL(e.what() << "\n" << e.details().log);
+    }
+    REQUIRE(artifact.entry != nullptr);
+    CHECK(artifact.source == kiln::ArtifactSource::kCompiled);
+    CHECK(artifact.entry->cubin.size() > 1000);
+    CHECK(artifact.entry->semantic_key == key.str());
+    const auto& lowered = artifact.entry->metadata.at("lowered_names");
+    REQUIRE(lowered.size() == (c.policy.split ? 2u : 1u));
+    CHECK(lowered[0].get<std::string>().find("sparse_nvfp4_decode_kernel") != std::string::npos);
+    if (c.policy.split) CHECK(lowered[1].get<std::string>().find("sparse_nvfp4_merge_kernel") != std::string::npos);
+  }
+  // A second service over the same directory finds every entry on disk: nothing recompiles.
+  kiln::KernelService again(config);
+  for (const Case& c : cases) CHECK(again.build(c.policy.key(c.arch)).source == kiln::ArtifactSource::kDisk);
+  CHECK(again.counters().compiles == 0);
+  CHECK(service.counters().compiles == cases.size());
+}

@@ -1,0 +1,248 @@
+// The real `kiln` CLI as a subprocess: bad input gives one clear line on stderr and exit code 2;
+// maintenance commands work on an empty cache. No compiling here (that is the nvrtc suite's job).
+//
+// The binary comes from $KILN_CLI (set by ctest), else ../kiln next to this test binary's directory.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using nlohmann::json;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "kiln_cli_test.XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+fs::path cli_path() {
+  if (const char* p = std::getenv("KILN_CLI"); p && *p) return p;
+  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "kiln";
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs kiln with `args`; stdout and stderr go to files (no pipe can fill up and block the child).
+// KILN_CACHE_DIR points into `scratch` and KILN_CACHE_PATH is cleared, so no user cache is touched.
+CliResult run_cli(const std::vector<std::string>& args, const TempDir& scratch) {
+  const fs::path cli = cli_path();
+  REQUIRE(fs::exists(cli));
+  std::map<std::string, std::string> env_map;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string item(*e);
+    const auto eq = item.find('=');
+    if (eq != std::string::npos) env_map[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  env_map.erase("KILN_CACHE_PATH");
+  env_map.erase("KILN_SEALED");
+  env_map.erase("KILN_RECORD_MISSES");
+  env_map["KILN_CACHE_DIR"] = (scratch.path() / "env_cache").string();
+  env_map["KILN_LOG_LEVEL"] = "warn";
+  std::vector<std::string> env_storage;
+  for (const auto& [k, v] : env_map) env_storage.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_storage) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_storage = {cli.string()};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string out_file = (scratch.path() / "cli.stdout").string();
+  const std::string err_file = (scratch.path() / "cli.stderr").string();
+
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int out = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || err < 0) ::_exit(126);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_text(out_file);
+  r.err = read_text(err_file);
+  return r;
+}
+
+// Bad input: exit code 2, nothing on stdout, exactly one non-empty line on stderr containing every
+// fragment.
+void expect_bad_input(const CliResult& r, const std::vector<std::string>& fragments) {
+  INFO("stdout: " << r.out);
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK((!r.err.empty() && r.err.back() == '\n'));
+  CHECK(r.err.size() > 20);  // a sentence, not a code
+  for (const auto& f : fragments) CHECK_THAT(r.err, Contains(f));
+}
+
+}  // namespace
+
+TEST_CASE("cli: unknown subcommand is bad input", "[unit]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  // CLI11 reports the missing subcommand; it does not yet name the unknown word (see the report).
+  expect_bad_input(run_cli({"frobnicate", "--cache", cache.string()}, dir), {"subcommand", "kiln --help"});
+  expect_bad_input(run_cli({}, dir), {"subcommand"});
+  expect_bad_input(run_cli({"ls", "--no-such-flag", "--cache", cache.string()}, dir), {"--no-such-flag"});
+  CHECK_FALSE(fs::exists(cache));  // rejected before anything touched the cache
+}
+
+TEST_CASE("cli: inspect of an unknown or malformed key is bad input", "[unit]") {
+  TempDir dir;
+  const std::string cache = (dir.path() / "cache").string();
+  // Well-formed key that is in no cache.
+  const std::string key = "nvfp4_writer:sm_90a:op=pack,page_size=64:b9d99c6ca8170019";
+  expect_bad_input(run_cli({"inspect", key, "--cache", cache}, dir), {"no cache entry for " + key, "kiln prebuild"});
+  // Well-formed cache key hex that is in no cache.
+  expect_bad_input(run_cli({"inspect", "0123456789abcdef0123456789abcdef", "--cache", cache}, dir),
+                   {"no cache entry for 0123456789abcdef0123456789abcdef"});
+  // Not a key at all, and a key with a wrong digest.
+  expect_bad_input(run_cli({"inspect", "garbage", "--cache", cache}, dir), {"cannot parse semantic key 'garbage'"});
+  expect_bad_input(run_cli({"inspect", "nvfp4_writer:sm_90a:op=pack,page_size=64:0000000000000000", "--cache", cache}, dir),
+                   {"digest 0000000000000000 does not match"});
+  expect_bad_input(run_cli({"inspect", "--cache", cache}, dir), {"KEY"});  // missing argument
+}
+
+TEST_CASE("cli: broken manifest is bad input with line and column", "[unit]") {
+  TempDir dir;
+  const fs::path manifest = dir.path() / "broken.json";
+  std::ofstream(manifest) << "{\n  \"archs\": [\"sm_90a\"],\n  x\n}\n";  // 'x' at line 3, column 3
+  const fs::path cache = dir.path() / "cache";
+  expect_bad_input(run_cli({"prebuild", "--manifest", manifest.string(), "--cache", cache.string()}, dir),
+                   {manifest.string(), "line 3, column 3"});
+
+  // Valid JSON, invalid content: still one line, naming the problem.
+  std::ofstream(manifest, std::ios::trunc) << R"({"archs": ["sm_90a"], "policies": [{"family": "nvfp4_writer", "policy": {"page_size": 0}}]})";
+  expect_bad_input(run_cli({"prebuild", "--manifest", manifest.string(), "--cache", cache.string()}, dir),
+                   {"policies[0]", "page_size"});
+  std::ofstream(manifest, std::ios::trunc) << R"({"arch": ["sm_90a"]})";
+  expect_bad_input(run_cli({"prebuild", "--manifest", manifest.string(), "--cache", cache.string()}, dir),
+                   {"unknown field 'arch'"});
+}
+
+TEST_CASE("cli: unknown arch is bad input", "[unit]") {
+  TempDir dir;
+  const std::string cache = (dir.path() / "cache").string();
+  expect_bad_input(run_cli({"prebuild", "--arch", "sm_42", "--cache", cache}, dir), {"'sm_42'", "sm_90a", "sm_120a"});
+  expect_bad_input(run_cli({"prebuild", "--arch", "sm_90a,sm_42", "--cache", cache}, dir), {"'sm_42'"});
+  expect_bad_input(run_cli({"prebuild", "-j", "0", "--cache", cache}, dir), {"-j"});
+}
+
+TEST_CASE("cli: missing manifest file is bad input naming the path", "[unit]") {
+  TempDir dir;
+  const fs::path missing = dir.path() / "no_such_manifest.json";
+  expect_bad_input(run_cli({"prebuild", "--manifest", missing.string(), "--cache", (dir.path() / "cache").string()}, dir),
+                   {missing.string()});
+}
+
+TEST_CASE("cli: prune without --max-bytes is bad input", "[unit]") {
+  TempDir dir;
+  const std::string cache = (dir.path() / "cache").string();
+  expect_bad_input(run_cli({"prune", "--cache", cache}, dir), {"--max-bytes"});
+  expect_bad_input(run_cli({"prune", "--max-bytes", "-5", "--cache", cache}, dir), {"--max-bytes"});
+  // With it, an empty cache prunes to nothing and succeeds.
+  const CliResult ok = run_cli({"prune", "--max-bytes", "0", "--cache", cache, "--json"}, dir);
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+  const json report = json::parse(ok.out);
+  CHECK(report.at("removed_entries") == 0);
+  CHECK(report.at("remaining_entries") == 0);
+}
+
+TEST_CASE("cli: ls, stats and verify succeed on an empty cache", "[unit]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  const std::string c = cache.string();
+
+  const CliResult ls = run_cli({"ls", "--cache", c}, dir);
+  INFO("ls stderr: " << ls.err);
+  CHECK(ls.exit_code == 0);
+  CHECK(ls.out.empty());  // no entries, no lines
+  const CliResult ls_json = run_cli({"ls", "--cache", c, "--json"}, dir);
+  CHECK(ls_json.exit_code == 0);
+  CHECK(json::parse(ls_json.out) == json::array());
+
+  const CliResult stats = run_cli({"stats", "--cache", c}, dir);
+  INFO("stats stderr: " << stats.err);
+  CHECK(stats.exit_code == 0);
+  CHECK_THAT(stats.out, Contains("0 entries"));
+  CHECK_THAT(stats.out, Contains(c));
+  const CliResult stats_json = run_cli({"stats", "--cache", c, "--json"}, dir);
+  CHECK(stats_json.exit_code == 0);
+  const json s = json::parse(stats_json.out);
+  REQUIRE(s.at("layers").size() == 1);
+  CHECK(s["layers"][0].at("entries") == 0);
+  CHECK(s["layers"][0].at("root") == c);
+  CHECK(s.at("quarantined") == 0);
+  CHECK(s.at("writable") == true);
+
+  const CliResult verify = run_cli({"verify", "--cache", c}, dir);
+  INFO("verify stderr: " << verify.err);
+  CHECK(verify.exit_code == 0);
+  CHECK_THAT(verify.err, Contains("0 entries checked, 0 bad"));
+  const CliResult verify_json = run_cli({"verify", "--cache", c, "--json"}, dir);
+  CHECK(verify_json.exit_code == 0);
+  const json v = json::parse(verify_json.out);
+  CHECK(v.at("checked") == 0);
+  CHECK(v.at("bad") == json::array());
+
+  // --cache, not KILN_CACHE_DIR, decided where the cache lives.
+  CHECK(fs::exists(cache));
+  CHECK_FALSE(fs::exists(dir.path() / "env_cache"));
+}
+
+TEST_CASE("cli: --help succeeds and lists the subcommands", "[unit]") {
+  TempDir dir;
+  const CliResult r = run_cli({"--help"}, dir);
+  CHECK(r.exit_code == 0);
+  for (const char* sub : {"prebuild", "warm", "ls", "inspect", "verify", "prune", "stats"}) CHECK_THAT(r.out, Contains(sub));
+}

@@ -1,0 +1,209 @@
+// Manifests: the list of semantic keys a server will ask for (runtime/manifest.h).
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "jit/error.h"
+#include "jit/semantic_key.h"
+#include "runtime/manifest.h"
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using kiln::ErrorCode;
+using kiln::SemanticKey;
+using nlohmann::json;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "kiln_manifest_test.XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+template <typename F>
+kiln::Error expect_error(F&& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e;
+  }
+  FAIL("expected a kiln::Error");
+  return kiln::Error(ErrorCode::kInternal, "unreachable");
+}
+
+SemanticKey writer(const char* op, int page, const char* arch) {
+  return SemanticKey("nvfp4_writer", {{"op", op}, {"page_size", page}}, arch);
+}
+
+std::vector<std::string> strs(const std::vector<SemanticKey>& keys) {
+  std::vector<std::string> out;
+  for (const auto& k : keys) out.push_back(k.str());
+  return out;
+}
+
+void write_text(const fs::path& file, const std::string& text) {
+  std::ofstream out(file, std::ios::binary);
+  out << text;
+  REQUIRE(out.good());
+}
+
+// Errors of parse_manifest: code kInvalidArgument, message containing every fragment.
+void rejects(const std::string& text, const std::vector<std::string>& fragments) {
+  INFO("manifest text:\n" << text);
+  const kiln::Error e = expect_error([&] { kiln::parse_manifest(text, "test.json"); });
+  CHECK(e.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(e.what(), Contains("manifest test.json"));  // the source is named
+  for (const auto& f : fragments) CHECK_THAT(e.what(), Contains(f));
+}
+
+}  // namespace
+
+TEST_CASE("manifest: keys, policies and ranges expand (cartesian), duplicates removed", "[unit]") {
+  const std::string dup = writer("pack", 32, "sm_90a").str();
+  const std::string own_arch = writer("append", 128, "sm_120a").str();
+  const json doc = {
+      {"comment", "test"},
+      {"archs", {"sm_90a", "sm_120a"}},
+      {"keys", {dup, own_arch, dup}},
+      {"policies",
+       {{{"family", "nvfp4_writer"}, {"policy", {{"op", {"pack", "append"}}, {"page_size", {32, 64}}}}},
+        // Its own archs replace the top-level ones; a scalar field does not expand.
+        {{"family", "nvfp4_writer"}, {"archs", {"sm_120a"}}, {"policy", {{"op", "pack"}, {"page_size", {2, 32}}}}}}}};
+  const auto keys = kiln::parse_manifest(doc.dump(2), "test.json");
+
+  // keys first, in order, then each policy entry: every combination for every arch, no duplicates.
+  const std::vector<std::string> expected = {
+      dup,                                       // keys[0]; keys[2] is the same key
+      own_arch,                                  // keys[1]: a key keeps its own arch
+      writer("append", 32, "sm_90a").str(),      // policies[0]: 2 ops x 2 pages x 2 archs,
+      writer("append", 32, "sm_120a").str(),     //   minus pack/32/sm_90a (already listed)
+      writer("append", 64, "sm_90a").str(),
+      writer("append", 64, "sm_120a").str(),
+      writer("pack", 32, "sm_120a").str(),
+      writer("pack", 64, "sm_90a").str(),
+      writer("pack", 64, "sm_120a").str(),
+      writer("pack", 2, "sm_120a").str(),        // policies[1]: only sm_120a; pack/32/sm_120a is a duplicate
+  };
+  const std::vector<std::string> got = strs(keys);
+  CHECK(std::set<std::string>(got.begin(), got.end()).size() == got.size());
+  CHECK(std::set<std::string>(got.begin(), got.end()) == std::set<std::string>(expected.begin(), expected.end()));
+  CHECK(got.size() == expected.size());
+  REQUIRE(got.size() >= 2);
+  CHECK(got[0] == dup);
+  CHECK(got[1] == own_arch);
+}
+
+TEST_CASE("manifest: arch override replaces every entry's targets", "[unit]") {
+  const json doc = {{"archs", {"sm_90a"}},
+                    {"keys", {writer("pack", 64, "sm_90a").str()}},
+                    {"policies", {{{"family", "nvfp4_writer"}, {"archs", {"sm_90a"}}, {"policy", {{"op", {"pack", "append"}}}}}}}};
+  const auto keys = kiln::parse_manifest(doc.dump(), "test.json", std::vector<std::string>{"sm_120a"});
+  const std::vector<std::string> expected = {writer("pack", 64, "sm_120a").str(), writer("append", 64, "sm_120a").str()};
+  CHECK(strs(keys) == expected);  // pack/64 from the key and from the policy is one key
+
+  const auto both = kiln::parse_manifest(doc.dump(), "test.json", std::vector<std::string>{"sm_90a", "sm_120a"});
+  CHECK(both.size() == 4);
+  for (const auto& k : both) CHECK((k.arch() == "sm_90a" || k.arch() == "sm_120a"));
+
+  // An override makes a manifest without archs usable.
+  const json no_archs = {{"policies", {{{"family", "nvfp4_writer"}, {"policy", json::object()}}}}};
+  CHECK(strs(kiln::parse_manifest(no_archs.dump(), "t", std::vector<std::string>{"sm_90a"})) ==
+        std::vector<std::string>{SemanticKey("nvfp4_writer", json::object(), "sm_90a").str()});
+}
+
+TEST_CASE("manifest: an empty manifest gives no keys", "[unit]") {
+  CHECK(kiln::parse_manifest("{}", "test.json").empty());
+  CHECK(kiln::parse_manifest(R"({"archs": ["sm_90a"], "keys": [], "policies": []})", "test.json").empty());
+}
+
+TEST_CASE("manifest: broken JSON names line and column", "[unit]") {
+  // The stray 'x' is on line 3, column 3 (1-based).
+  rejects("{\n  \"archs\": [\"sm_90a\"],\n  x\n}\n", {"line 3, column 3", "syntax error"});
+  // An unexpected second number: the '2' is on line 2, column 14.
+  rejects("{\n  \"keys\": [1 2]\n}\n", {"line 2, column 14"});
+  // Input that ends early: the error is at the start of the (empty) third line.
+  rejects("{\n  \"archs\": [\n", {"line 3, column 1"});
+  // First line, first column.
+  rejects("]", {"line 1, column 1"});
+}
+
+TEST_CASE("manifest: structural errors name the problem", "[unit]") {
+  rejects(R"({"archs": ["sm_90a"], "kyes": []})", {"unknown field 'kyes'"});
+  rejects(R"([1, 2])", {"top level must be a JSON object"});
+  rejects(R"({"archs": ["sm_42"], "policies": []})", {"'sm_42'", "sm_90a"});
+  rejects(R"({"archs": ["sm_90a"], "policies": [{"family": "nvfp4_writer", "archs": ["sm_80"], "policy": {}}]})", {"'sm_80'"});
+  rejects(R"({"archs": []})", {"archs must be a non-empty list"});
+  rejects(R"({"keys": ["nvfp4_writer:sm_90a:op=pack,page_size=64:0000000000000000"]})", {"keys[0]", "does not match"});
+  rejects(R"({"keys": ["garbage"]})", {"keys[0]", "cannot parse semantic key"});
+  rejects(R"({"keys": [42]})", {"keys[0] is not a string"});
+  rejects(R"({"keys": "nvfp4_writer"})", {"keys must be a list"});
+  rejects(R"({"archs": ["sm_90a"], "policies": [{"family": "nope", "policy": {}}]})", {"policies[0]", "unknown kernel family 'nope'"});
+  rejects(R"({"archs": ["sm_90a"], "policies": [{"family": "nvfp4_writer", "policy": {"page_size": [64, 0]}}]})",
+          {"policies[0]", "page_size"});
+  rejects(R"({"archs": ["sm_90a"], "policies": [{"policy": {}}]})", {"policies[0] needs \"family\""});
+  rejects(R"({"policies": [{"family": "nvfp4_writer", "policy": {}}]})", {"policies[0] names no archs"});
+}
+
+TEST_CASE("manifest: load_manifest of a missing file is kNotFound naming the path", "[unit]") {
+  TempDir dir;
+  const fs::path missing = dir.path() / "no_such_manifest.json";
+  const kiln::Error e = expect_error([&] { kiln::load_manifest(missing); });
+  CHECK(e.code() == ErrorCode::kNotFound);
+  CHECK_THAT(e.what(), Contains(missing.string()));
+  CHECK(e.details().path == missing.string());
+}
+
+TEST_CASE("manifest: load_manifest names the file in parse errors", "[unit]") {
+  TempDir dir;
+  const fs::path file = dir.path() / "broken.json";
+  write_text(file, "{\n  \"archs\": [\"sm_90a\",]\n}\n");
+  const kiln::Error e = expect_error([&] { kiln::load_manifest(file); });
+  CHECK(e.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(e.what(), Contains(file.string()));
+  CHECK_THAT(e.what(), Contains("line 2, column 22"));
+}
+
+TEST_CASE("manifest: append_to_manifest creates, extends, deduplicates, and parses back", "[unit]") {
+  TempDir dir;
+  const fs::path file = dir.path() / "misses.json";
+  const SemanticKey a = writer("pack", 64, "sm_90a");
+  const SemanticKey b = writer("append", 2, "sm_120a");
+
+  kiln::append_to_manifest(file, a);
+  REQUIRE(fs::exists(file));
+  CHECK(strs(kiln::load_manifest(file)) == std::vector<std::string>{a.str()});
+
+  kiln::append_to_manifest(file, b);
+  kiln::append_to_manifest(file, a);  // already recorded: not added twice
+  CHECK(strs(kiln::load_manifest(file)) == (std::vector<std::string>{a.str(), b.str()}));
+
+  // The file is plain JSON with a "keys" list, and no temp file is left behind.
+  std::ifstream in(file);
+  const json doc = json::parse(in);
+  CHECK(doc.at("keys") == json({a.str(), b.str()}));
+  CHECK_FALSE(fs::exists(file.string() + ".tmp"));
+
+  // Appending to an existing hand-written manifest keeps its other entries.
+  const fs::path hand = dir.path() / "hand.json";
+  write_text(hand, json({{"archs", {"sm_90a"}}, {"policies", {{{"family", "nvfp4_writer"}, {"policy", {{"op", "pack"}}}}}}}).dump());
+  kiln::append_to_manifest(hand, b);
+  const auto keys = strs(kiln::load_manifest(hand));
+  CHECK(std::set<std::string>(keys.begin(), keys.end()) == std::set<std::string>{a.str(), b.str()});
+}

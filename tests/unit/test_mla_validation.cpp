@@ -1,0 +1,701 @@
+// Host validation of the paged MLA decode engine API (spec/mla_decode.md, "Arguments"): every rule
+// rejects a bad argument with kiln::Error naming it, before any driver call. Views use fake, aligned,
+// far-apart addresses: nothing here touches device memory or needs a GPU.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "jit/error.h"
+#include "jit/family.h"
+#include "jit/semantic_key.h"
+#include "runtime/mla_decode/family.h"
+#include "runtime/mla_decode/launcher.h"
+#include "runtime/mla_decode/planner.h"
+
+namespace {
+
+using kiln::DType;
+using kiln::Error;
+using kiln::ErrorCode;
+using kiln::TensorView;
+using kiln::mla::MaskType;
+
+void* addr(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+constexpr std::uintptr_t kQuery = 0x10000000;
+constexpr std::uintptr_t kCache = 0x20000000;
+constexpr std::uintptr_t kTables = 0x30000000;
+constexpr std::uintptr_t kLens = 0x31000000;
+constexpr std::uintptr_t kIndptr = 0x32000000;
+constexpr std::uintptr_t kOut = 0x40000000;
+constexpr std::uintptr_t kWork = 0x50000000;
+
+// All arguments of one call; the defaults are a valid fixed-mode launch (B 4, SQ 2, H 16, page 64).
+struct Args {
+  int batch = 4;
+  int sq = 2;
+  int heads = 16;
+  int page_size = 64;
+  long long max_seq_len = 4096;
+  DType dtype = DType::kBf16;
+
+  TensorView query, kv_cache, workspace, block_tables, seq_lens;
+  int kv_lora_rank = 512;
+  int qk_rope_head_dim = 64;
+  std::optional<TensorView> qo_indptr;
+  std::optional<int> max_seq_len_q;
+  std::optional<TensorView> out;
+  double bmm1_scale = 0.0721687836;  // 1/sqrt(192)
+  double bmm2_scale = 1.0;
+  MaskType mask = MaskType::kCausal;
+  DType out_dtype = DType::kBf16;
+
+  Args() { rebuild(); }
+
+  // Recomputes every view from the scalar fields above (fixed mode).
+  void rebuild() {
+    const std::int64_t pages_per_seq = (max_seq_len + page_size - 1) / page_size;
+    query = TensorView::contiguous(addr(kQuery), dtype, {batch, sq, heads, 576});
+    kv_cache = TensorView::contiguous(addr(kCache), dtype, {300, page_size, 576});
+    block_tables = TensorView::contiguous(addr(kTables), DType::kI32, {batch, pages_per_seq});
+    seq_lens = TensorView::contiguous(addr(kLens), DType::kI32, {batch});
+    out = TensorView::contiguous(addr(kOut), DType::kBf16, {batch, sq, heads, 512});
+    qo_indptr.reset();
+    max_seq_len_q.reset();
+    workspace = TensorView::contiguous(addr(kWork), DType::kU8, {static_cast<std::int64_t>(workspace_bytes())});
+  }
+
+  // Switches to packed mode with `total_q` query tokens and bound `msq`.
+  void make_packed(std::int64_t total_q, int msq) {
+    sq = msq;
+    query = TensorView::contiguous(addr(kQuery), dtype, {total_q, heads, 576});
+    out = TensorView::contiguous(addr(kOut), DType::kBf16, {total_q, heads, 512});
+    qo_indptr = TensorView::contiguous(addr(kIndptr), DType::kI32, {batch + 1});
+    max_seq_len_q = msq;
+    workspace = TensorView::contiguous(addr(kWork), DType::kU8, {static_cast<std::int64_t>(workspace_bytes(true))});
+  }
+
+  std::size_t workspace_bytes(bool packed = false) const {
+    return kiln::mla::mla_workspace_size(heads, page_size, max_seq_len, sq, packed, dtype, DType::kBf16, mask, batch);
+  }
+
+  kiln::mla::MlaProblem validate() const {
+    return kiln::mla::validate_mla_arguments(query, kv_cache, workspace, kv_lora_rank, qk_rope_head_dim, block_tables,
+                                             seq_lens, max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale,
+                                             bmm2_scale, mask, out_dtype);
+  }
+
+  // The whole engine API: a failing check must throw before it reaches the driver.
+  TensorView launch() const {
+    return kiln::mla::prims_ts_batch_decode_with_kv_cache_mla(query, kv_cache, workspace, kv_lora_rank,
+                                                              qk_rope_head_dim, block_tables, seq_lens, max_seq_len,
+                                                              qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale,
+                                                              mask, out_dtype, nullptr);
+  }
+};
+
+TensorView with_stride(TensorView t, int dim, std::int64_t stride) {
+  t.strides[dim] = stride;
+  return t;
+}
+
+TensorView shifted(TensorView t, std::intptr_t bytes) {
+  t.data = static_cast<char*>(t.data) + bytes;
+  return t;
+}
+
+TensorView at(TensorView t, std::uintptr_t a) {
+  t.data = addr(a);
+  return t;
+}
+
+// Runs the full launcher and checks the code and that the message names `arg` (plus `detail`).
+void expect_error(const Args& a, ErrorCode code, const std::string& arg, const std::string& detail = "") {
+  INFO("argument " << arg);
+  try {
+    a.launch();
+    FAIL("no error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == code);
+    CHECK_THAT(e.what(), Catch::Contains("argument '" + arg + "'"));
+    if (!detail.empty()) CHECK_THAT(e.what(), Catch::Contains(detail));
+  }
+}
+
+void expect_invalid(const Args& a, const std::string& arg, const std::string& detail = "") {
+  expect_error(a, ErrorCode::kInvalidArgument, arg, detail);
+}
+void expect_unsupported(const Args& a, const std::string& arg, const std::string& detail = "") {
+  expect_error(a, ErrorCode::kUnsupported, arg, detail);
+}
+
+}  // namespace
+
+TEST_CASE("mla validation: valid launches pass every host check", "[unit]") {
+  kiln::mla::register_mla_family();
+  Args a;
+  REQUIRE(a.workspace_bytes() > 0);  // the baseline must exercise the workspace rules
+
+  SECTION("fixed mode") {
+    const auto p = a.validate();
+    CHECK(p.batch == 4);
+    CHECK(p.total_q == 8);
+    CHECK(p.policy.heads == 16);
+    CHECK(p.policy.max_seq_len_q == 2);
+    CHECK_FALSE(p.policy.packed);
+    CHECK(p.workspace_bytes == a.workspace_bytes());
+    CHECK(p.out.data == addr(kOut));
+  }
+  SECTION("fixed mode with max_seq_len_q == SQ") {
+    a.max_seq_len_q = 2;
+    CHECK(a.validate().policy.max_seq_len_q == 2);
+  }
+  SECTION("packed mode") {
+    a.make_packed(5, 3);
+    const auto p = a.validate();
+    CHECK(p.policy.packed);
+    CHECK(p.policy.max_seq_len_q == 3);
+    CHECK(p.total_q == 5);
+  }
+  SECTION("rank-4 cache [pages, 1, page, 576]") {
+    a.kv_cache = TensorView::contiguous(addr(kCache), DType::kBf16, {300, 1, 64, 576});
+    CHECK_NOTHROW(a.validate());
+  }
+  SECTION("fp8 e4m3 query and cache") {
+    a.dtype = DType::kE4m3;
+    a.rebuild();
+    CHECK(a.validate().policy.dtype == DType::kE4m3);
+  }
+  SECTION("every page size") {
+    for (int ps : {16, 32, 64, 128}) {
+      a.page_size = ps;
+      a.rebuild();
+      CHECK(a.validate().policy.page_size == ps);
+    }
+  }
+  SECTION("padded block-table rows and more pages than needed") {
+    a.block_tables = TensorView::contiguous(addr(kTables), DType::kI32, {4, 80});
+    a.block_tables.strides[0] = 96;
+    CHECK_NOTHROW(a.validate());
+  }
+  SECTION("a larger workspace, int8") {
+    a.workspace = TensorView::contiguous(addr(kWork), DType::kI8, {static_cast<std::int64_t>(a.workspace_bytes() + 4096)});
+    CHECK_NOTHROW(a.validate());
+  }
+  SECTION("absent out: the expected shape, no pointer") {
+    a.out.reset();
+    const auto p = a.validate();
+    CHECK(p.out.data == nullptr);
+    CHECK(p.out.rank == 4);
+    CHECK(p.out.size(3) == 512);
+    CHECK(p.out.numel() == 4 * 2 * 16 * 512);
+  }
+  SECTION("dense mask, H 1, H 128, SQ 8") {
+    a.mask = MaskType::kDense;
+    a.heads = 128;
+    a.sq = 8;
+    a.rebuild();
+    CHECK_NOTHROW(a.validate());
+    a.heads = 1;
+    a.sq = 1;
+    a.rebuild();
+    CHECK_NOTHROW(a.validate());
+  }
+  SECTION("max_seq_len at the limit 2^31 - 32768") {
+    a.max_seq_len = (1LL << 31) - 32768;
+    a.rebuild();
+    a.block_tables = at(a.block_tables, 0x100000000ULL);  // 128 MiB of table: keep it clear of the others
+    CHECK_NOTHROW(a.validate());
+  }
+}
+
+TEST_CASE("mla validation: kv_lora_rank and qk_rope_head_dim are fixed", "[unit]") {
+  Args a;
+  a.kv_lora_rank = 256;
+  expect_unsupported(a, "kv_lora_rank", "256");
+  a.kv_lora_rank = 512;
+  a.qk_rope_head_dim = 128;
+  expect_unsupported(a, "qk_rope_head_dim", "128");
+}
+
+TEST_CASE("mla validation: ranks and the 576-wide last dimension", "[unit]") {
+  Args a;
+  SECTION("fixed query must be rank 4") {
+    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {8, 16, 576});
+    expect_invalid(a, "query", "rank 4");
+  }
+  SECTION("packed query must be rank 3") {
+    a.make_packed(5, 2);
+    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {5, 1, 16, 576});
+    expect_invalid(a, "query", "rank 3");
+  }
+  SECTION("query last dim") {
+    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {4, 2, 16, 512});
+    expect_invalid(a, "query", "576");
+  }
+  SECTION("cache rank") {
+    a.kv_cache = TensorView::contiguous(addr(kCache), DType::kBf16, {300 * 64, 576});
+    expect_invalid(a, "kv_cache", "rank 3 or 4");
+  }
+  SECTION("cache last dim") {
+    a.kv_cache = TensorView::contiguous(addr(kCache), DType::kBf16, {300, 64, 512});
+    expect_invalid(a, "kv_cache", "576");
+  }
+  SECTION("rank-4 cache with axis 1 != 1") {
+    a.kv_cache = TensorView::contiguous(addr(kCache), DType::kBf16, {300, 2, 64, 576});
+    expect_invalid(a, "kv_cache", "dimension 1");
+  }
+  SECTION("block_tables rank") {
+    a.block_tables = TensorView::contiguous(addr(kTables), DType::kI32, {4 * 64});
+    expect_invalid(a, "block_tables", "rank 2");
+  }
+  SECTION("seq_lens rank") {
+    a.seq_lens = TensorView::contiguous(addr(kLens), DType::kI32, {4, 1});
+    expect_invalid(a, "seq_lens", "rank 1");
+  }
+  SECTION("qo_indptr rank") {
+    a.make_packed(5, 2);
+    a.qo_indptr = TensorView::contiguous(addr(kIndptr), DType::kI32, {5, 1});
+    expect_invalid(a, "qo_indptr", "rank 1");
+  }
+}
+
+TEST_CASE("mla validation: dtypes", "[unit]") {
+  Args a;
+  SECTION("query fp16") {
+    a.query.dtype = DType::kF16;
+    expect_invalid(a, "query", "float16");
+  }
+  SECTION("query uint8 gets the DLPack fp8 hint") {
+    a.query.dtype = DType::kU8;
+    expect_invalid(a, "query", "DType::kE4m3");
+  }
+  SECTION("bf16 query with an e4m3 cache") {
+    a.kv_cache.dtype = DType::kE4m3;
+    expect_invalid(a, "kv_cache", "bfloat16");
+  }
+  SECTION("e4m3 query with a bf16 cache") {
+    a.dtype = DType::kE4m3;
+    a.rebuild();
+    a.kv_cache.dtype = DType::kBf16;
+    expect_invalid(a, "kv_cache", "float8_e4m3fn");
+  }
+  SECTION("block_tables int64") {
+    a.block_tables.dtype = DType::kI64;
+    expect_invalid(a, "block_tables", "int32");
+  }
+  SECTION("seq_lens int64") {
+    a.seq_lens.dtype = DType::kI64;
+    expect_invalid(a, "seq_lens", "int32");
+  }
+  SECTION("qo_indptr int64") {
+    a.make_packed(5, 2);
+    a.qo_indptr->dtype = DType::kI64;
+    expect_invalid(a, "qo_indptr", "int32");
+  }
+  SECTION("workspace int32") {
+    a.workspace.dtype = DType::kI32;
+    expect_invalid(a, "workspace_buffer", "uint8 or int8");
+  }
+  SECTION("out fp32") {
+    a.out->dtype = DType::kF32;
+    expect_invalid(a, "out", "bfloat16");
+  }
+  SECTION("out_dtype fp16 is not implemented") {
+    a.out_dtype = DType::kF16;
+    a.out->dtype = DType::kF16;
+    expect_unsupported(a, "out_dtype", "float16");
+  }
+}
+
+TEST_CASE("mla validation: page size", "[unit]") {
+  Args a;
+  for (int ps : {8, 48, 256}) {
+    a.kv_cache = TensorView::contiguous(addr(kCache), DType::kBf16, {300, ps, 576});
+    expect_unsupported(a, "kv_cache", "page_size " + std::to_string(ps));
+  }
+}
+
+TEST_CASE("mla validation: contiguity and alignment", "[unit]") {
+  Args a;
+  SECTION("query not contiguous") {
+    a.query = with_stride(a.query, 2, 640);
+    expect_invalid(a, "query", "contiguous");
+  }
+  SECTION("cache not contiguous (padded rows)") {
+    a.kv_cache = with_stride(a.kv_cache, 1, 640);
+    expect_invalid(a, "kv_cache", "contiguous");
+  }
+  SECTION("out not contiguous") {
+    a.out = with_stride(*a.out, 0, 2 * 16 * 512 + 64);
+    expect_invalid(a, "out", "contiguous");
+  }
+  SECTION("seq_lens not contiguous") {
+    a.seq_lens = with_stride(a.seq_lens, 0, 2);
+    expect_invalid(a, "seq_lens", "contiguous");
+  }
+  SECTION("workspace not contiguous") {
+    a.workspace = TensorView::contiguous(addr(kWork), DType::kU8, {2, static_cast<std::int64_t>(a.workspace_bytes())});
+    a.workspace.strides[0] = static_cast<std::int64_t>(a.workspace_bytes()) + 256;
+    expect_invalid(a, "workspace_buffer", "contiguous");
+  }
+  SECTION("query 16-byte alignment") {
+    a.query = shifted(a.query, 8);
+    expect_invalid(a, "query", "16-byte aligned");
+  }
+  SECTION("cache 16-byte alignment") {
+    a.kv_cache = shifted(a.kv_cache, 2);
+    expect_invalid(a, "kv_cache", "16-byte aligned");
+  }
+  SECTION("out 16-byte alignment") {
+    a.out = shifted(*a.out, 8);
+    expect_invalid(a, "out", "16-byte aligned");
+  }
+  SECTION("workspace 32-byte alignment") {
+    a.workspace = shifted(a.workspace, 16);
+    expect_invalid(a, "workspace_buffer", "32-byte aligned");
+  }
+  SECTION("null query") {
+    a.query.data = nullptr;
+    expect_invalid(a, "query", "null");
+  }
+}
+
+TEST_CASE("mla validation: block tables", "[unit]") {
+  Args a;
+  SECTION("row count != B") {
+    a.block_tables = TensorView::contiguous(addr(kTables), DType::kI32, {3, 64});
+    expect_invalid(a, "block_tables", "size 4 in dimension 0");
+  }
+  SECTION("inner stride 2") {
+    a.block_tables = with_stride(a.block_tables, 1, 2);
+    a.block_tables.strides[0] = 128;
+    expect_invalid(a, "block_tables", "inner stride 1");
+  }
+  SECTION("row stride < max_pages") {
+    a.block_tables = with_stride(a.block_tables, 0, 32);
+    expect_invalid(a, "block_tables", "row stride >= max_pages = 64");
+  }
+  SECTION("max_pages < ceil(max_seq_len / page_size)") {
+    a.max_seq_len = 4097;  // needs 65 pages of 64
+    expect_invalid(a, "block_tables", "= 65");
+  }
+  SECTION("element count over int32") {
+    a.block_tables = TensorView::contiguous(addr(kTables), DType::kI32, {4, 1LL << 30});
+    expect_invalid(a, "block_tables", "2^31 - 1 elements");
+  }
+}
+
+TEST_CASE("mla validation: seq_lens and qo_indptr sizes", "[unit]") {
+  Args a;
+  SECTION("seq_lens length != B") {
+    a.seq_lens = TensorView::contiguous(addr(kLens), DType::kI32, {5});
+    expect_invalid(a, "seq_lens", "size 4");
+  }
+  SECTION("qo_indptr length != B + 1") {
+    a.make_packed(5, 2);
+    a.qo_indptr = TensorView::contiguous(addr(kIndptr), DType::kI32, {4});
+    expect_invalid(a, "qo_indptr", "size 5");
+  }
+  SECTION("packed total_q > B * max_seq_len_q") {
+    a.make_packed(9, 2);
+    expect_invalid(a, "query", "4 * 2 = 8 tokens");
+  }
+}
+
+TEST_CASE("mla validation: workspace size and overlap", "[unit]") {
+  Args a;
+  const auto need = static_cast<std::int64_t>(a.workspace_bytes());
+  SECTION("one byte short") {
+    a.workspace = TensorView::contiguous(addr(kWork), DType::kU8, {need - 1});
+    expect_invalid(a, "workspace_buffer", std::to_string(need) + " bytes");
+  }
+  SECTION("overlaps query") {
+    a.workspace = at(a.workspace, kQuery + 4096);
+    expect_invalid(a, "workspace_buffer", "'query'");
+  }
+  SECTION("overlaps kv_cache") {
+    a.workspace = at(a.workspace, kCache);
+    expect_invalid(a, "workspace_buffer", "'kv_cache'");
+  }
+  SECTION("overlaps block_tables") {
+    a.workspace = at(a.workspace, kTables - 256);
+    expect_invalid(a, "workspace_buffer", "'block_tables'");
+  }
+  SECTION("overlaps seq_lens") {
+    a.workspace = at(a.workspace, kLens - 32);
+    expect_invalid(a, "workspace_buffer", "'seq_lens'");
+  }
+  SECTION("overlaps qo_indptr") {
+    a.make_packed(5, 2);
+    a.workspace = at(a.workspace, kIndptr - 64);
+    expect_invalid(a, "workspace_buffer", "'qo_indptr'");
+  }
+  SECTION("overlaps out") {
+    a.workspace = at(a.workspace, kOut + 1024);
+    expect_invalid(a, "workspace_buffer", "'out'");
+  }
+}
+
+TEST_CASE("mla validation: out shape, dtype and overlap with inputs", "[unit]") {
+  Args a;
+  SECTION("fixed out with 576 columns") {
+    a.out = TensorView::contiguous(addr(kOut), DType::kBf16, {4, 2, 16, 576});
+    expect_invalid(a, "out", "[4, 2, 16, 512]");
+  }
+  SECTION("fixed out with the wrong SQ") {
+    a.out = TensorView::contiguous(addr(kOut), DType::kBf16, {4, 1, 16, 512});
+    expect_invalid(a, "out", "[4, 2, 16, 512]");
+  }
+  SECTION("packed out with the wrong token count") {
+    a.make_packed(5, 2);
+    a.out = TensorView::contiguous(addr(kOut), DType::kBf16, {6, 16, 512});
+    expect_invalid(a, "out", "[5, 16, 512]");
+  }
+  SECTION("out overlaps query") {
+    a.out = at(*a.out, kQuery + 1024);
+    expect_invalid(a, "out", "'query'");
+  }
+  SECTION("out overlaps kv_cache") {
+    a.out = at(*a.out, kCache + 4096);
+    expect_invalid(a, "out", "'kv_cache'");
+  }
+  SECTION("out overlaps block_tables") {
+    a.out = at(*a.out, kTables);
+    expect_invalid(a, "out", "'block_tables'");
+  }
+  SECTION("out overlaps seq_lens") {
+    a.out = at(*a.out, kLens - 64);
+    expect_invalid(a, "out", "'seq_lens'");
+  }
+  SECTION("out overlaps qo_indptr") {
+    a.make_packed(5, 2);
+    a.out = at(*a.out, kIndptr - 128);
+    expect_invalid(a, "out", "'qo_indptr'");
+  }
+}
+
+TEST_CASE("mla validation: bmm scales finite and > 0 as float32", "[unit]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {0.0, -1.0, nan, inf, -inf, 1e-50 /* 0 as float */, 1e39 /* inf as float */}) {
+    Args a;
+    a.bmm1_scale = bad;
+    expect_invalid(a, "bmm1_scale");
+    a.bmm1_scale = 1.0;
+    a.bmm2_scale = bad;
+    expect_invalid(a, "bmm2_scale");
+  }
+}
+
+TEST_CASE("mla validation: query length bounds (packed / fixed)", "[unit]") {
+  Args a;
+  SECTION("packed without max_seq_len_q") {
+    a.make_packed(5, 2);
+    a.max_seq_len_q.reset();
+    expect_invalid(a, "max_seq_len_q", "required");
+  }
+  SECTION("fixed with max_seq_len_q != SQ") {
+    a.max_seq_len_q = 3;
+    expect_invalid(a, "max_seq_len_q", "SQ = query.size(1) = 2");
+  }
+  SECTION("fixed SQ 9 is not implemented, SQ 0 is invalid") {
+    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {4, 9, 16, 576});
+    expect_unsupported(a, "query", "SQ 9");
+    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {4, 0, 16, 576});
+    expect_invalid(a, "query", "1..8");
+  }
+  SECTION("packed max_seq_len_q 9 / 0") {
+    a.make_packed(5, 2);
+    a.max_seq_len_q = 9;
+    expect_unsupported(a, "max_seq_len_q", "9");
+    a.max_seq_len_q = 0;
+    expect_invalid(a, "max_seq_len_q", "0");
+  }
+  SECTION("heads 129 is not implemented, 0 is invalid") {
+    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {4, 2, 129, 576});
+    expect_unsupported(a, "query", "129 heads");
+    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {4, 2, 0, 576});
+    expect_invalid(a, "query", "1..128");
+  }
+  SECTION("B * max_seq_len_q * H over int32") {
+    // 2^22 requests * 8 * 128 = 2^32 rows (the view is never dereferenced).
+    const std::int64_t b = 1LL << 22;
+    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {b, 8, 128, 576});
+    a.seq_lens = TensorView::contiguous(addr(kLens), DType::kI32, {b});
+    a.block_tables = TensorView::contiguous(addr(kTables), DType::kI32, {b, 64});
+    expect_invalid(a, "query", "2^31 - 1");
+  }
+  SECTION("batch over the grid limit") {
+    const std::int64_t b = 65536;
+    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {b, 1, 1, 576});
+    a.seq_lens = TensorView::contiguous(addr(kLens), DType::kI32, {b});
+    a.block_tables = TensorView::contiguous(addr(kTables), DType::kI32, {b, 64});
+    expect_unsupported(a, "query", "65535");
+  }
+}
+
+TEST_CASE("mla validation: max_seq_len range", "[unit]") {
+  Args a;
+  for (long long bad : {0LL, -1LL, (1LL << 31) - 32767, 1LL << 40}) {
+    a.max_seq_len = bad;
+    expect_invalid(a, "max_seq_len", std::to_string(bad));
+  }
+}
+
+TEST_CASE("mla validation: bad mask value", "[unit]") {
+  Args a;
+  a.mask = static_cast<MaskType>(7);
+  expect_invalid(a, "mask_type");
+}
+
+TEST_CASE("mla launch with no query rows returns without a driver", "[unit]") {
+  // No GPU is needed: an empty launch never reaches the kernel service or the driver.
+  kiln::mla::register_mla_family();
+  Args a;
+  SECTION("packed total_q == 0, out given") {
+    a.make_packed(0, 2);
+    const TensorView o = a.launch();
+    CHECK(o.data == addr(kOut));
+    CHECK(o.numel() == 0);
+  }
+  SECTION("packed total_q == 0, out absent: nothing allocated") {
+    a.make_packed(0, 2);
+    a.out.reset();
+    const TensorView o = a.launch();
+    CHECK(o.data == nullptr);
+    CHECK(o.rank == 3);
+    CHECK(o.size(0) == 0);
+    CHECK(o.size(1) == 16);
+    CHECK(o.size(2) == 512);
+  }
+  SECTION("packed total_q == 0 still validates its arguments") {
+    a.make_packed(0, 2);
+    a.bmm1_scale = 0.0;
+    expect_invalid(a, "bmm1_scale");
+  }
+  SECTION("fixed B == 0") {
+    a.batch = 0;
+    a.rebuild();
+    a.out.reset();
+    const TensorView o = a.launch();
+    CHECK(o.data == nullptr);
+    CHECK(o.numel() == 0);
+  }
+}
+
+TEST_CASE("mla workspace size helper", "[unit]") {
+  using kiln::mla::mla_workspace_size;
+  const auto size = [](int heads, int sq, bool packed, DType dt, int batch) {
+    return mla_workspace_size(heads, 64, 163840, sq, packed, dt, DType::kBf16, MaskType::kCausal, batch);
+  };
+  kiln::mla::MlaPolicy p;
+  p.heads = 128;
+  p.page_size = 64;
+  p.max_seq_len = 163840;
+  p.max_seq_len_q = 2;
+  p.fp8 = true;
+  CHECK(size(128, 2, false, DType::kE4m3, 8) == kiln::mla::workspace_size(p, 8));
+  CHECK(size(128, 2, false, DType::kE4m3, 0) == 0);
+  // A single short request never splits: nothing to store.
+  CHECK(mla_workspace_size(16, 64, 32, 1, false, DType::kBf16, DType::kBf16, MaskType::kDense, 1) == 0);
+  CHECK(size(16, 1, false, DType::kBf16, 1) > 0);
+
+  const auto expect = [](auto&& f, ErrorCode code, const std::string& arg) {
+    try {
+      f();
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == code);
+      CHECK_THAT(e.what(), Catch::Contains("argument '" + arg + "'"));
+    }
+  };
+  expect([&] { size(0, 1, false, DType::kBf16, 1); }, ErrorCode::kInvalidArgument, "heads");
+  expect([&] { size(256, 1, false, DType::kBf16, 1); }, ErrorCode::kUnsupported, "heads");
+  expect([&] { size(16, 9, false, DType::kBf16, 1); }, ErrorCode::kUnsupported, "max_seq_len_q");
+  expect([&] { size(16, 1, false, DType::kF16, 1); }, ErrorCode::kUnsupported, "dtype");
+  expect([&] { size(16, 1, false, DType::kBf16, -1); }, ErrorCode::kInvalidArgument, "batch");
+  expect([&] { mla_workspace_size(16, 48, 4096, 1, false, DType::kBf16, DType::kBf16, MaskType::kCausal, 1); },
+         ErrorCode::kUnsupported, "page_size");
+  expect([&] { mla_workspace_size(16, 64, 0, 1, false, DType::kBf16, DType::kBf16, MaskType::kCausal, 1); },
+         ErrorCode::kInvalidArgument, "max_seq_len");
+  expect([&] { mla_workspace_size(16, 64, 4096, 1, false, DType::kBf16, DType::kF16, MaskType::kCausal, 1); },
+         ErrorCode::kUnsupported, "out_dtype");
+}
+
+TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names", "[unit]") {
+  kiln::mla::register_mla_family();
+  using nlohmann::json;
+  const kiln::Family& f = kiln::find_family("mla_decode");
+
+  const json canonical = f.canonicalize({{"heads", 128}, {"max_seq_len", 163840}});
+  CHECK(canonical == json{{"heads", 128},
+                          {"page_size", 64},
+                          {"max_seq_len", 163840},
+                          {"max_seq_len_q", 1},
+                          {"packed", false},
+                          {"dtype", "bf16"},
+                          {"out_dtype", "bf16"},
+                          {"mask", "causal"}});
+
+  const auto rejects = [&](const json& policy, const std::string& needle) {
+    INFO(policy.dump());
+    try {
+      f.canonicalize(policy);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(needle));
+    }
+  };
+  rejects({{"max_seq_len", 4096}}, "'heads'");
+  rejects({{"heads", 16}}, "'max_seq_len'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"head", 1}}, "no field 'head'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp16"}}, "'dtype'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"out_dtype", "fp16"}}, "'out_dtype'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"mask", "sliding"}}, "'mask'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"packed", 1}}, "'packed'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"page_size", 48}}, "'page_size'");
+  rejects({{"heads", 16}, {"max_seq_len", 0}}, "'max_seq_len'");
+  rejects({{"heads", 129}, {"max_seq_len", 4096}}, "'heads'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"max_seq_len_q", 9}}, "'max_seq_len_q'");
+
+  kiln::mla::MlaDecodePolicy p;
+  p.heads = 64;
+  p.page_size = 64;
+  p.max_seq_len = 163840;
+  p.max_seq_len_q = 2;
+  p.dtype = DType::kE4m3;
+  p.mask = MaskType::kDense;
+  const kiln::SemanticKey key = p.key("sm_90a");
+  CHECK(kiln::SemanticKey::parse(key.str()) == key);
+  CHECK(key.policy()["dtype"] == "fp8_e4m3");
+  CHECK(key.policy()["mask"] == "dense");
+
+  const kiln::KernelSource src = f.render(key.policy());
+  CHECK_THAT(src.source, Catch::Contains("mla_decode/kernel.cuh"));
+  REQUIRE(src.name_expressions.size() == 2);
+  CHECK(src.name_expressions[0] == kiln::mla::decode_kernel_name(p.planner_policy()));
+  CHECK(src.name_expressions[1] == kiln::mla::combine_kernel_name(p.planner_policy()));
+  CHECK_THAT(src.name_expressions[0], Catch::StartsWith("kiln::mla_decode_kernel<64, 64, 2, false, true, false,"));
+  CHECK(src.name_expressions[1] == "kiln::mla_combine_kernel<64, 2, false>");
+
+  // Every key field changes the fast-path fingerprint.
+  kiln::mla::MlaDecodePolicy q = p;
+  CHECK(q.fingerprint() == p.fingerprint());
+  q.mask = MaskType::kCausal;
+  CHECK(q.fingerprint() != p.fingerprint());
+  q = p;
+  q.max_seq_len += 1;
+  CHECK(q.fingerprint() != p.fingerprint());
+  q = p;
+  q.packed = true;
+  CHECK(q.fingerprint() != p.fingerprint());
+  q = p;
+  q.dtype = DType::kBf16;
+  CHECK(q.fingerprint() != p.fingerprint());
+}

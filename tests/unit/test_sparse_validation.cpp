@@ -1,0 +1,559 @@
+// Host validation and plan resolution of the sparse NVFP4 decode launcher. Host only: tensors are
+// fake, aligned, non-overlapping addresses that are never dereferenced, so every call that reaches
+// the driver is a bug; the engine API is only called where validation must fail first (or T == 0).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <string>
+
+#include "jit/error.h"
+#include "jit/family.h"
+#include "jit/semantic_key.h"
+#include "runtime/sparse_nvfp4/launcher.h"
+#include "runtime/sparse_nvfp4/planner.h"
+
+namespace {
+
+using kiln::DType;
+using kiln::Error;
+using kiln::ErrorCode;
+using kiln::TensorView;
+namespace sp = kiln::sparse;
+
+void* addr(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+// Each tensor gets its own 1 GiB region, so views only overlap where a test makes them.
+constexpr std::uintptr_t region(int i) { return std::uintptr_t(i) << 30; }
+constexpr std::uintptr_t kQ = region(1), kKv = region(2), kIdx = region(3), kOut = region(4), kLse = region(5),
+                         kLen = region(6), kSink = region(7), kXKv = region(8), kXIdx = region(9), kXLen = region(10),
+                         kMidOut = region(11), kMidLse = region(12);
+
+TensorView view(std::uintptr_t a, DType t, std::initializer_list<std::int64_t> shape) {
+  return TensorView::contiguous(addr(a), t, shape);
+}
+
+// [P, page, 384] with an optional padded page stride (bytes).
+TensorView cache3(std::uintptr_t a, std::int64_t pages, std::int64_t page, std::int64_t page_stride = 0) {
+  TensorView v = view(a, DType::kU8, {pages, page, 384});
+  if (page_stride) v.strides[0] = page_stride;
+  return v;
+}
+
+struct Call {
+  int tokens, heads, topk;
+  TensorView q, kv, indices, output, out_lse;
+  double sm_scale = 1.0 / std::sqrt(512.0);
+  sp::SparseOptions opt;
+
+  Call(int t = 4, int h = 64, int k = 128)
+      : tokens(t),
+        heads(h),
+        topk(k),
+        q(view(kQ, DType::kBf16, {t, h, 512})),
+        kv(cache3(kKv, 16, 64)),
+        indices(view(kIdx, DType::kI32, {t, k})),
+        output(view(kOut, DType::kBf16, {t, h, 512})),
+        out_lse(view(kLse, DType::kF32, {t, h})) {}
+
+  Call& with_extra(int extra_topk, int extra_page = 2) {
+    opt.extra_kv_cache = cache3(kXKv, 64, extra_page);
+    opt.extra_indices = view(kXIdx, DType::kI32, {tokens, extra_topk});
+    return *this;
+  }
+  Call& with_mid(int splits) {
+    opt.mid_out = view(kMidOut, DType::kBf16, {tokens, heads, splits, 512});
+    opt.mid_lse = view(kMidLse, DType::kF32, {tokens, heads, splits});
+    return *this;
+  }
+
+  sp::SplitPlanResult plan(int sms = 132) const {
+    return sp::plan_sparse_decode(q, kv, indices, output, out_lse, sm_scale, opt, sms);
+  }
+  sp::SplitPlanResult run() const {
+    return sp::cake_sparse_mla_sm120_dsv4_nvfp4_decode(q, kv, indices, output, out_lse, sm_scale, opt, nullptr);
+  }
+};
+
+// The call fails with `code`, naming argument `arg`, and the message contains each of `parts`.
+void expect_error(const std::function<void()>& f, const std::string& arg, std::initializer_list<std::string> parts = {},
+                  ErrorCode code = ErrorCode::kInvalidArgument) {
+  try {
+    f();
+    FAIL("no error; expected one naming '" << arg << "'");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(std::string(kiln::error_code_name(e.code())) == std::string(kiln::error_code_name(code)));
+    CHECK(what.find("argument '" + arg + "'") != std::string::npos);
+    for (const std::string& p : parts) CHECK(what.find(p) != std::string::npos);
+  }
+}
+
+// A device-independent rule: both the pure planner entry and the engine API reject the call before
+// any driver call (without a driver the engine API would otherwise throw kDriver).
+void expect_rejected(const Call& c, const std::string& arg, std::initializer_list<std::string> parts = {},
+                     ErrorCode code = ErrorCode::kInvalidArgument) {
+  expect_error([&] { c.plan(); }, arg, parts, code);
+  expect_error([&] { c.run(); }, arg, parts, code);
+}
+
+}  // namespace
+
+TEST_CASE("sparse validation: a well-formed call plans without a driver", "[unit]") {
+  Call c;
+  CHECK(c.plan() == sp::SplitPlanResult{1, 1, 2});
+  Call full(4, 64, 128);
+  full.with_extra(512).with_mid(16);
+  full.opt.topk_length = view(kLen, DType::kI32, {8});
+  full.opt.attn_sink = view(kSink, DType::kF32, {64});
+  full.opt.extra_topk_length = view(kXLen, DType::kI32, {4});
+  full.opt.lse_scale = std::log(2.0);
+  const sp::SplitPlanResult p = full.plan();
+  CHECK(p.num_splits * p.chunks_per_block >= 10);
+  CHECK(p == sp::resolve_plan(4, 64, 128, 512, 132));
+}
+
+TEST_CASE("sparse validation: T == 0 returns the plan without a launch or a driver", "[unit]") {
+  Call c(0, 64, 512);
+  const sp::SplitPlanResult planned = c.plan(188);
+  CHECK(c.run() == planned);  // no driver on the unit machine: reaching it would throw kDriver
+  CHECK(planned == sp::resolve_plan(0, 64, 512, 0, 132));
+  // Nothing is written at T == 0, so a splitting plan needs no scratch; null data is fine when empty.
+  CHECK(planned.num_splits > 1);
+  Call empty(0, 128, 2048);
+  empty.q.data = empty.output.data = empty.out_lse.data = empty.indices.data = nullptr;
+  CHECK(empty.run().num_splits >= 2);
+  // ... but the arguments are still validated.
+  empty.opt.head_tiles = 3;
+  expect_error([&] { empty.run(); }, "head_tiles");
+}
+
+TEST_CASE("sparse validation: the T == 0 plan does not depend on the SM count", "[unit]") {
+  // Why the launcher may resolve the zero-token plan without asking the device.
+  for (int heads : {8, 16, 32, 48, 64, 96, 128}) {
+    for (int topk : {1, 64, 128, 512, 1024, 2048}) {
+      for (int extra : {0, 512}) {
+        const sp::SplitPlanResult ref = sp::resolve_plan(0, heads, topk, extra, 132);
+        for (int sms : {3, 8, 20, 63, 64, 78, 114, 170, 188, 1000}) {
+          INFO("H " << heads << " topk " << topk << " extra " << extra << " sms " << sms);
+          CHECK(sp::resolve_plan(0, heads, topk, extra, sms) == ref);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse validation: spec reference points through plan resolution", "[unit]") {
+  // (188 SMs, 1 tile) points, through the full call with head_tiles forced to 1.
+  struct Point {
+    int tokens, heads, topk, max_splits, splits, cpb;
+  };
+  for (const Point& pt : {Point{1, 8, 128, 16, 1, 2}, Point{128, 128, 128, 16, 1, 2}, Point{1, 16, 512, 16, 8, 1},
+                          Point{8, 128, 512, 16, 2, 4}, Point{8, 8, 512, 16, 4, 2}, Point{128, 128, 512, 16, 1, 8},
+                          Point{4, 128, 512, 1, 1, 8}}) {
+    INFO("T " << pt.tokens << " H " << pt.heads << " topk " << pt.topk);
+    Call c(pt.tokens, pt.heads, pt.topk);
+    c.with_mid(8);
+    c.opt.head_tiles = 1;
+    c.opt.max_splits = pt.max_splits;
+    CHECK(c.plan(188) == sp::SplitPlanResult{1, pt.splits, pt.cpb});
+  }
+  // Without an override the head-tile planner runs first and the split planner sees its choice.
+  Call big(128, 128, 128);
+  CHECK(big.plan(188) == sp::SplitPlanResult{2, 1, 2});
+  CHECK(big.plan(188).head_tiles == sp::plan_head_tiles(128, 128, 128, 0, 188));
+  Call mid(6, 128, 2048);
+  mid.with_mid(16);
+  const sp::SplitPlanResult p = mid.plan(132);
+  CHECK(p.head_tiles == 2);
+  const sp::SplitPlan s = sp::plan_splits(6, 128, 2048, 0, 132, 16, 2);
+  CHECK(p.num_splits == s.num_splits);
+  CHECK(p.chunks_per_block == s.chunks_per_block);
+  // The extra section's chunks count: 128 + 512 -> 2 + 8 chunks.
+  Call x(1, 64, 128);
+  x.with_extra(512).with_mid(16);
+  CHECK(x.plan(188) == sp::resolve_plan(1, 64, 128, 512, 188));
+  CHECK(x.plan(188).num_splits * x.plan(188).chunks_per_block >= 10);
+}
+
+TEST_CASE("sparse validation: explicit num_splits and head_tiles", "[unit]") {
+  Call c(4, 64, 512);
+  c.with_mid(8);
+  c.opt.num_splits = 3;
+  CHECK(c.plan() == sp::SplitPlanResult{c.plan().head_tiles, 3, 3});
+  c.opt.num_splits = 7;  // cpb = ceil(8/7) = 2 -> 4 splits
+  CHECK(c.plan().num_splits == 4);
+  CHECK(c.plan().chunks_per_block == 2);
+  c.opt.num_splits = 1;
+  c.opt.head_tiles = 2;
+  CHECK(c.plan() == sp::SplitPlanResult{2, 1, 8});
+  c.opt.num_splits = 100;  // more splits than chunks: normalised to one chunk per block
+  CHECK(c.plan() == sp::SplitPlanResult{2, 8, 1});
+
+  c.opt.num_splits = 0;
+  expect_rejected(c, "num_splits", {">= 1", "0"});
+  Call big(4, 64, 2048);
+  big.opt.num_splits = 1;
+  expect_rejected(big, "num_splits", {"32 chunks", "16"});
+  big.opt.num_splits.reset();
+  big.opt.max_splits = 0;
+  expect_rejected(big, "max_splits", {">= 1"});
+  big.opt.max_splits = 1;
+  expect_rejected(big, "max_splits", {">= 2"});
+
+  Call h(4, 48, 128);
+  h.opt.head_tiles = 2;
+  expect_rejected(h, "head_tiles", {"H % 32", "48"});
+  h.opt.head_tiles = 0;
+  expect_rejected(h, "head_tiles", {"1 or 2"});
+  h.opt.head_tiles = 3;
+  expect_rejected(h, "head_tiles", {"1 or 2", "3"});
+}
+
+TEST_CASE("sparse validation: split plans need mid_out and mid_lse of the right shape", "[unit]") {
+  Call c(4, 64, 512);
+  c.opt.num_splits = 4;
+  expect_rejected(c, "mid_out", {"S >= 4"});  // explicit split: caught before the device is asked
+  Call planned(1, 16, 512);                    // the planner splits 8 ways on 188 SMs
+  expect_error([&] { planned.plan(188); }, "mid_out", {"S >= 8"});
+  Call forced(1, 16, 2048);  // > 16 chunks always split, whatever the device
+  expect_rejected(forced, "mid_out", {"S >= 2"});
+
+  c.with_mid(3);
+  expect_rejected(c, "mid_out", {"S >= num_splits = 4", "[4, 64, 3, 512]"});
+  c.with_mid(4);
+  CHECK(c.plan().num_splits == 4);
+
+  Call m = c;
+  m.opt.mid_lse = view(kMidLse, DType::kF32, {4, 64, 5});
+  expect_rejected(m, "mid_lse", {"[4, 64, 4]"});
+  m.opt.mid_lse = view(kMidLse, DType::kF32, {4, 64 * 4});
+  expect_rejected(m, "mid_lse", {"rank 3"});
+  m.opt.mid_lse = view(kMidLse, DType::kBf16, {4, 64, 4});
+  expect_rejected(m, "mid_lse", {"float32"});
+  m.opt.mid_lse.reset();
+  expect_rejected(m, "mid_lse", {"together"});
+  m = c;
+  m.opt.mid_out.reset();
+  expect_rejected(m, "mid_out", {"together"});
+  m = c;
+  m.opt.mid_out = view(kMidOut, DType::kF32, {4, 64, 4, 512});
+  expect_rejected(m, "mid_out", {"bfloat16"});
+  m.opt.mid_out = view(kMidOut, DType::kBf16, {4, 64, 4, 448});
+  expect_rejected(m, "mid_out", {"[4, 64, S, 512]"});
+  m.opt.mid_out = view(kMidOut, DType::kBf16, {3, 64, 4, 512});
+  expect_rejected(m, "mid_out", {"[4, 64, S, 512]"});
+  m.opt.mid_out = view(kMidOut, DType::kBf16, {4, 64, 4, 512});
+  m.opt.mid_out->strides[2] = 1024;  // padded split stride: not contiguous
+  m.opt.mid_out->strides[1] = 4096;
+  m.opt.mid_out->strides[0] = 4096 * 64;
+  expect_rejected(m, "mid_out", {"contiguous"});
+  m.opt.mid_out = view(kMidOut + 8, DType::kBf16, {4, 64, 4, 512});
+  expect_rejected(m, "mid_out", {"16-byte aligned"});
+  m = c;
+  m.opt.mid_lse->strides = {64 * 4, 1, 64, 0, 0, 0};
+  expect_rejected(m, "mid_lse", {"contiguous"});
+}
+
+TEST_CASE("sparse validation: q", "[unit]") {
+  Call c;
+  c.q = view(kQ, DType::kBf16, {4, 64 * 512});
+  expect_rejected(c, "q", {"rank 3"});
+  c.q = view(kQ, DType::kF16, {4, 64, 512});
+  expect_rejected(c, "q", {"bfloat16", "float16"});
+  c.q = view(kQ, DType::kBf16, {4, 64, 576});
+  expect_rejected(c, "q", {"512"});
+  c.q = view(kQ + 2, DType::kBf16, {4, 64, 512});
+  expect_rejected(c, "q", {"16-byte aligned"});
+  c.q = view(kQ, DType::kBf16, {4, 64, 512});
+  c.q.strides[0] = 64 * 1024;  // padded token stride
+  expect_rejected(c, "q", {"contiguous"});
+  for (int h : {0, 4, 12, 36, 136, 256}) {
+    Call bad(4, h, 128);
+    INFO("H " << h);
+    expect_rejected(bad, "q", {"multiples of 8 in [8, 128]"}, ErrorCode::kUnsupported);
+  }
+  for (int h : {8, 16, 24, 40, 48, 80, 96, 112, 120, 128}) {
+    INFO("H " << h);
+    CHECK_NOTHROW(Call(2, h, 64).plan());
+  }
+  c = Call();
+  c.q.data = nullptr;
+  expect_rejected(c, "q", {"null"});
+}
+
+TEST_CASE("sparse validation: output and out_lse", "[unit]") {
+  Call c;
+  c.output = view(kOut, DType::kF32, {4, 64, 512});
+  expect_rejected(c, "output", {"bfloat16"});
+  c.output = view(kOut, DType::kBf16, {4, 32, 512});
+  expect_rejected(c, "output", {"[4, 64, 512]"});
+  c.output = view(kOut, DType::kBf16, {4, 64, 512, 1});
+  expect_rejected(c, "output", {"rank 3"});
+  c.output = view(kOut, DType::kBf16, {4, 64, 512});
+  c.output.strides[0] = 64 * 1024;
+  expect_rejected(c, "output", {"contiguous"});
+  c.output = view(kOut + 4, DType::kBf16, {4, 64, 512});
+  expect_rejected(c, "output", {"16-byte aligned"});
+
+  c = Call();
+  c.out_lse = view(kLse, DType::kBf16, {4, 64});
+  expect_rejected(c, "out_lse", {"float32"});
+  c.out_lse = view(kLse, DType::kF32, {4, 72});
+  expect_rejected(c, "out_lse", {"[4, 64]"});
+  c.out_lse = view(kLse, DType::kF32, {4 * 64});
+  expect_rejected(c, "out_lse", {"rank 2"});
+  c.out_lse = view(kLse, DType::kF32, {4, 64});
+  c.out_lse.strides[0] = 128;
+  expect_rejected(c, "out_lse", {"contiguous"});
+  c.out_lse = view(kLse + 2, DType::kF32, {4, 64});
+  expect_rejected(c, "out_lse", {"4-byte aligned"});
+}
+
+TEST_CASE("sparse validation: kv_cache layouts, strides and alignment", "[unit]") {
+  Call c;
+  // The three layouts, dense and with a padded page stride, at several page sizes.
+  for (int page : {1, 2, 32, 64, 128, 100}) {
+    INFO("page " << page);
+    c.kv = cache3(kKv, 16, page);
+    CHECK_NOTHROW(c.plan());
+    c.kv = cache3(kKv, 16, page, page * 384 + 16);
+    CHECK_NOTHROW(c.plan());
+    c.kv = view(kKv, DType::kU8, {16, 1, page, 384});  // HND
+    CHECK_NOTHROW(c.plan());
+    c.kv.strides[0] = page * 384 + 32;
+    CHECK_NOTHROW(c.plan());
+    c.kv = view(kKv, DType::kU8, {16, page, 1, 384});  // NHD
+    CHECK_NOTHROW(c.plan());
+    c.kv.strides[0] = page * 384 + 48;
+    CHECK_NOTHROW(c.plan());
+  }
+  c.kv = cache3(kKv, 1, 64, 7);  // one page: its stride is never used
+  CHECK_NOTHROW(c.plan());
+
+  c.kv = view(kKv, DType::kI8, {16, 64, 384});
+  expect_rejected(c, "kv_cache", {"uint8", "int8"});
+  c.kv = view(kKv, DType::kU8, {16 * 64 * 384});
+  expect_rejected(c, "kv_cache", {"rank 3 or 4"});
+  c.kv = view(kKv, DType::kU8, {16, 64, 352});
+  expect_rejected(c, "kv_cache", {"384"});
+  c.kv = view(kKv, DType::kU8, {16, 2, 32, 384});
+  expect_rejected(c, "kv_cache", {"HND [P, 1, page, 384]", "[16, 2, 32, 384]"});
+  c.kv = cache3(kKv, 16, 64);
+  c.kv.strides = {64 * 384 * 2, 384 * 2, 2, 0, 0, 0};
+  expect_rejected(c, "kv_cache", {"stride(-1) == 1"});
+  c.kv = cache3(kKv + 8, 16, 64);
+  expect_rejected(c, "kv_cache", {"16-byte aligned"});
+  c.kv = cache3(kKv, 16, 64, 64 * 384 + 8);
+  expect_rejected(c, "kv_cache", {"multiple of 16", "24584"});
+  c.kv = cache3(kKv, 16, 64, 64 * 384 - 16);
+  expect_rejected(c, "kv_cache", {">= page_size * 384 = 24576"});
+  c.kv = cache3(kKv, 16, 64);
+  c.kv.strides[1] = 512;  // tokens not packed within a page
+  c.kv.strides[0] = 64 * 512;
+  expect_rejected(c, "kv_cache", {"token stride 384", "512"});
+  c.kv = view(kKv, DType::kU8, {16, 1, 64, 384});
+  c.kv.strides[2] = 400;
+  c.kv.strides[0] = 64 * 400;
+  expect_rejected(c, "kv_cache", {"token stride 384"});
+  c.kv = view(kKv, DType::kU8, {16, 0, 384});
+  expect_rejected(c, "kv_cache", {"page size >= 1"});
+  c.kv = cache3(kKv, 16, 64);
+  c.kv.data = nullptr;
+  expect_rejected(c, "kv_cache", {"null"});
+}
+
+TEST_CASE("sparse validation: indices and topk_length", "[unit]") {
+  Call c;
+  c.indices = view(kIdx, DType::kI32, {4, 1, 128});
+  CHECK(c.plan() == Call().plan());
+  c.indices = view(kIdx, DType::kI32, {4, 128});
+  c.indices.strides[0] = 256;  // a row stride wider than topk is fine
+  CHECK_NOTHROW(c.plan());
+
+  c.indices = view(kIdx, DType::kI64, {4, 128});
+  expect_rejected(c, "indices", {"int32", "int64"});
+  c.indices = view(kIdx, DType::kI32, {4 * 128});
+  expect_rejected(c, "indices", {"rank 2 or 3"});
+  c.indices = view(kIdx, DType::kI32, {4, 2, 64});
+  expect_rejected(c, "indices", {"[T, 1, topk]", "[4, 2, 64]"});
+  c.indices = view(kIdx, DType::kI32, {3, 128});
+  expect_rejected(c, "indices", {"T = 4"});
+  c.indices = view(kIdx, DType::kI32, {4, 0});
+  expect_rejected(c, "indices", {"topk (last dimension) >= 1"});
+  c.indices = view(kIdx, DType::kI32, {4, 128});
+  c.indices.strides = {256, 2, 0, 0, 0, 0};
+  expect_rejected(c, "indices", {"stride(-1) == 1"});
+  c.indices = view(kIdx + 2, DType::kI32, {4, 128});
+  expect_rejected(c, "indices", {"4-byte aligned"});
+
+  c = Call();
+  c.opt.topk_length = view(kLen, DType::kI32, {4});
+  CHECK_NOTHROW(c.plan());
+  c.opt.topk_length = view(kLen, DType::kI32, {3});
+  expect_rejected(c, "topk_length", {"at least T = 4 entries", "[3]"});
+  c.opt.topk_length = view(kLen, DType::kI64, {4});
+  expect_rejected(c, "topk_length", {"int32"});
+  c.opt.topk_length = view(kLen, DType::kI32, {4, 1});
+  expect_rejected(c, "topk_length", {"rank 1"});
+  c.opt.topk_length = view(kLen, DType::kI32, {4});
+  c.opt.topk_length->strides[0] = 2;
+  expect_rejected(c, "topk_length", {"stride(0) == 1"});
+}
+
+TEST_CASE("sparse validation: attn_sink, sm_scale, lse_scale", "[unit]") {
+  Call c;
+  c.opt.attn_sink = view(kSink, DType::kF32, {64});
+  CHECK_NOTHROW(c.plan());
+  c.opt.attn_sink = view(kSink, DType::kF32, {63});
+  expect_rejected(c, "attn_sink", {"at least H = 64 entries"});
+  c.opt.attn_sink = view(kSink, DType::kBf16, {64});
+  expect_rejected(c, "attn_sink", {"float32"});
+  c.opt.attn_sink = view(kSink + 1, DType::kF32, {64});
+  expect_rejected(c, "attn_sink", {"aligned"});
+
+  c = Call();
+  c.sm_scale = 0.0;
+  expect_rejected(c, "sm_scale");
+  c.sm_scale = NAN;
+  expect_rejected(c, "sm_scale");
+  c = Call();
+  c.opt.lse_scale = INFINITY;
+  expect_rejected(c, "lse_scale", {"finite"});
+  c.opt.lse_scale = 1e300;  // overflows float32
+  expect_rejected(c, "lse_scale", {"finite"});
+}
+
+TEST_CASE("sparse validation: extra cache, indices and lengths come together", "[unit]") {
+  Call c;
+  c.with_extra(512).with_mid(16);
+  CHECK_NOTHROW(c.plan());
+  c.opt.extra_topk_length = view(kXLen, DType::kI32, {4});
+  CHECK_NOTHROW(c.plan());
+  c.opt.extra_topk_length = view(kXLen, DType::kI32, {2});
+  expect_rejected(c, "extra_topk_length", {"at least T = 4"});
+
+  Call alone;
+  alone.opt.extra_kv_cache = cache3(kXKv, 64, 2);
+  expect_rejected(alone, "extra_indices", {"extra_kv_cache"});
+  alone.opt.extra_kv_cache.reset();
+  alone.opt.extra_indices = view(kXIdx, DType::kI32, {4, 512});
+  expect_rejected(alone, "extra_kv_cache", {"extra_indices"});
+  alone.opt.extra_indices.reset();
+  alone.opt.extra_topk_length = view(kXLen, DType::kI32, {4});
+  expect_rejected(alone, "extra_topk_length", {"without extra_indices"});
+
+  // The extra pool follows the same format rules under its own name, with its own page geometry.
+  Call x;
+  x.with_extra(64).with_mid(16);
+  for (int page : {2, 32, 64}) {
+    x.opt.extra_kv_cache = view(kXKv, DType::kU8, {64, 1, page, 384});
+    CHECK_NOTHROW(x.plan());
+    x.opt.extra_kv_cache = view(kXKv, DType::kU8, {64, page, 1, 384});
+    CHECK_NOTHROW(x.plan());
+  }
+  x.opt.extra_kv_cache = cache3(kXKv + 4, 64, 2);
+  expect_rejected(x, "extra_kv_cache", {"16-byte aligned"});
+  x.opt.extra_kv_cache = cache3(kXKv, 64, 2, 2 * 384 + 4);
+  expect_rejected(x, "extra_kv_cache", {"multiple of 16"});
+  x.opt.extra_kv_cache = cache3(kXKv, 64, 2, 384);
+  expect_rejected(x, "extra_kv_cache", {">= page_size * 384 = 768"});
+  x.opt.extra_kv_cache = view(kXKv, DType::kU8, {64, 2, 2, 384});
+  expect_rejected(x, "extra_kv_cache", {"NHD"});
+  x.opt.extra_kv_cache = view(kXKv, DType::kBf16, {64, 2, 384});
+  expect_rejected(x, "extra_kv_cache", {"uint8"});
+  x.opt.extra_kv_cache = cache3(kXKv, 64, 2);
+  x.opt.extra_indices = view(kXIdx, DType::kI32, {5, 64});
+  expect_rejected(x, "extra_indices", {"T = 4"});
+  x.opt.extra_indices = view(kXIdx, DType::kF32, {4, 64});
+  expect_rejected(x, "extra_indices", {"int32"});
+  x.opt.extra_indices = view(kXIdx, DType::kI32, {4, 1, 64});
+  CHECK_NOTHROW(x.plan());
+  x.opt.extra_indices = view(kXIdx, DType::kI32, {4, 0});  // an empty extra section is allowed
+  CHECK(x.plan() == Call().plan());
+}
+
+TEST_CASE("sparse validation: outputs must not overlap inputs or each other", "[unit]") {
+  Call c;
+  c.output = view(kQ, DType::kBf16, {4, 64, 512});  // in-place over q
+  expect_rejected(c, "output", {"disjoint from 'q'"});
+  c = Call();
+  c.out_lse = view(kKv + 1024, DType::kF32, {4, 64});
+  expect_rejected(c, "out_lse", {"disjoint from 'kv_cache'"});
+  c = Call();
+  c.out_lse = view(kOut + 4 * 64 * 1024 - 16, DType::kF32, {4, 64});  // tail of output
+  expect_rejected(c, "output", {"disjoint from 'out_lse'"});
+  c = Call();
+  c.opt.topk_length = view(kOut + 64, DType::kI32, {4});
+  expect_rejected(c, "output", {"disjoint from 'topk_length'"});
+  c = Call();
+  c.opt.attn_sink = view(kLse, DType::kF32, {64});
+  expect_rejected(c, "out_lse", {"disjoint from 'attn_sink'"});
+  c = Call();
+  c.with_extra(64);
+  c.opt.extra_indices = view(kOut, DType::kI32, {4, 64});
+  expect_rejected(c, "output", {"disjoint from 'extra_indices'"});
+  c = Call(4, 64, 512);
+  c.with_mid(8);
+  c.opt.mid_out = view(kIdx, DType::kBf16, {4, 64, 8, 512});
+  expect_rejected(c, "mid_out", {"disjoint from 'indices'"});
+  c.with_mid(8);
+  c.opt.mid_lse = view(kOut, DType::kF32, {4, 64, 8});
+  expect_rejected(c, "mid_lse", {"disjoint from 'output'"});
+  c.with_mid(8);
+  c.opt.mid_lse = view(kMidOut + 4096, DType::kF32, {4, 64, 8});
+  expect_rejected(c, "mid_out", {"disjoint from 'mid_lse'"});
+}
+
+TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
+  sp::register_sparse_family();
+  const kiln::Family& f = kiln::find_family("sparse_nvfp4");
+  const auto canon = f.canonicalize({{"heads", 64}});
+  CHECK(canon == nlohmann::json{{"heads", 64}, {"head_tiles", 1}, {"has_extra", false}, {"split", false}});
+  const auto fails = [&](const nlohmann::json& p, const std::string& part) {
+    try {
+      f.canonicalize(p);
+      FAIL("accepted " << p.dump());
+    } catch (const Error& e) {
+      INFO(e.what());
+      CHECK(e.code() == ErrorCode::kInvalidArgument);
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+  };
+  fails(nlohmann::json::object(), "'heads'");
+  fails({{"heads", 12}}, "'heads'");
+  fails({{"heads", 136}}, "'heads'");
+  fails({{"heads", "64"}}, "'heads'");
+  fails({{"heads", 64}, {"head_tiles", 3}}, "'head_tiles'");
+  fails({{"heads", 48}, {"head_tiles", 2}}, "heads % 32");
+  fails({{"heads", 64}, {"split", 1}}, "'split'");
+  fails({{"heads", 64}, {"has_extra", "yes"}}, "'has_extra'");
+  fails({{"heads", 64}, {"page_size", 64}}, "no field 'page_size'");
+  fails(nlohmann::json::array(), "JSON object");
+
+  const sp::SparsePolicy direct{128, 2, true, false};
+  const kiln::KernelSource s1 = f.render(direct.key("sm_90a").policy());
+  REQUIRE(s1.name_expressions.size() == 1);
+  CHECK(s1.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<128, 2, true, false>");
+  CHECK(s1.source.find("sparse_nvfp4/kernel.cuh") != std::string::npos);
+  const sp::SparsePolicy split{16, 1, false, true};
+  const kiln::KernelSource s2 = f.render(split.key("sm_120a").policy());
+  REQUIRE(s2.name_expressions.size() == 2);
+  CHECK(s2.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<16, 1, false, true>");
+  CHECK(s2.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<16>");
+
+  const kiln::SemanticKey k = direct.key("sm_90a");
+  CHECK(kiln::SemanticKey::parse(k.str()) == k);
+  CHECK(k.str().rfind("sparse_nvfp4:sm_90a:has_extra=true,head_tiles=2,heads=128,split=false:", 0) == 0);
+  CHECK(direct.fingerprint() != split.fingerprint());
+  CHECK(direct.fingerprint() != sp::SparsePolicy{128, 2, true, true}.fingerprint());
+  CHECK(direct.fingerprint() != sp::SparsePolicy{128, 1, true, false}.fingerprint());
+  CHECK(direct.fingerprint() != sp::SparsePolicy{128, 2, false, false}.fingerprint());
+  CHECK(direct.fingerprint() != sp::SparsePolicy{96, 2, true, false}.fingerprint());
+
+  CHECK(sp::sparse_policy(64, true, {2, 4, 2}) == sp::SparsePolicy{64, 2, true, true});
+  CHECK(sp::sparse_policy(8, false, {1, 1, 2}) == sp::SparsePolicy{8, 1, false, false});
+}
