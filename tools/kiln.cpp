@@ -17,6 +17,7 @@
 #include "runtime/kernel_service.h"
 #include "runtime/manifest.h"
 #include "tools/bench.h"
+#include "tools/bench_mla.h"
 #include "tools/default_manifest.h"
 
 namespace kiln::tools {
@@ -266,8 +267,8 @@ int main_impl(int argc, char** argv) {
   add_common(stats);
 
   BenchOptions bench_options;
-  auto* bench = app.add_subcommand("bench", "measure on this machine (jit: compile/warm/lookup/launch)");
-  bench->add_option("WHAT", bench_options.what, "jit")->required();
+  auto* bench = app.add_subcommand("bench", "measure on this machine: jit (compile/warm/lookup/launch), mla, sparse (kernels, GPU)");
+  bench->add_option("WHAT", bench_options.what, "jit, mla or sparse")->required();
   bench->add_option("--out", bench_options.out, "write the JSON report to this file");
   add_common(bench);
 
@@ -290,6 +291,7 @@ int main_impl(int argc, char** argv) {
     if (*stats) return run_stats(common);
     if (*bench) {
       bench_options.cache_dir = common.cache_dir;
+      if (bench_options.what == "mla") return run_bench_mla(bench_options);
       return run_bench(bench_options);
     }
   } catch (const Error& e) {
