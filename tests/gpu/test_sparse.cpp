@@ -1,0 +1,906 @@
+// Sparse MLA decode over the NVFP4 cache on the GPU, through the public launcher only
+// (runtime/sparse_nvfp4/launcher.h), against the fp32 oracle (tests/support/sparse_reference: Q's
+// NoPE dims NVFP4-round-tripped) at the spec's tolerances: output atol = rtol = 5e-2, LSE 2e-2.
+//
+// Every launch gets NaN-poisoned output, out_lse, mid_out and mid_lse. Cache bytes the kernels must
+// not use are NaN too: the padding between pages (page stride > minimum), and one NaN token per
+// pool that only masked slots point at (slots past topk_length; the rest of those slots hold an
+// out-of-range index, which the spec says is never read).
+//
+// Data scale: the spec's (DeepSeek V4) -- unit-normal latents and queries, with some 16-value groups
+// scaled by 0, 1e-3, 0.1 or 2 to reach the scale edge cases, sm_scale = 512^-0.5. Latent groups of
+// magnitude ~30 make the split path exceed the tolerance on a few elements because the spec stores
+// mid_out in bf16 (a property of the contract, not a kernel bug), so this suite does not use them.
+//
+// The matrix touches every value of every axis of issue 4 point 4 at least once without building
+// the cross product; the first test asserts that coverage. Every key the matrix launches is warmed
+// up front in parallel (as a server would), so compiles stay out of the per-case times.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jit/error.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_service.h"
+#include "runtime/sparse_nvfp4/family.h"
+#include "runtime/sparse_nvfp4/launcher.h"
+#include "runtime/sparse_nvfp4/planner.h"
+#include "tests/support/device_buffer.h"
+#include "tests/support/nvfp4_reference.h"
+#include "tests/support/sparse_reference.h"
+
+namespace {
+
+using kiln::DType;
+using kiln::TensorView;
+using kiln::sparse::SparseOptions;
+using kiln::sparse::SplitPlanResult;
+using kiln::testing::DeviceBuffer;
+namespace kt = kiln::testing;
+
+constexpr int kDims = 512;
+constexpr int kMaxChunksPerBlock = 16;
+// 0xff is NaN in bf16 (0xffff), fp32 (0xffffffff) and e4m3fn (0xff): one poison byte for all buffers.
+constexpr std::uint8_t kNanByte = 0xff;
+constexpr float kLn2 = 0.69314718055994531f;
+constexpr double kOutTol = 5e-2;
+constexpr double kLseTol = 2e-2;
+// An index no pool reaches: placed only in slots past topk_length, which the spec says are never read.
+constexpr std::int32_t kFarIndex = 0x7fffff00;
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Reproducible by default; `kiln_gpu_tests --rng-seed N` draws other inputs.
+std::uint64_t base_seed() {
+  const unsigned s = Catch::rngSeed();
+  return s != 0 ? s : 20251129u;
+}
+
+// splitmix64 plus Box-Muller: fast and identical on every platform (std distributions are not).
+struct Rng {
+  std::uint64_t state;
+  explicit Rng(std::uint64_t seed) : state(seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  int below(int n) { return static_cast<int>(next() % static_cast<std::uint64_t>(n)); }
+  float uniform(float lo, float hi) { return lo + (hi - lo) * static_cast<float>(next() >> 40) / 16777216.f; }
+  float normal() {
+    const float u1 = (static_cast<float>(next() >> 40) + 1.f) / 16777217.f;
+    const float u2 = static_cast<float>(next() >> 40) / 16777216.f;
+    return std::sqrt(-2.f * std::log(u1)) * std::cos(6.2831853f * u2);
+  }
+};
+
+enum class Layout { kCompact, kHnd, kNhd };  // [P, page, 384], [P, 1, page, 384], [P, page, 1, 384]
+enum class Sink { kOff, kOn, kDominated };    // kDominated: every 4th head's sink is 40 (sink-dominated rows)
+enum class Lengths { kNone, kMain, kExtra, kBoth };
+
+const char* layout_name(Layout l) { return l == Layout::kCompact ? "compact" : l == Layout::kHnd ? "HND" : "NHD"; }
+const char* sink_name(Sink s) { return s == Sink::kOff ? "off" : s == Sink::kOn ? "on" : "dominated"; }
+const char* lengths_name(Lengths l) {
+  return l == Lengths::kNone ? "none" : l == Lengths::kMain ? "main" : l == Lengths::kExtra ? "extra" : "both";
+}
+
+// One paged pool in the 384-byte format, host image and device copy. The last token is the NaN
+// token; padding between pages is NaN; scale padding bytes 28..31 are zero as the format requires.
+struct Pool {
+  int page_size = 0;
+  long long page_stride = 0;
+  long long pages = 0;
+  int valid_tokens = 0;  // tokens 0 .. valid_tokens-1 hold data; token valid_tokens is the NaN token
+  int nan_token = 0;
+  std::vector<std::uint8_t> host;
+  std::unique_ptr<DeviceBuffer> dev;
+
+  TensorView view(Layout layout) const {
+    TensorView v;
+    v.data = dev->get();
+    v.dtype = DType::kU8;
+    if (layout == Layout::kCompact) {
+      v.rank = 3;
+      v.shape = {pages, page_size, 384};
+      v.strides = {page_stride, 384, 1};
+    } else if (layout == Layout::kHnd) {
+      v.rank = 4;
+      v.shape = {pages, 1, page_size, 384};
+      v.strides = {page_stride, static_cast<std::int64_t>(page_size) * 384, 384, 1};
+    } else {
+      v.rank = 4;
+      v.shape = {pages, page_size, 1, 384};
+      v.strides = {page_stride, 384, 384, 1};
+    }
+    return v;
+  }
+};
+
+// Latent rows at the spec's scale: unit normal, some groups scaled to the scale edge cases.
+void random_latent(Rng& rng, std::uint16_t* row) {
+  static constexpr float kGroupScales[] = {0.f, 1e-3f, 0.1f, 1.f, 1.f, 1.f, 2.f};
+  for (int g = 0; g < 28; ++g) {
+    const float m = kGroupScales[rng.below(7)];
+    for (int j = 0; j < 16; ++j) row[g * 16 + j] = kt::float_to_bf16(rng.normal() * m);
+  }
+  for (int j = 448; j < kDims; ++j) row[j] = kt::float_to_bf16(rng.normal());
+}
+
+Pool make_pool(int page_size, int stride_pad, int min_tokens, std::uint64_t seed) {
+  Pool p;
+  p.page_size = page_size;
+  p.page_stride = static_cast<long long>(page_size) * 384 + stride_pad;
+  p.pages = (min_tokens + 1 + page_size - 1) / page_size;
+  p.nan_token = static_cast<int>(p.pages * page_size - 1);
+  p.valid_tokens = p.nan_token;
+  p.host.assign(static_cast<std::size_t>(p.pages * p.page_stride), kNanByte);
+  for (long long pg = 0; pg < p.pages; ++pg) {  // scale region zero: its bytes 28..31 stay zero
+    std::memset(&p.host[pg * p.page_stride + static_cast<long long>(page_size) * 352], 0, static_cast<std::size_t>(page_size) * 32);
+  }
+  Rng rng(seed);
+  std::vector<std::uint16_t> row(kDims);
+  for (int t = 0; t < p.valid_tokens; ++t) {
+    random_latent(rng, row.data());
+    kt::nvfp4_write_token(p.host.data(), p.page_stride, page_size, t, row.data());
+  }
+  {  // NaN token: codes and RoPE all 0xff, the 28 scales NaN (0xff), padding zero
+    const long long pg = p.nan_token / page_size, r = p.nan_token % page_size;
+    std::uint8_t* base = &p.host[pg * p.page_stride];
+    std::memset(base + r * 352, kNanByte, 352);
+    std::memset(base + static_cast<long long>(page_size) * 352 + r * 32, kNanByte, 28);
+  }
+  p.dev = std::make_unique<DeviceBuffer>(p.host.size());
+  p.dev->upload(p.host.data(), p.host.size());
+  return p;
+}
+
+// Pools by page size, built on first use inside one test case and freed at its end (inside main's
+// context, so no driver call outlives it). Page strides are above the minimum (read from the view).
+class ScopedPools {
+ public:
+  ScopedPools() { current_ = this; }
+  ~ScopedPools() { current_ = nullptr; }
+  ScopedPools(const ScopedPools&) = delete;
+  ScopedPools& operator=(const ScopedPools&) = delete;
+
+  static const Pool& get(int page_size) {
+    if (current_ == nullptr) throw std::logic_error("sparse test: pool() used outside a ScopedPools");
+    auto it = current_->pools_.find(page_size);
+    if (it != current_->pools_.end()) return it->second;
+    const int pad = page_size == 2 ? 16 : page_size == 32 ? 32 : page_size == 64 ? 48 : 256;
+    return current_->pools_.emplace(page_size, make_pool(page_size, pad, 4096, 0x9001u + page_size)).first->second;
+  }
+
+ private:
+  static inline ScopedPools* current_ = nullptr;
+  std::map<int, Pool> pools_;
+};
+
+const Pool& pool(int page_size) { return ScopedPools::get(page_size); }
+
+struct SparseCase {
+  int tokens = 4;
+  int heads = 16;
+  int topk = 64;
+  int page = 64;
+  Layout layout = Layout::kCompact;
+  bool has_extra = false;
+  int extra_topk = 0;
+  int extra_page = 0;
+  Layout extra_layout = Layout::kCompact;
+  Sink sink = Sink::kOff;
+  Lengths lengths = Lengths::kNone;
+  bool ln2 = false;            // lse_scale = ln 2 (natural-log LSE) instead of 1
+  bool sweep = false;          // every forced num_splits 1..max for each valid head_tiles
+  bool rank3_indices = false;  // [T, 1, topk] instead of [T, topk]
+  int idx_pad = 0;             // indices row stride = topk + idx_pad
+  float q_scale = 1.f;
+
+  int chunks() const { return kiln::sparse::num_chunks(topk, has_extra ? extra_topk : 0); }
+  int xtopk() const { return has_extra ? extra_topk : 0; }
+  std::string label() const {
+    std::ostringstream s;
+    s << "T" << tokens << " H" << heads << " topk " << topk << " p" << page << " " << layout_name(layout);
+    if (has_extra) s << " + extra " << extra_topk << " p" << extra_page << " " << layout_name(extra_layout);
+    s << " sink " << sink_name(sink) << " len " << lengths_name(lengths) << " lse " << (ln2 ? "ln2" : "1")
+      << (rank3_indices ? " idx3" : "") << (idx_pad ? " idxpad" : "") << (q_scale != 1.f ? " q*2" : "");
+    return s.str();
+  }
+};
+
+// A launch of one case: plan overrides (none = the planners'), and whether mid_out/mid_lse are passed.
+struct Variant {
+  std::optional<int> num_splits;
+  std::optional<int> head_tiles;
+  std::string name() const {
+    std::ostringstream s;
+    s << (num_splits ? "splits=" + std::to_string(*num_splits) : std::string("planned splits"))
+      << (head_tiles ? " tiles=" + std::to_string(*head_tiles) : std::string(""));
+    return s.str();
+  }
+};
+
+int sm_count() { return kiln::KernelService::global().device_sm_count(0); }
+
+SplitPlanResult variant_plan(const SparseCase& c, const Variant& v) {
+  return kiln::sparse::resolve_plan(c.tokens, c.heads, c.topk, c.xtopk(), sm_count(), v.num_splits, 16, v.head_tiles);
+}
+
+// The variants a case launches: the planned call, and for sweeps every forced num_splits that the
+// spec's normalisation keeps (a count normalised to another one is covered by that one), with each
+// valid head_tiles. Counts below ceil(chunks / 16) are rejected on the host (checked separately).
+std::vector<Variant> variants(const SparseCase& c) {
+  std::vector<Variant> v = {Variant{}};
+  if (!c.sweep) return v;
+  const int chunks = c.chunks();
+  const int min_splits = (chunks + kMaxChunksPerBlock - 1) / kMaxChunksPerBlock;
+  for (int tiles : {1, 2}) {
+    if (tiles == 2 && c.heads % 32 != 0) continue;
+    for (int ns = min_splits; ns <= chunks; ++ns) {
+      if (kiln::sparse::resolve_splits(c.topk, c.xtopk(), ns).num_splits != ns) continue;
+      v.push_back(Variant{ns, tiles});
+    }
+  }
+  return v;
+}
+
+// Host image of one launch's inputs and the oracle's answer.
+struct HostCase {
+  SparseCase c;
+  std::vector<std::uint16_t> q;
+  std::vector<std::int32_t> idx, xidx, len, xlen;
+  std::vector<float> sink;
+  float sm_scale = 0.f;
+  std::vector<float> ref, ref_lse;
+};
+
+// Slot values: random rows, ~8% -1, ~2% other negatives (INT_MIN, -12345), ~5% duplicates of the
+// previous slot; token 2 all negative. With lengths, slots past the token's length point at the NaN
+// token or far out of range (never read).
+void fill_indices(Rng& rng, const Pool& p, int tokens, int topk, int row_stride, const std::vector<std::int32_t>* lens,
+                  std::vector<std::int32_t>& idx) {
+  idx.assign(static_cast<std::size_t>(tokens) * row_stride, kFarIndex);  // row padding: never read
+  for (int t = 0; t < tokens; ++t) {
+    const int len = lens ? std::clamp((*lens)[t], 0, topk) : topk;
+    std::int32_t* row = &idx[static_cast<std::size_t>(t) * row_stride];
+    for (int j = 0; j < topk; ++j) {
+      if (j >= len) {
+        row[j] = (j % 2) ? p.nan_token : kFarIndex;
+        continue;
+      }
+      const int r = rng.below(100);
+      std::int32_t v = rng.below(p.valid_tokens);
+      if (r < 8) v = -1;
+      else if (r < 9) v = INT_MIN;
+      else if (r < 10) v = -12345;
+      else if (r < 15 && j > 0) v = row[j - 1];
+      row[j] = v;
+    }
+    if (t == 2) {
+      for (int j = 0; j < len; ++j) row[j] = -1 - rng.below(3);  // an all-negative row
+    }
+  }
+}
+
+// Per-token active prefix: random in [0, topk], token 1 zero, token 3 past topk and token 4
+// negative (both clamped by the contract).
+std::vector<std::int32_t> make_lengths(Rng& rng, int tokens, int topk) {
+  std::vector<std::int32_t> len(tokens);
+  for (int t = 0; t < tokens; ++t) len[t] = rng.below(topk + 1);
+  if (tokens > 1) len[1] = 0;
+  if (tokens > 3) len[3] = topk + 7;
+  if (tokens > 4) len[4] = -3;
+  return len;
+}
+
+// The oracle, parallel over (token, 16-head block) units.
+void run_oracle(HostCase& h) {
+  const SparseCase& c = h.c;
+  const Pool& mp = pool(c.page);
+  const int row_stride = c.topk + c.idx_pad;
+  kt::SparseProblem pr;
+  pr.tokens = c.tokens;
+  pr.heads = c.heads;
+  pr.q = h.q.data();
+  pr.main = {mp.host.data(), mp.page_stride, mp.page_size, h.idx.data(), row_stride, c.topk, h.len.empty() ? nullptr : h.len.data()};
+  if (c.has_extra) {
+    const Pool& xp = pool(c.extra_page);
+    pr.extra = {xp.host.data(), xp.page_stride, xp.page_size, h.xidx.data(), c.extra_topk, c.extra_topk,
+                h.xlen.empty() ? nullptr : h.xlen.data()};
+  }
+  pr.attn_sink = c.sink == Sink::kOff ? nullptr : h.sink.data();
+  pr.sm_scale = h.sm_scale;
+  pr.lse_scale = c.ln2 ? kLn2 : 1.f;
+  h.ref.assign(static_cast<std::size_t>(c.tokens) * c.heads * kDims, 0.f);
+  h.ref_lse.assign(static_cast<std::size_t>(c.tokens) * c.heads, 0.f);
+  constexpr int kHeadBlock = 16;
+  const int blocks = (c.heads + kHeadBlock - 1) / kHeadBlock;
+  const int units = c.tokens * blocks;
+  std::atomic<int> next{0};
+  auto work = [&] {
+    for (int u = next++; u < units; u = next++) {
+      const int t = u / blocks, h0 = (u % blocks) * kHeadBlock, hn = std::min(kHeadBlock, c.heads - h0);
+      kt::SparseProblem s = pr;
+      s.tokens = 1;
+      s.heads = hn;
+      s.q = pr.q + (static_cast<std::size_t>(t) * c.heads + h0) * kDims;
+      s.main.indices = pr.main.indices + static_cast<std::size_t>(t) * row_stride;
+      if (s.main.lengths) s.main.lengths += t;
+      if (c.has_extra) {
+        s.extra.indices = pr.extra.indices + static_cast<std::size_t>(t) * c.extra_topk;
+        if (s.extra.lengths) s.extra.lengths += t;
+      }
+      if (s.attn_sink) s.attn_sink += h0;
+      kt::sparse_nvfp4_reference(s, h.ref.data() + (static_cast<std::size_t>(t) * c.heads + h0) * kDims,
+                                 h.ref_lse.data() + static_cast<std::size_t>(t) * c.heads + h0);
+    }
+  };
+  const int threads = std::max(1, std::min<int>(units, static_cast<int>(std::thread::hardware_concurrency())));
+  std::vector<std::thread> pool_threads;
+  for (int i = 1; i < threads; ++i) pool_threads.emplace_back(work);
+  work();
+  for (auto& th : pool_threads) th.join();
+}
+
+// Draws the inputs that change between rounds (Q, indices, lengths); the sinks and scale stay.
+void draw_inputs(HostCase& h, Rng& rng) {
+  const SparseCase& c = h.c;
+  h.q.resize(static_cast<std::size_t>(c.tokens) * c.heads * kDims);
+  for (auto& v : h.q) v = kt::float_to_bf16(rng.normal() * c.q_scale);
+  const bool main_len = c.lengths == Lengths::kMain || c.lengths == Lengths::kBoth;
+  const bool extra_len = c.has_extra && (c.lengths == Lengths::kExtra || c.lengths == Lengths::kBoth);
+  h.len = main_len ? make_lengths(rng, c.tokens, c.topk) : std::vector<std::int32_t>{};
+  fill_indices(rng, pool(c.page), c.tokens, c.topk, c.topk + c.idx_pad, main_len ? &h.len : nullptr, h.idx);
+  if (c.has_extra) {
+    h.xlen = extra_len ? make_lengths(rng, c.tokens, c.extra_topk) : std::vector<std::int32_t>{};
+    fill_indices(rng, pool(c.extra_page), c.tokens, c.extra_topk, c.extra_topk, extra_len ? &h.xlen : nullptr, h.xidx);
+  }
+}
+
+HostCase make_host_case(const SparseCase& c, std::uint64_t seed) {
+  HostCase h;
+  h.c = c;
+  Rng rng(seed);
+  h.sm_scale = 1.f / std::sqrt(512.f);  // DeepSeek V4's
+  h.sink.resize(c.heads);
+  for (int i = 0; i < c.heads; ++i) h.sink[i] = (c.sink == Sink::kDominated && i % 4 == 1) ? 40.f : rng.uniform(-2.f, 4.f);
+  draw_inputs(h, rng);
+  return h;
+}
+
+// Device buffers of one case; the launcher's tensor views over them.
+struct DeviceCase {
+  const SparseCase c;
+  DeviceBuffer q, idx, xidx, len, xlen, sink, out, lse, mid_out, mid_lse;
+  int split_stride;
+
+  explicit DeviceCase(const HostCase& h)
+      : c(h.c),
+        q(h.q.size() * 2),
+        idx(h.idx.size() * 4),
+        xidx(std::max<std::size_t>(h.xidx.size(), 1) * 4),
+        len(std::max<std::size_t>(c.tokens, 1) * 4),
+        xlen(std::max<std::size_t>(c.tokens, 1) * 4),
+        sink(static_cast<std::size_t>(c.heads) * 4),
+        out(static_cast<std::size_t>(c.tokens) * c.heads * kDims * 2),
+        lse(static_cast<std::size_t>(c.tokens) * c.heads * 4),
+        mid_out(static_cast<std::size_t>(c.tokens) * c.heads * c.chunks() * kDims * 2),
+        mid_lse(static_cast<std::size_t>(c.tokens) * c.heads * c.chunks() * 4),
+        split_stride(c.chunks()) {  // S = chunks covers every plan
+    upload(h);
+    sink.upload(h.sink);
+  }
+  // In place: the graph test replays after these change.
+  void upload(const HostCase& h) {
+    q.upload(h.q);
+    idx.upload(h.idx);
+    if (!h.xidx.empty()) xidx.upload(h.xidx);
+    if (!h.len.empty()) len.upload(h.len);
+    if (!h.xlen.empty()) xlen.upload(h.xlen);
+  }
+  void poison() {
+    for (DeviceBuffer* b : {&out, &lse, &mid_out, &mid_lse}) b->fill(kNanByte);
+  }
+
+  TensorView q_view() const { return TensorView::contiguous(q.get(), DType::kBf16, {c.tokens, c.heads, kDims}); }
+  TensorView out_view() const { return TensorView::contiguous(out.get(), DType::kBf16, {c.tokens, c.heads, kDims}); }
+  TensorView lse_view() const { return TensorView::contiguous(lse.get(), DType::kF32, {c.tokens, c.heads}); }
+  TensorView indices_view() const {
+    TensorView v;
+    v.data = idx.get();
+    v.dtype = DType::kI32;
+    const std::int64_t stride = c.topk + c.idx_pad;
+    if (c.rank3_indices) {
+      v.rank = 3;
+      v.shape = {c.tokens, 1, c.topk};
+      v.strides = {stride, stride, 1};
+    } else {
+      v.rank = 2;
+      v.shape = {c.tokens, c.topk};
+      v.strides = {stride, 1};
+    }
+    return v;
+  }
+  SparseOptions options(const Variant& v, bool with_scratch) const {
+    SparseOptions o;
+    const bool main_len = c.lengths == Lengths::kMain || c.lengths == Lengths::kBoth;
+    const bool extra_len = c.has_extra && (c.lengths == Lengths::kExtra || c.lengths == Lengths::kBoth);
+    if (main_len) o.topk_length = TensorView::contiguous(len.get(), DType::kI32, {c.tokens});
+    if (c.sink != Sink::kOff) o.attn_sink = TensorView::contiguous(sink.get(), DType::kF32, {c.heads});
+    if (c.has_extra) {
+      o.extra_kv_cache = pool(c.extra_page).view(c.extra_layout);
+      o.extra_indices = TensorView::contiguous(xidx.get(), DType::kI32, {c.tokens, c.extra_topk});
+      if (extra_len) o.extra_topk_length = TensorView::contiguous(xlen.get(), DType::kI32, {c.tokens});
+    }
+    if (with_scratch) {
+      o.mid_out = TensorView::contiguous(mid_out.get(), DType::kBf16, {c.tokens, c.heads, split_stride, kDims});
+      o.mid_lse = TensorView::contiguous(mid_lse.get(), DType::kF32, {c.tokens, c.heads, split_stride});
+    }
+    o.lse_scale = c.ln2 ? kLn2 : 1.0;
+    o.num_splits = v.num_splits;
+    o.head_tiles = v.head_tiles;
+    return o;
+  }
+  SplitPlanResult launch(const Variant& v, float sm_scale, bool with_scratch, CUstream stream) const {
+    return kiln::sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(q_view(), pool(c.page).view(c.layout), indices_view(), out_view(),
+                                                                 lse_view(), sm_scale, options(v, with_scratch), stream);
+  }
+};
+
+struct Comparison {
+  std::size_t bad = 0, bad_lse = 0, nan = 0;
+  double max_err = 0, max_lse_err = 0;
+  std::size_t worst = 0, worst_lse = 0;
+  float worst_got = 0, worst_ref = 0;
+  bool ok() const { return bad == 0 && bad_lse == 0; }
+};
+
+Comparison compare(const std::vector<std::uint16_t>& out, const std::vector<float>& lse, const HostCase& h) {
+  Comparison r;
+  for (std::size_t i = 0; i < h.ref.size(); ++i) {
+    const float o = kt::bf16_to_float(out[i]);
+    const double e = std::fabs(static_cast<double>(o) - h.ref[i]);
+    if (std::isnan(o)) ++r.nan;
+    if (!(e <= kOutTol + kOutTol * std::fabs(h.ref[i]))) ++r.bad;
+    if (!(e <= r.max_err)) {  // NaN compares false: a NaN becomes the worst
+      r.max_err = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
+      r.worst = i;
+      r.worst_got = o;
+      r.worst_ref = h.ref[i];
+    }
+  }
+  for (std::size_t i = 0; i < h.ref_lse.size(); ++i) {
+    const bool same_inf = std::isinf(h.ref_lse[i]) && lse[i] == h.ref_lse[i];
+    const double e = same_inf ? 0.0 : std::fabs(static_cast<double>(lse[i]) - h.ref_lse[i]);
+    if (!(e <= kLseTol)) ++r.bad_lse;
+    if (!(e <= r.max_lse_err)) {
+      r.max_lse_err = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
+      r.worst_lse = i;
+    }
+  }
+  return r;
+}
+
+std::string where(const SparseCase& c, std::size_t i, bool lse) {
+  std::ostringstream s;
+  const std::size_t row = lse ? i : i / kDims;
+  s << "token " << row / c.heads << " head " << row % c.heads;
+  if (!lse) s << " dim " << i % kDims;
+  return s.str();
+}
+
+struct Outputs {
+  std::vector<std::uint16_t> out;
+  std::vector<float> lse;
+  SplitPlanResult plan;
+};
+
+// Poison, launch on the legacy stream, download.
+Outputs run_variant(DeviceCase& dev, const HostCase& h, const Variant& v, bool with_scratch) {
+  dev.poison();
+  Outputs o;
+  o.plan = dev.launch(v, h.sm_scale, with_scratch, nullptr);
+  const kiln::Driver& d = kiln::Driver::get();
+  d.check(d.cuCtxSynchronize(), "cuCtxSynchronize after sparse launch");
+  o.out = dev.out.download<std::uint16_t>(h.ref.size());
+  o.lse = dev.lse.download<float>(h.ref_lse.size());
+  return o;
+}
+
+bool same_bits(const Outputs& a, const Outputs& b) {
+  return a.out.size() == b.out.size() && a.lse.size() == b.lse.size() &&
+         std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2) == 0 &&
+         std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0;
+}
+
+// CHECKs one launch against the oracle; returns whether it passed. Prints only failures (the
+// per-case summary line is printed by the caller).
+bool check_against_oracle(const HostCase& h, const Outputs& o, const std::string& what, Comparison* worst) {
+  const Comparison cmp = compare(o.out, o.lse, h);
+  if (worst != nullptr) {
+    worst->max_err = std::max(worst->max_err, cmp.max_err);
+    worst->max_lse_err = std::max(worst->max_lse_err, cmp.max_lse_err);
+    worst->bad += cmp.bad;
+    worst->bad_lse += cmp.bad_lse;
+    worst->nan += cmp.nan;
+  }
+  if (!cmp.ok()) {
+    std::printf("FAIL sparse %s [%s] plan tiles %d splits %d cpb %d: %zu bad outputs (%zu NaN), max|err| %.3g at %s (got %g, want %g); "
+                "%zu bad LSE, max %.3g at %s (got %g, want %g)\n",
+                h.c.label().c_str(), what.c_str(), o.plan.head_tiles, o.plan.num_splits, o.plan.chunks_per_block, cmp.bad, cmp.nan,
+                cmp.max_err, where(h.c, cmp.worst, false).c_str(), cmp.worst_got, cmp.worst_ref, cmp.bad_lse, cmp.max_lse_err,
+                where(h.c, cmp.worst_lse, true).c_str(), o.lse[cmp.worst_lse], h.ref_lse[cmp.worst_lse]);
+    std::fflush(stdout);
+  }
+  INFO(h.c.label() << " [" << what << "] plan tiles " << o.plan.head_tiles << " splits " << o.plan.num_splits << " cpb "
+                   << o.plan.chunks_per_block);
+  INFO(cmp.bad << " outputs out of tolerance (" << cmp.nan << " NaN), max|err| " << cmp.max_err << " at "
+               << where(h.c, cmp.worst, false) << "; " << cmp.bad_lse << " LSE out of tolerance, max " << cmp.max_lse_err << " at "
+               << where(h.c, cmp.worst_lse, true));
+  CHECK(cmp.ok());
+  return cmp.ok();
+}
+
+// One case: oracle, then every variant (planned twice: bitwise repeat), then host rejection of
+// num_splits below the minimum. One summary line per case.
+void run_case(const SparseCase& c, std::uint64_t seed, int case_number) {
+  const auto t0 = Clock::now();
+  HostCase h = make_host_case(c, seed);
+  run_oracle(h);
+  const double oracle_ms = ms_since(t0);
+  DeviceCase dev(h);
+  Comparison worst;
+  int launches = 0, failed = 0;
+  SplitPlanResult planned;
+  for (const Variant& v : variants(c)) {
+    const SplitPlanResult expect = variant_plan(c, v);
+    // Scratch only where the plan splits on odd cases: a one-split plan must not need it.
+    const bool with_scratch = expect.num_splits > 1 || case_number % 2 == 0;
+    const Outputs o = run_variant(dev, h, v, with_scratch);
+    ++launches;
+    CHECK(o.plan == expect);
+    failed += check_against_oracle(h, o, v.name(), &worst) ? 0 : 1;
+    if (!v.num_splits && !v.head_tiles) {
+      planned = o.plan;
+      const Outputs again = run_variant(dev, h, v, with_scratch);
+      ++launches;
+      INFO(c.label() << ": a repeat of the planned launch (tiles " << o.plan.head_tiles << ", splits " << o.plan.num_splits
+                     << ") is not bitwise identical");
+      const bool same = same_bits(o, again);
+      if (!same) {
+        std::printf("FAIL sparse %s: repeat of one plan not bitwise identical\n", c.label().c_str());
+        ++failed;
+      }
+      CHECK(same);
+    }
+  }
+  if (c.sweep) {
+    const int min_splits = (c.chunks() + kMaxChunksPerBlock - 1) / kMaxChunksPerBlock;
+    for (int ns = 1; ns < min_splits; ++ns) {
+      INFO(c.label() << ": num_splits " << ns << " leaves > 16 chunks per block and must be rejected on the host");
+      try {
+        dev.launch(Variant{ns, std::nullopt}, h.sm_scale, true, nullptr);
+        FAIL_CHECK("no error");
+      } catch (const kiln::Error& e) {
+        CHECK(e.code() == kiln::ErrorCode::kInvalidArgument);
+        CHECK_THAT(e.what(), Catch::Contains("num_splits"));
+      }
+    }
+  }
+  const double macs = static_cast<double>(c.tokens) * c.heads * (c.topk + c.xtopk()) * 1024;
+  std::printf("%s sparse %-100s plan %d/%d/%d  %3d launches  max|err| %.2e  max lse err %.2e  bad %zu/%zu  nan %zu  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
+              failed ? "FAIL" : "PASS", c.label().c_str(), planned.head_tiles, planned.num_splits, planned.chunks_per_block, launches,
+              worst.max_err, worst.max_lse_err, worst.bad, worst.bad_lse, worst.nan, oracle_ms, macs * 1e-9, ms_since(t0));
+  std::fflush(stdout);
+}
+
+SparseCase main_only(int t, int h, int topk, int page, Layout layout, Sink sink, Lengths len, bool ln2, bool sweep = false) {
+  SparseCase c;
+  c.tokens = t;
+  c.heads = h;
+  c.topk = topk;
+  c.page = page;
+  c.layout = layout;
+  c.sink = sink;
+  c.lengths = len;
+  c.ln2 = ln2;
+  c.sweep = sweep;
+  return c;
+}
+
+SparseCase with_extra(int t, int h, int topk, int extra_topk, int page, int extra_page, Layout layout, Layout extra_layout, Sink sink,
+                      Lengths len, bool ln2, bool sweep = false) {
+  SparseCase c = main_only(t, h, topk, page, layout, sink, len, ln2, sweep);
+  c.has_extra = true;
+  c.extra_topk = extra_topk;
+  c.extra_page = extra_page;
+  c.extra_layout = extra_layout;
+  return c;
+}
+
+constexpr Layout kC = Layout::kCompact, kH = Layout::kHnd, kN = Layout::kNhd;
+constexpr Sink kOff = Sink::kOff, kOn = Sink::kOn, kDom = Sink::kDominated;
+constexpr Lengths kNoLen = Lengths::kNone, kMainLen = Lengths::kMain, kExtraLen = Lengths::kExtra, kBothLen = Lengths::kBoth;
+constexpr bool kLn2Lse = true, kUnitLse = false, kSweep = true;
+
+// Oracle cost T * H * (topk + extra) * 1024 MACs, kept <= ~0.7 G per case (~6 G in all).
+std::vector<SparseCase> conformance_matrix() {
+  std::vector<SparseCase> m = {
+      // Main pool only: every topk, every head count, every main page size and layout.
+      main_only(6, 8, 1, 64, kC, kOff, kNoLen, kUnitLse),
+      main_only(6, 16, 64, 32, kN, kOn, kMainLen, kLn2Lse),
+      main_only(6, 32, 65, 128, kH, kDom, kMainLen, kUnitLse, kSweep),
+      main_only(5, 48, 128, 64, kN, kOn, kNoLen, kLn2Lse),
+      main_only(4, 64, 512, 32, kC, kOff, kMainLen, kUnitLse, kSweep),
+      main_only(3, 96, 2048, 128, kC, kOn, kMainLen, kLn2Lse, kSweep),
+      main_only(2, 128, 2048, 64, kH, kDom, kNoLen, kUnitLse),
+      main_only(8, 8, 2048, 32, kH, kOn, kMainLen, kUnitLse, kSweep),
+      main_only(6, 128, 65, 128, kN, kOff, kMainLen, kLn2Lse),
+      // Enough CTAs for the planners' full-wave branches (head_tiles 2 at H = 128, one split).
+      main_only(32, 128, 128, 64, kC, kOn, kNoLen, kUnitLse),
+      main_only(64, 16, 512, 128, kH, kOff, kMainLen, kLn2Lse),
+      // Extra pool: every topk with it, every (main page, extra page) pair, every extra layout.
+      with_extra(6, 8, 64, 1, 32, 2, kC, kH, kOn, kBothLen, kLn2Lse, kSweep),
+      with_extra(6, 16, 1, 64, 64, 32, kH, kN, kDom, kExtraLen, kUnitLse),
+      with_extra(5, 32, 128, 512, 128, 64, kN, kC, kOn, kBothLen, kLn2Lse, kSweep),
+      with_extra(4, 48, 512, 128, 32, 64, kC, kN, kOff, kMainLen, kUnitLse, kSweep),
+      with_extra(3, 64, 2048, 512, 64, 2, kH, kC, kOn, kBothLen, kLn2Lse, kSweep),
+      with_extra(4, 96, 65, 65, 128, 32, kC, kH, kDom, kBothLen, kUnitLse),
+      with_extra(2, 128, 512, 2048, 32, 32, kN, kN, kOn, kExtraLen, kLn2Lse, kSweep),
+      with_extra(6, 32, 2048, 64, 128, 2, kH, kH, kOff, kMainLen, kUnitLse),
+      with_extra(4, 64, 1, 2048, 64, 64, kN, kC, kOn, kExtraLen, kLn2Lse),
+      with_extra(8, 16, 128, 128, 32, 2, kC, kC, kOn, kNoLen, kUnitLse),
+  };
+  // Index-tensor variety at no cost: [T, 1, topk] on some, padded rows (stride > topk) on others;
+  // queries at twice the scale on a few (sharper softmax).
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    m[i].rank3_indices = i % 3 == 1;
+    m[i].idx_pad = i % 4 == 2 ? 8 : 0;
+    m[i].q_scale = i % 7 == 3 ? 2.f : 1.f;
+  }
+  return m;
+}
+
+// Every key the cases will launch, warmed in parallel (compiles overlap on the host's cores).
+void warm_all(const std::vector<SparseCase>& cases) {
+  kiln::KernelService& service = kiln::KernelService::global();
+  const std::string arch = service.device_arch(0);
+  std::vector<kiln::SemanticKey> keys;
+  std::set<std::string> seen;
+  for (const SparseCase& c : cases) {
+    for (const Variant& v : variants(c)) {
+      const kiln::SemanticKey key = kiln::sparse::sparse_policy(c.heads, c.has_extra, variant_plan(c, v)).key(arch);
+      if (seen.insert(key.str()).second) keys.push_back(key);
+    }
+  }
+  const auto t0 = Clock::now();
+  const auto before = service.counters();
+  service.warm(keys, {0});
+  const auto after = service.counters();
+  std::printf("sparse: warmed %zu keys in %.0f ms (%llu compiled, %.0f ms of compile time over threads)\n", keys.size(), ms_since(t0),
+              static_cast<unsigned long long>(after.compiles - before.compiles), after.compile_ms - before.compile_ms);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+TEST_CASE("sparse: the conformance matrix covers every value of every axis of issue 4", "[gpu][sparse]") {
+  const auto m = conformance_matrix();
+  std::set<int> heads, topk_main_only, topk_with_extra, main_pages, extra_pages;
+  std::set<std::pair<int, int>> page_pairs;
+  std::set<Layout> layouts, extra_layouts;
+  std::set<Sink> sinks;
+  std::set<Lengths> lengths;
+  std::set<bool> lse_scales, idx_rank3;
+  bool head_tiles_sweep = false, split_sweep = false, padded_idx = false;
+  for (const SparseCase& c : m) {
+    heads.insert(c.heads);
+    (c.has_extra ? topk_with_extra : topk_main_only).insert(c.topk);
+    main_pages.insert(c.page);
+    layouts.insert(c.layout);
+    if (c.has_extra) {
+      extra_pages.insert(c.extra_page);
+      page_pairs.insert({c.page, c.extra_page});
+      extra_layouts.insert(c.extra_layout);
+    }
+    sinks.insert(c.sink);
+    lengths.insert(c.lengths);
+    lse_scales.insert(c.ln2);
+    idx_rank3.insert(c.rank3_indices);
+    head_tiles_sweep |= c.sweep && c.heads % 32 == 0;
+    split_sweep |= c.sweep && c.chunks() > kMaxChunksPerBlock;
+    padded_idx |= c.idx_pad > 0;
+  }
+  for (int h : {8, 16, 32, 48, 64, 96, 128}) CHECK(heads.count(h) == 1);
+  for (int k : {1, 64, 65, 128, 512, 2048}) {
+    CHECK(topk_main_only.count(k) == 1);
+    CHECK(topk_with_extra.count(k) == 1);
+  }
+  for (int mp : {32, 64, 128}) {
+    for (int xp : {2, 32, 64}) CHECK(page_pairs.count({mp, xp}) == 1);
+  }
+  CHECK(layouts.size() == 3);
+  CHECK(extra_layouts.size() == 3);
+  CHECK(sinks.size() == 3);
+  CHECK(lengths.size() == 4);
+  CHECK(lse_scales.size() == 2);
+  CHECK(idx_rank3.size() == 2);
+  CHECK(head_tiles_sweep);
+  CHECK(split_sweep);
+  CHECK(padded_idx);
+  double gmacs = 0;
+  std::size_t launches = 0;
+  for (const SparseCase& c : m) {
+    gmacs += static_cast<double>(c.tokens) * c.heads * (c.topk + c.xtopk()) * 1024 * 1e-9;
+    launches += variants(c).size() + 1;
+  }
+  std::printf("sparse matrix: %zu cases, %zu launches, oracle %.1f GMAC\n", m.size(), launches, gmacs);
+  CHECK(gmacs < 10);
+}
+
+TEST_CASE("sparse: conformance matrix against the fp32 oracle", "[gpu][sparse]") {
+  ScopedPools pools;
+  const auto m = conformance_matrix();
+  warm_all(m);
+  const auto t0 = Clock::now();
+  for (std::size_t i = 0; i < m.size(); ++i) run_case(m[i], base_seed() + 101 * i, static_cast<int>(i));
+  std::printf("sparse: %zu cases in %.0f ms\n", m.size(), ms_since(t0));
+}
+
+// A few launches covering the split path, the extra pool, the sink and lengths, for
+// compute-sanitizer memcheck (slow under it: keep small).
+TEST_CASE("sparse: sanitizer subset", "[gpu][sparse][sanitizer]") {
+  ScopedPools pools;
+  SparseCase split_extra = with_extra(3, 32, 128, 64, 64, 2, kH, kC, kDom, kBothLen, kLn2Lse);
+  const std::vector<SparseCase> cases = {
+      main_only(2, 16, 65, 32, kN, kOn, kMainLen, kUnitLse),
+      split_extra,
+      main_only(2, 64, 512, 128, kC, kOff, kNoLen, kUnitLse),
+      main_only(1, 8, 1, 64, kC, kOff, kNoLen, kUnitLse),
+  };
+  warm_all(cases);
+  for (std::size_t i = 0; i < cases.size(); ++i) run_case(cases[i], base_seed() + 7 * i, static_cast<int>(i));
+  // The split path with the extra pool and the sink, forced (3 splits of 1 chunk), both tilings.
+  HostCase h = make_host_case(split_extra, base_seed() + 99);
+  run_oracle(h);
+  DeviceCase dev(h);
+  for (const Variant& v : {Variant{3, 1}, Variant{3, 2}}) {
+    kiln::sparse::warm_sparse(kiln::sparse::sparse_policy(split_extra.heads, true, variant_plan(split_extra, v)), {0});
+    const Outputs o = run_variant(dev, h, v, true);
+    CHECK(o.plan.num_splits == 3);
+    check_against_oracle(h, o, v.name(), nullptr);
+  }
+}
+
+TEST_CASE("sparse: T == 0 returns the plan without launching, even on a capturing stream with a cold key", "[gpu][sparse][sanitizer]") {
+  const kiln::Driver& d = kiln::Driver::get();
+  ScopedPools pools;
+  // H = 120 appears nowhere else in this suite: its keys are never warm, so any launch attempt
+  // during capture would throw kNotWarm, and any compile or load would move the counters.
+  const int heads = 120, topk = 2048;
+  DeviceBuffer q(4096), out(4096), lse(4096), idx(4096), xidx(4096), mid(4096);
+  const Pool& p = pool(64);
+  SparseOptions opt;
+  opt.extra_kv_cache = pool(2).view(Layout::kCompact);
+  opt.extra_indices = TensorView::contiguous(xidx.get(), DType::kI32, {0, 512});
+  opt.num_splits = 4;
+  CUstream stream = nullptr;
+  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const auto before = kiln::KernelService::global().counters();
+  d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  SplitPlanResult plan;
+  try {
+    plan = kiln::sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(
+        TensorView::contiguous(q.get(), DType::kBf16, {0, heads, kDims}), p.view(Layout::kCompact),
+        TensorView::contiguous(idx.get(), DType::kI32, {0, topk}), TensorView::contiguous(out.get(), DType::kBf16, {0, heads, kDims}),
+        TensorView::contiguous(lse.get(), DType::kF32, {0, heads}), 1.0 / std::sqrt(512.0), opt, stream);
+  } catch (...) {
+    CUgraph g = nullptr;
+    d.cuStreamEndCapture(stream, &g);
+    if (g) d.cuGraphDestroy(g);
+    d.cuStreamDestroy(stream);
+    throw;
+  }
+  CUgraph graph = nullptr;
+  d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+  if (graph) d.cuGraphDestroy(graph);
+  d.cuStreamDestroy(stream);
+  const auto after = kiln::KernelService::global().counters();
+  CHECK(after.compiles == before.compiles);
+  CHECK(after.loads == before.loads);
+  CHECK(after.memory_hits == before.memory_hits);
+  CHECK(plan.num_splits == 4);  // 40 chunks forced into 4 splits of 10
+  CHECK(plan.chunks_per_block == 10);
+}
+
+// Captures one launch after warming its exact policy, then replays after rewriting Q, indices and
+// lengths in place; every replay must equal an eager launch bit for bit and the oracle within tolerance.
+TEST_CASE("sparse: graph replay after in-place index and length changes equals eager", "[gpu][sparse]") {
+  ScopedPools pools;
+  const kiln::Driver& d = kiln::Driver::get();
+  struct GraphCase {
+    SparseCase c;
+    Variant v;
+  };
+  const std::vector<GraphCase> cases = {
+      {with_extra(4, 64, 512, 128, 64, 2, kC, kH, kOn, kBothLen, kUnitLse), Variant{}},                // planned (splits)
+      {main_only(16, 128, 128, 128, kN, kDom, kMainLen, kLn2Lse), Variant{1, 2}},                      // one split, 2 tiles
+      {with_extra(2, 16, 2048, 64, 32, 32, kH, kN, kOff, kExtraLen, kUnitLse), Variant{5, std::nullopt}},  // forced split
+  };
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    const SparseCase& c = cases[ci].c;
+    const Variant& v = cases[ci].v;
+    Rng rng(base_seed() + 4242 + ci);
+    HostCase h = make_host_case(c, base_seed() + 4242 + ci);
+    run_oracle(h);
+    DeviceCase dev(h);
+    // The launcher's own plan for this call on this device, then its exact policy warmed.
+    const SparseOptions opt = dev.options(v, true);
+    const SplitPlanResult plan = kiln::sparse::plan_sparse_decode(dev.q_view(), pool(c.page).view(c.layout), dev.indices_view(),
+                                                                  dev.out_view(), dev.lse_view(), h.sm_scale, opt, sm_count());
+    kiln::sparse::warm_sparse(kiln::sparse::sparse_policy(c.heads, c.has_extra, plan), {0});
+
+    CUstream stream = nullptr;
+    d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    SplitPlanResult captured;
+    try {
+      captured = dev.launch(v, h.sm_scale, true, stream);
+    } catch (...) {
+      d.cuStreamEndCapture(stream, &graph);
+      if (graph) d.cuGraphDestroy(graph);
+      d.cuStreamDestroy(stream);
+      throw;
+    }
+    d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+    d.check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+    CHECK(captured == plan);
+
+    for (int round = 0; round < 3; ++round) {
+      if (round > 0) {  // new Q, indices and lengths at the same addresses
+        draw_inputs(h, rng);
+        run_oracle(h);
+        dev.upload(h);
+      }
+      dev.poison();
+      d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
+      d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
+      d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize after replay");
+      Outputs replayed;
+      replayed.plan = captured;
+      replayed.out = dev.out.download<std::uint16_t>(h.ref.size());
+      replayed.lse = dev.lse.download<float>(h.ref_lse.size());
+      const Outputs eager = run_variant(dev, h, v, true);
+      const std::string what = "graph round " + std::to_string(round);
+      INFO(c.label() << " " << what << ": replay differs from eager");
+      CHECK(same_bits(replayed, eager));
+      const bool ok = check_against_oracle(h, replayed, what, nullptr);
+      std::printf("%s sparse graph %-90s %s plan %d/%d/%d\n", ok && same_bits(replayed, eager) ? "PASS" : "FAIL", c.label().c_str(),
+                  what.c_str(), captured.head_tiles, captured.num_splits, captured.chunks_per_block);
+      std::fflush(stdout);
+    }
+    d.cuGraphExecDestroy(exec);
+    d.cuGraphDestroy(graph);
+    d.cuStreamDestroy(stream);
+  }
+}

@@ -1,0 +1,188 @@
+#include "tools/bench_ceilings.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "jit/compiler.h"
+#include "jit/error.h"
+
+namespace kiln::tools {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// The bf16 tensor-core ceiling without cuBLAS (from tools/bench_mla.cpp): every warp runs kChains
+// independent chains of mma.sync m16n8k16 (bf16 in, fp32 accumulate) on register operands, 32 warps
+// per SM. No memory traffic, so its rate is the mma.sync issue limit; Hopper's wgmma peaks higher.
+constexpr const char* kMmaPeakSource = R"(
+namespace kiln_bench {
+constexpr int kChains = 8;
+__global__ void __launch_bounds__(256, 4) mma_peak(float* out, int iters) {
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  // Thread-dependent, non-zero bf16 pairs near 2^-7 (no overflow over any iteration count used).
+  unsigned a[4], b[2];
+  for (int i = 0; i < 4; ++i) a[i] = 0x3c003c00u ^ ((t * 2654435761u + i * 40503u) & 0x007f007fu);
+  for (int i = 0; i < 2; ++i) b[i] = 0x3c003c00u ^ ((t * 2246822519u + i * 3266489917u) & 0x007f007fu);
+  float c[kChains][4];
+  for (int k = 0; k < kChains; ++k) c[k][0] = c[k][1] = c[k][2] = c[k][3] = 0.f;
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int k = 0; k < kChains; ++k) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(c[k][0]), "+f"(c[k][1]), "+f"(c[k][2]), "+f"(c[k][3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+  }
+  float s = 0.f;
+  for (int k = 0; k < kChains; ++k) s += c[k][0] + c[k][1] + c[k][2] + c[k][3];
+  out[t] = s;  // keeps every chain live
+}
+}  // namespace kiln_bench
+)";
+constexpr int kMmaChains = 8;
+constexpr int kMmaThreads = 256;
+constexpr int kMmaBlocksPerSm = 4;
+constexpr int kMmaIters = 32768;
+
+// splitmix64
+std::uint64_t mix(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::uint16_t bf16_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+}  // namespace
+
+void bench_check(CUresult r, const char* call, const std::string& where) {
+  if (r == CUDA_SUCCESS) return;
+  Driver::get().check(r, fmt::format("{} ({})", call, where).c_str());
+}
+
+BenchDeviceMemory::BenchDeviceMemory(std::size_t bytes, const std::string& what) : bytes_(bytes) {
+  bench_check(Driver::get().cuMemAlloc(&ptr_, std::max<std::size_t>(bytes, 256)), "cuMemAlloc",
+              fmt::format("{}: {:.1f} MiB", what, static_cast<double>(bytes) / kBenchMiB));
+}
+
+BenchDeviceMemory::~BenchDeviceMemory() {
+  if (ptr_) Driver::get().cuMemFree(ptr_);
+}
+
+BenchEvent::BenchEvent(const std::string& where) {
+  bench_check(Driver::get().cuEventCreate(&e_, CU_EVENT_DEFAULT), "cuEventCreate", where);
+}
+
+BenchEvent::~BenchEvent() {
+  if (e_) Driver::get().cuEventDestroy(e_);
+}
+
+double measure_copy_tb_s(const BenchDeviceMemory& src, const BenchDeviceMemory& dst, CUstream stream, int samples) {
+  const Driver& d = Driver::get();
+  const std::size_t n = std::min(src.bytes(), dst.bytes());
+  const std::string where = fmt::format("copy ceiling: {} MiB", n / kBenchMiB);
+  std::vector<double> ms;
+  for (int i = 0; i <= samples; ++i) {
+    const double t = bench_time_ms(stream, where, [&] {
+      bench_check(d.cuMemcpyDtoDAsync(dst.ptr(), src.ptr(), n, stream), "cuMemcpyDtoDAsync", where);
+    });
+    if (i > 0) ms.push_back(t);  // the first copy is the warm-up
+  }
+  return 2.0 * static_cast<double>(n) / (median(ms) * 1e-3) * 1e-12;
+}
+
+BenchMmaPeak::BenchMmaPeak(const std::string& arch, int sm_count) : blocks_(sm_count * kMmaBlocksPerSm) {
+  const Driver& d = Driver::get();
+  const CompileResult r = Compiler().compile(KernelSource{kMmaPeakSource, {"kiln_bench::mma_peak"}}, arch, "bench:mma_peak");
+  bench_check(d.cuModuleLoadData(&module_, r.cubin.data()), "cuModuleLoadData", "mma.sync peak kernel");
+  bench_check(d.cuModuleGetFunction(&function_, module_, r.lowered_names.at(0).c_str()), "cuModuleGetFunction",
+              "mma.sync peak kernel");
+  out_ = std::make_unique<BenchDeviceMemory>(static_cast<std::size_t>(blocks_) * kMmaThreads * 4, "mma.sync peak output");
+}
+
+BenchMmaPeak::~BenchMmaPeak() {
+  if (module_) Driver::get().cuModuleUnload(module_);
+}
+
+double BenchMmaPeak::measure(CUstream stream) const {
+  const Driver& d = Driver::get();
+  CUdeviceptr out = out_->ptr();
+  int iters = kMmaIters;
+  void* args[] = {&out, &iters};
+  std::vector<double> ms;
+  for (int i = 0; i < 8; ++i) {
+    const double t = bench_time_ms(stream, "mma.sync peak", [&] {
+      bench_check(d.cuLaunchKernel(function_, blocks_, 1, 1, kMmaThreads, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel",
+                  "mma.sync peak kernel");
+    });
+    if (i > 0) ms.push_back(t);
+  }
+  float probe[4] = {};
+  bench_check(d.cuMemcpyDtoH(probe, out, sizeof probe), "cuMemcpyDtoH", "mma.sync peak output");
+  for (float f : probe) {
+    if (!std::isfinite(f) || f == 0.f) {
+      throw Error(ErrorCode::kInternal, fmt::format("mma.sync peak kernel produced {} (expected finite, non-zero)", f));
+    }
+  }
+  const double flop = 2.0 * 16 * 8 * 16 * kMmaChains * static_cast<double>(iters) * blocks_ * (kMmaThreads / 32);
+  return flop / (median(ms) * 1e-3) * 1e-12;
+}
+
+std::string BenchMmaPeak::method() {
+  return fmt::format("NVRTC-compiled kernel: {} independent mma.sync.m16n8k16 bf16->fp32 chains per warp on register operands, "
+                     "{} warps per SM, {} iterations; median of 7 after a warm-up",
+                     kMmaChains, kMmaThreads / 32 * kMmaBlocksPerSm, kMmaIters);
+}
+
+std::string bench_power_state() {
+  std::string out;
+  if (FILE* p = popen("nvidia-smi --query-gpu=pstate,power.draw,power.limit,clocks.sm,clocks.max.sm,temperature.gpu "
+                      "--format=csv,noheader 2>/dev/null | head -1",
+                      "r")) {
+    std::array<char, 256> buf{};
+    while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+void bench_fill_bf16(CUdeviceptr dst, std::size_t bytes, std::size_t rotation, const std::string& where) {
+  static const std::vector<std::uint16_t> pattern = [] {
+    std::vector<std::uint16_t> w(16 * kBenchMiB);
+    std::uint64_t state = 0x6b696c6e;
+    for (std::size_t i = 0; i < w.size(); i += 4) {
+      const std::uint64_t r = mix(state);
+      for (std::size_t k = 0; k < 4; ++k) w[i + k] = bf16_bits(static_cast<float>((r >> (16 * k)) & 0xffff) / 32768.f - 1.f);
+    }
+    return w;
+  }();
+  const Driver& d = Driver::get();
+  const std::size_t pattern_bytes = pattern.size() * 2;
+  std::size_t start = (rotation * 4099 * 2) % pattern_bytes;  // odd word stride: rotations differ
+  for (std::size_t off = 0; off < bytes;) {
+    const std::size_t n = std::min(bytes - off, pattern_bytes - start);
+    bench_check(d.cuMemcpyHtoD(dst + off, reinterpret_cast<const char*>(pattern.data()) + start, n), "cuMemcpyHtoD", where);
+    off += n;
+    start = 0;
+  }
+}
+
+}  // namespace kiln::tools
