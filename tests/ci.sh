@@ -71,14 +71,19 @@ configure_build() {  # dir, cmake args..., -- targets...
   fi
 }
 
+# The clang tree. --as-needed: CMake's CUDA::nvrtc target drags in the libcuda *stub* as a link
+# dependency; Debian's gcc links --as-needed by default and drops it, clang does not, and a binary
+# with DT_NEEDED libcuda.so.1 cannot even start on a machine without a driver (kiln dlopens libcuda).
+asan_args=(-DKILN_SANITIZE=address,undefined,fuzzer-no-link -DKILN_BUILD_FUZZERS=ON
+  "-DCMAKE_CXX_FLAGS=-g1 -fno-sanitize-recover=all" "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed")
+
 stage_normal() {
   configure_build build || return 1
   (cd build && ctest --output-on-failure -j"$jobs")
 }
 
 stage_asan() {
-  CXX=clang++ configure_build build-asan -DKILN_SANITIZE=address,undefined,fuzzer-no-link -DKILN_BUILD_FUZZERS=ON \
-    "-DCMAKE_CXX_FLAGS=-g1 -fno-sanitize-recover=all" \
+  CXX=clang++ configure_build build-asan "${asan_args[@]}" \
     -- kiln store_worker kiln_unit_tests kiln_nvrtc_tests || return 1
   (cd build-asan && ctest --output-on-failure -j"$jobs" -L 'unit|nvrtc')
 }
@@ -90,8 +95,7 @@ stage_tsan() {
 }
 
 stage_fuzz() {
-  CXX=clang++ configure_build build-asan -DKILN_SANITIZE=address,undefined,fuzzer-no-link -DKILN_BUILD_FUZZERS=ON \
-    "-DCMAKE_CXX_FLAGS=-g1 -fno-sanitize-recover=all" \
+  CXX=clang++ configure_build build-asan "${asan_args[@]}" \
     -- fuzz_entry fuzz_manifest fuzz_semantic_key || return 1
   local rc=0 target
   for target in entry manifest semantic_key; do

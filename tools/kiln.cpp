@@ -18,6 +18,7 @@
 #include "runtime/manifest.h"
 #include "tools/bench.h"
 #include "tools/bench_mla.h"
+#include "tools/bench_sparse.h"
 #include "tools/default_manifest.h"
 
 namespace kiln::tools {
@@ -292,6 +293,7 @@ int main_impl(int argc, char** argv) {
     if (*bench) {
       bench_options.cache_dir = common.cache_dir;
       if (bench_options.what == "mla") return run_bench_mla(bench_options);
+      if (bench_options.what == "sparse") return run_bench_sparse(bench_options);
       return run_bench(bench_options);
     }
   } catch (const Error& e) {

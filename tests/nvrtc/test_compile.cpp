@@ -1,6 +1,7 @@
 // NVRTC compiles (no GPU): every key of the embedded default manifest for every arch, determinism,
 // compile errors, the KernelService tiers and counters, miss recording, and `kiln prebuild` from
-// real processes. Each NVRTC compile costs about a second, so every test compiles as little as it can.
+// real processes. NVRTC compiles cost 0.2-5 s each, so every test compiles as little as it can: the
+// default manifest is compiled once, by `kiln prebuild`, and its cache entries are checked here.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -391,11 +392,20 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
     expected.insert(k.str());
     policies_by_arch[k.arch()].insert(k.family() + " " + k.policy().dump());
   }
-  // Both targets, with the same policy set: a server on either GPU finds its kernels.
+  // Both targets are covered. Families may be arch-specific (mla_decode is sm_90a only), but the
+  // writer's policies are the same on both, so a server on either GPU finds its cache writer.
   REQUIRE(policies_by_arch.size() == 2);
   REQUIRE(policies_by_arch.count("sm_90a") == 1);
   REQUIRE(policies_by_arch.count("sm_120a") == 1);
-  CHECK(policies_by_arch["sm_90a"] == policies_by_arch["sm_120a"]);
+  const auto writer_policies = [&](const std::string& arch) {
+    std::set<std::string> out;
+    for (const auto& p : policies_by_arch[arch]) {
+      if (p.rfind("nvfp4_writer ", 0) == 0) out.insert(p);
+    }
+    return out;
+  };
+  CHECK_FALSE(writer_policies("sm_90a").empty());
+  CHECK(writer_policies("sm_90a") == writer_policies("sm_120a"));
 
   const CliResult first_run = run_cli({"prebuild", "--cache", cache.string(), "-j", "2", "--json"}, dir.path(), "first");
   const json first = prebuild_report(first_run);

@@ -98,7 +98,10 @@ std::size_t count_occurrences(const std::string& text, std::string_view what) {
 
 std::string join(const std::vector<int>& v) {
   std::string s;
-  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  for (int x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
   return s;
 }
 
