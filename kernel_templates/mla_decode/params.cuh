@@ -58,14 +58,12 @@ struct MlaTileConfig {
 
 KILN_MLA_HD constexpr int mla_max_rows(int heads, int max_seq_len_q) { return heads * max_seq_len_q; }
 
-// Small row counts: small CTAs, two per SM, so one CTA's barriers overlap the other's loads and MMAs.
+// Up to 16 rows: small CTAs, two per SM, so one CTA's barriers overlap the other's loads and MMAs.
 // Larger row counts keep the 64-row tile that amortises K/V shared-memory reads over more MMA work.
 KILN_MLA_HD constexpr MlaTileConfig mla_tile_config(int heads, int max_seq_len_q, bool fp8) {
   const int rows = mla_max_rows(heads, max_seq_len_q);
-  // Up to 32 rows also take the 16-row tile, as two row tiles: the two CTAs of a request stream the
-  // same KV close together, so the second read mostly hits L2 (measured: the 32-row tile ran these
-  // memory-bound configs at ~46% of copy bandwidth against ~75% for 16 rows).
-  if (rows <= 32) return MlaTileConfig{1, 4, 32, fp8 ? 4 : 2};  // ~100 KB: two CTAs per SM
+  if (rows <= 16) return MlaTileConfig{1, 4, 32, fp8 ? 4 : 2};  // ~100 KB: two CTAs per SM
+  if (rows <= 32) return MlaTileConfig{2, 4, 32, fp8 ? 6 : 4};
   return MlaTileConfig{4, 2, 32, fp8 ? 4 : 3};
 }
 

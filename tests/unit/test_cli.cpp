@@ -129,7 +129,7 @@ void expect_bad_input(const CliResult& r, const std::vector<std::string>& fragme
 TEST_CASE("cli: unknown subcommand is bad input", "[unit]") {
   TempDir dir;
   const fs::path cache = dir.path() / "cache";
-  // CLI11 reports the missing subcommand; it does not yet name the unknown word (see the report).
+  // CLI11 reports a missing subcommand here (it does not name the unknown word).
   expect_bad_input(run_cli({"frobnicate", "--cache", cache.string()}, dir), {"subcommand", "kiln --help"});
   expect_bad_input(run_cli({}, dir), {"subcommand"});
   expect_bad_input(run_cli({"ls", "--no-such-flag", "--cache", cache.string()}, dir), {"--no-such-flag"});
