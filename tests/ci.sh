@@ -108,7 +108,7 @@ stage_fuzz() {
     if ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 build-asan/tests/fuzz/fuzz_$target \
         -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
         -artifact_prefix=build-asan/fuzz-artifacts/"$target"- \
-        "$scratch" tests/fuzz/corpus/$target tests/fuzz/regressions/$target \
+        "$scratch" tests/fuzz/corpus/$target $(ls -d tests/fuzz/regressions/$target 2>/dev/null) \
         > build-asan/fuzz-$target.log 2>&1; then
       grep -E '^(Done|#[0-9]+ +DONE)|stat::number_of_executed_units|cov:' build-asan/fuzz-$target.log | tail -3
     else

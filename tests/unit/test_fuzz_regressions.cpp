@@ -139,3 +139,43 @@ TEST_CASE("fuzz regressions: a manifest policy that expands to millions of keys 
   };
   CHECK(run_isolated(expect_invalid_argument, bomb) == "");
 }
+
+// Found by fuzz_manifest: nlohmann::json::parse throws json::out_of_range (406, "number overflow")
+// for a number like 1e999, and parse_manifest caught only json::parse_error, so the exception
+// escaped as a non-kiln error (kiln prebuild --manifest died with std::terminate).
+TEST_CASE("fuzz regressions: a manifest with an out-of-range number is invalid_argument, not a crash", "[unit][fuzz]") {
+  kiln::register_builtin_families();
+  for (const char* text : {R"({"archs": ["sm_90a"], "version": 1e999})", "776e66666666666666666666666", "-1e400"}) {
+    INFO(text);
+    try {
+      kiln::parse_manifest(text, "overflow.json");
+      FAIL("accepted");
+    } catch (const kiln::Error& e) {
+      CHECK(e.code() == kiln::ErrorCode::kInvalidArgument);
+      CHECK(std::string(e.what()).find("overflow.json") != std::string::npos);
+    } catch (const std::exception& e) {
+      FAIL(std::string("a non-kiln exception escaped: ") + e.what());
+    }
+  }
+}
+
+// Found by fuzz_semantic_key: a printable key whose field value holds a byte that is not UTF-8
+// (here 0xB9) reached the family's validation, whose error message dumps the value with
+// nlohmann::json::dump(), which throws json::type_error 316 on invalid UTF-8: `kiln inspect` with
+// such an argument died with std::terminate instead of printing one line and exiting 2.
+TEST_CASE("fuzz regressions: a semantic key with non-UTF-8 bytes is invalid_argument, not a crash", "[unit][fuzz]") {
+  kiln::register_builtin_families();
+  for (const std::string name : {"non_utf8_value", "non_utf8_op"}) {
+    INFO(name);
+    const std::string text = read_bytes(fuzz_dir() / "regressions" / "semantic_key" / name);
+    REQUIRE(!text.empty());
+    try {
+      kiln::SemanticKey::parse(text);
+      FAIL("accepted");
+    } catch (const kiln::Error& e) {
+      CHECK(e.code() == kiln::ErrorCode::kInvalidArgument);
+    } catch (const std::exception& e) {
+      FAIL(std::string("a non-kiln exception escaped: ") + e.what());
+    }
+  }
+}
