@@ -43,14 +43,14 @@ Config make_config(const CommonOptions& o) {
   return c;
 }
 
-std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::string& archs) {
+std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::optional<std::string>& archs) {
   std::optional<std::vector<std::string>> override_archs;
-  if (!archs.empty()) override_archs = parse_arch_list(archs);
+  if (archs) override_archs = parse_arch_list(*archs);  // an empty --arch is an error, not "all"
   if (manifest.empty()) return parse_manifest(default_manifest(), "(embedded default)", override_archs);
   return load_manifest(manifest, override_archs);
 }
 
-int run_prebuild(const CommonOptions& common, const std::string& manifest, const std::string& archs, int jobs) {
+int run_prebuild(const CommonOptions& common, const std::string& manifest, const std::optional<std::string>& archs, int jobs) {
   if (jobs < 1) throw Error(ErrorCode::kInvalidArgument, fmt::format("-j must be >= 1, got {}", jobs));
   const std::vector<SemanticKey> keys = manifest_keys(manifest, archs);
   KernelService service(make_config(common));
@@ -117,7 +117,7 @@ int run_warm(const CommonOptions& common, const std::string& manifest, std::vect
     d.check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
     for (int i = 0; i < count; ++i) devices.push_back(i);
   }
-  const std::vector<SemanticKey> keys = manifest_keys(manifest, "");
+  const std::vector<SemanticKey> keys = manifest_keys(manifest, std::nullopt);
   KernelService service(make_config(common));
   const auto start = Clock::now();
   std::size_t warmed = 0, skipped = 0;
@@ -238,7 +238,8 @@ int main_impl(int argc, char** argv) {
     sub->add_flag("--json", common.json, "print one JSON object on stdout");
   };
 
-  std::string manifest, archs;
+  std::string manifest;
+  std::optional<std::string> archs;
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto* prebuild = app.add_subcommand("prebuild", "compile every key of a manifest into the cache (no GPU needed)");
   prebuild->add_option("--manifest", manifest, "manifest JSON (default: the embedded default manifest)");
@@ -273,6 +274,14 @@ int main_impl(int argc, char** argv) {
   bench->add_option("--out", bench_options.out, "write the JSON report to this file");
   add_common(bench);
 
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) known |= sub->get_name() == argv[1];
+    if (!known) {
+      std::fprintf(stderr, "kiln: unknown command '%s'; expected prebuild, warm, ls, inspect, verify, prune, stats or bench (see kiln --help)\n", argv[1]);
+      return kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
