@@ -21,6 +21,10 @@ Registry& registry() {
 }
 }  // namespace
 
+std::string json_text(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void register_family(std::unique_ptr<Family> family) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -26,6 +26,9 @@ class Family {
   virtual KernelSource render(const nlohmann::json& canonical_policy) const = 0;
 };
 
+// JSON for error messages: never throws (invalid UTF-8 in user input is replaced, not rethrown).
+std::string json_text(const nlohmann::json& value);
+
 // Families register once at start-up (explicit calls, not static initialisers, which static linking drops).
 void register_family(std::unique_ptr<Family> family);
 const Family& find_family(std::string_view name);  // throws Error(kInvalidArgument) listing known names

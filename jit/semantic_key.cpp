@@ -17,7 +17,7 @@ std::string render_value(const nlohmann::json& v) {
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
   if (v.is_number_integer()) return std::to_string(v.get<long long>());
   if (v.is_string()) return v.get<std::string>();
-  throw Error(ErrorCode::kInternal, fmt::format("policy value {} is not an int, bool or string", v.dump()));
+  throw Error(ErrorCode::kInternal, fmt::format("policy value {} is not an int, bool or string", json_text(v)));
 }
 
 nlohmann::json parse_value(std::string_view text) {

@@ -10,12 +10,16 @@
 #include "cache/file_lock.h"
 #include "jit/arch.h"
 #include "jit/error.h"
+#include "jit/family.h"
 
 namespace kiln {
 
 namespace {
 
 using nlohmann::json;
+
+// A policy whose lists multiply past this is a mistake (or hostile input), not a key set to prebuild.
+constexpr std::size_t kMaxPoliciesPerEntry = 100000;
 
 Error manifest_error(std::string_view source, std::string_view what) {
   return Error(ErrorCode::kInvalidArgument, fmt::format("manifest {}: {}", source, what));
@@ -41,7 +45,7 @@ std::vector<std::string> archs_of(const json& node, std::string_view source, std
   if (!a.is_array() || a.empty()) throw manifest_error(source, fmt::format("{}.archs must be a non-empty list", where));
   std::vector<std::string> out;
   for (const json& item : a) {
-    if (!item.is_string()) throw manifest_error(source, fmt::format("{}.archs holds {}, not a string", where, item.dump()));
+    if (!item.is_string()) throw manifest_error(source, fmt::format("{}.archs holds {}, not a string", where, json_text(item)));
     out.push_back(validate_arch(item.get<std::string>(), fmt::format("manifest {} {}.archs entry", source, where)));
   }
   return out;
@@ -88,6 +92,8 @@ std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view 
     std::string what = e.what();
     if (auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
     throw manifest_error(source, fmt::format("line {}, column {}: {}", line, column, what));
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    throw manifest_error(source, e.what());
   }
   if (!doc.is_object()) throw manifest_error(source, "the top level must be a JSON object");
   for (const auto& [field, value] : doc.items()) {
@@ -129,6 +135,14 @@ std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view 
       }
       const std::vector<std::string> archs = arch_override ? *arch_override : archs_of(entry, source, where, top_archs);
       if (archs.empty()) throw manifest_error(source, fmt::format("{} names no archs and the manifest has none", where));
+      std::size_t combinations = 1;
+      for (const auto& [field, value] : entry["policy"].items()) {
+        if (value.is_array()) combinations *= std::max<std::size_t>(value.size(), 1);
+        if (combinations > kMaxPoliciesPerEntry) {
+          throw manifest_error(source, fmt::format("{} expands to more than {} policies; split it into smaller entries",
+                                                   where, kMaxPoliciesPerEntry));
+        }
+      }
       std::vector<json> expanded;
       json current = json::object();
       expand(entry["policy"], entry["policy"].begin(), current, expanded);
@@ -137,7 +151,7 @@ std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view 
           try {
             add(SemanticKey(entry["family"].get<std::string>(), policy, arch));
           } catch (const Error& e) {
-            throw manifest_error(source, fmt::format("{} ({}): {}", where, policy.dump(), e.what()));
+            throw manifest_error(source, fmt::format("{} ({}): {}", where, json_text(policy), e.what()));
           }
         }
       }

@@ -25,21 +25,18 @@ stages=${KILN_CI_STAGES:-normal asan tsan fuzz}
 failed=()
 summary=()
 
-# Sanitizer settings. NVRTC and libcuda are not instrumented; nothing below hides a report from
-# kiln's own code:
-# - detect_leaks=0 under ASan: LeakSanitizer would report NVRTC's process-lifetime allocations
-#   (its internal caches are never freed, by design of the library), which are not ours to fix and
-#   cannot be told apart from kiln's by a suppression narrower than "everything in libnvrtc".
-#   kiln's own ownership is RAII throughout; leaks in it would show up in the fuzzers, which run
-#   with leak detection on (they never load NVRTC).
-# - halt_on_error / -fno-sanitize-recover: the first report fails the test.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}
+# Sanitizer settings. NVRTC and libcuda are not instrumented (their own memory accesses are not
+# checked; calls into them are). No suppressions are needed: LeakSanitizer stays on, and an
+# ASan build of `kiln prebuild` compiling through NVRTC reports no leak. halt_on_error and
+# -fno-sanitize-recover make the first report fail the test.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 
 # The threaded / multi-process tests (see tests/unit/test_cubin_store.cpp, tests/nvrtc/test_compile.cpp):
 # many threads or processes on one store, one service, one key; locks; kills.
-tsan_tests='processes|threads|thread|concurrent|file lock|SIGKILL'
+tsan_tests='processes warming|threads|concurrent|file lock|SIGKILL'
+asan_skip='default manifest: kiln prebuild compiles every key|mla_decode compiles|sparse_nvfp4 compiles'
 
 run_stage() {
   local name=$1
@@ -85,7 +82,13 @@ stage_normal() {
 stage_asan() {
   CXX=clang++ configure_build build-asan "${asan_args[@]}" \
     -- kiln store_worker kiln_unit_tests kiln_nvrtc_tests || return 1
-  (cd build-asan && ctest --output-on-failure -j"$jobs" -L 'unit|nvrtc')
+  # The NVRTC-bound tests (every default-manifest key, every MLA / sparse template) spend nearly all
+  # their time inside NVRTC, which is not instrumented, and would double the nvrtc suite's minutes;
+  # the kiln code they drive (compiler wrapper, store, service, CLI) runs under ASan in the other
+  # nvrtc tests. KILN_CI_ASAN_FULL=1 runs them too.
+  local skip=()
+  [ "${KILN_CI_ASAN_FULL:-0}" = 1 ] || skip=(-E "$asan_skip")
+  (cd build-asan && ctest --output-on-failure -j"$jobs" -L 'unit|nvrtc' "${skip[@]}")
 }
 
 stage_tsan() {
@@ -103,9 +106,8 @@ stage_fuzz() {
     local scratch=build-asan/fuzz-work/$target
     rm -rf "$scratch" && mkdir -p "$scratch" build-asan/fuzz-artifacts
     echo "--- fuzz_$target for ${fuzz_seconds} s"
-    # Leak detection on: the parsers never load NVRTC. -rss_limit_mb / -timeout turn a blow-up on
-    # one input into a reported failure instead of a stuck CI job.
-    if ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 build-asan/tests/fuzz/fuzz_$target \
+    # -rss_limit_mb / -timeout turn a blow-up on one input into a reported failure, not a stuck job.
+    if build-asan/tests/fuzz/fuzz_$target \
         -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
         -artifact_prefix=build-asan/fuzz-artifacts/"$target"- \
         "$scratch" tests/fuzz/corpus/$target $(ls -d tests/fuzz/regressions/$target 2>/dev/null) \

@@ -16,12 +16,7 @@ namespace kiln::tools {
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// The bf16 tensor-core ceiling without cuBLAS (from tools/bench_mla.cpp): every warp runs kChains
+// The bf16 tensor-core ceiling without cuBLAS: every warp runs kChains
 // independent chains of mma.sync m16n8k16 (bf16 in, fp32 accumulate) on register operands, 32 warps
 // per SM. No memory traffic, so its rate is the mma.sync issue limit; Hopper's wgmma peaks higher.
 constexpr const char* kMmaPeakSource = R"(
@@ -55,22 +50,23 @@ constexpr int kMmaThreads = 256;
 constexpr int kMmaBlocksPerSm = 4;
 constexpr int kMmaIters = 32768;
 
-// splitmix64
-std::uint64_t mix(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+}  // namespace
+
+double bench_ms_since(BenchClock::time_point t) {
+  return std::chrono::duration<double, std::milli>(BenchClock::now() - t).count();
 }
 
-std::uint16_t bf16_bits(float f) {
+double bench_median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::uint16_t bench_bf16_bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<std::uint16_t>(u >> 16);
 }
-
-}  // namespace
 
 void bench_check(CUresult r, const char* call, const std::string& where) {
   if (r == CUDA_SUCCESS) return;
@@ -85,6 +81,12 @@ BenchDeviceMemory::BenchDeviceMemory(std::size_t bytes, const std::string& what)
 BenchDeviceMemory::~BenchDeviceMemory() {
   if (ptr_) Driver::get().cuMemFree(ptr_);
 }
+
+BenchStream::BenchStream() {
+  bench_check(Driver::get().cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING), "cuStreamCreate", "bench stream");
+}
+
+BenchStream::~BenchStream() { Driver::get().cuStreamDestroy(s_); }
 
 BenchEvent::BenchEvent(const std::string& where) {
   bench_check(Driver::get().cuEventCreate(&e_, CU_EVENT_DEFAULT), "cuEventCreate", where);
@@ -105,7 +107,7 @@ double measure_copy_tb_s(const BenchDeviceMemory& src, const BenchDeviceMemory& 
     });
     if (i > 0) ms.push_back(t);  // the first copy is the warm-up
   }
-  return 2.0 * static_cast<double>(n) / (median(ms) * 1e-3) * 1e-12;
+  return 2.0 * static_cast<double>(n) / (bench_median(ms) * 1e-3) * 1e-12;
 }
 
 BenchMmaPeak::BenchMmaPeak(const std::string& arch, int sm_count) : blocks_(sm_count * kMmaBlocksPerSm) {
@@ -142,13 +144,101 @@ double BenchMmaPeak::measure(CUstream stream) const {
     }
   }
   const double flop = 2.0 * 16 * 8 * 16 * kMmaChains * static_cast<double>(iters) * blocks_ * (kMmaThreads / 32);
-  return flop / (median(ms) * 1e-3) * 1e-12;
+  return flop / (bench_median(ms) * 1e-3) * 1e-12;
 }
 
 std::string BenchMmaPeak::method() {
   return fmt::format("NVRTC-compiled kernel: {} independent mma.sync.m16n8k16 bf16->fp32 chains per warp on register operands, "
                      "{} warps per SM, {} iterations; median of 7 after a warm-up",
                      kMmaChains, kMmaThreads / 32 * kMmaBlocksPerSm, kMmaIters);
+}
+
+BenchCeilings::BenchCeilings(const std::string& arch, int sm_count, CUstream stream)
+    : copy_src_(1024 * kBenchMiB, "copy ceiling source"),
+      copy_dst_(1024 * kBenchMiB, "copy ceiling destination") {
+  bench_fill_bf16(copy_src_.ptr(), copy_src_.bytes(), 7, "copy ceiling source");
+  bench_check(Driver::get().cuCtxSynchronize(), "cuCtxSynchronize", "copy ceiling upload");
+  mma_.emplace(arch, sm_count);
+  copy_start_ = measure_copy_tb_s(copy_src_, copy_dst_, stream);
+  mma_start_ = mma_->measure(stream);
+  std::fprintf(stderr, "ceilings (start): copy %.2f TB/s (read+write), mma.sync bf16 peak %.0f TFLOP/s\n", copy_start_, mma_start_);
+}
+
+void BenchCeilings::read_end(CUstream stream) {
+  copy_end_ = measure_copy_tb_s(copy_src_, copy_dst_, stream);
+  mma_end_ = mma_->measure(stream);
+}
+
+nlohmann::json BenchCeilings::report() const {
+  return {{"copy_tb_s", {{"start", copy_start_}, {"end", copy_end_}, {"used", copy_tb_s()},
+                         {"method", "1 GiB cuMemcpyDtoDAsync, (read + write) bytes / time, median of 7 after a warm-up"}}},
+          {"mma_sync_peak_tflop_s", {{"start", mma_start_}, {"end", mma_end_}, {"used", mma_tflop_s()}, {"method", BenchMmaPeak::method()}}},
+          {"wgmma_peak_tflop_s_reference",
+           {{"value", kWgmmaReferenceTflops},
+            {"note", "bf16 wgmma rate measured elsewhere on an H200 of this workplace, NOT in this run; pct_wgmma_790 is relative to it"}}}};
+}
+
+void BenchCeilings::print() const {
+  std::fprintf(stderr, "\nceilings: copy %.2f TB/s (start %.2f, end %.2f); mma.sync peak %.0f TFLOP/s (start %.0f, end %.0f); wgmma ref %.0f\n",
+               copy_tb_s(), copy_start_, copy_end_, mma_tflop_s(), mma_start_, mma_end_, kWgmmaReferenceTflops);
+}
+
+BenchReplayTimes bench_graph_replays(CUstream stream, const std::string& where, int calls, double long_replay_ms,
+                                     const std::function<void()>& capture, const std::function<void()>& check_warm_up) {
+  const Driver& d = Driver::get();
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  bench_check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture", where);
+  try {
+    capture();
+  } catch (...) {
+    d.cuStreamEndCapture(stream, &graph);  // leave the stream usable; the error names the cause
+    if (graph) d.cuGraphDestroy(graph);
+    throw;
+  }
+  bench_check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture", where);
+  const CUresult inst = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  d.cuGraphDestroy(graph);
+  bench_check(inst, "cuGraphInstantiateWithFlags", where);
+
+  BenchReplayTimes t;
+  try {
+    bench_check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch", where + " warm-up");
+    bench_check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", where + " warm-up (a kernel fault shows here)");
+    check_warm_up();
+    std::vector<double> per_call_us;
+    for (int s = 0; s < 7; ++s) {
+      const double ms = bench_time_ms(stream, where, [&] { bench_check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch", where); });
+      per_call_us.push_back(ms * 1e3 / calls);
+      t.replay_ms = std::max(t.replay_ms, ms);
+      if (s + 1 >= 5 && ms > long_replay_ms) break;
+    }
+    t.replays = static_cast<int>(per_call_us.size());
+    t.us = bench_median(per_call_us);
+    t.us_min = *std::min_element(per_call_us.begin(), per_call_us.end());
+    t.us_max = *std::max_element(per_call_us.begin(), per_call_us.end());
+  } catch (...) {
+    d.cuGraphExecDestroy(exec);
+    throw;
+  }
+  d.cuGraphExecDestroy(exec);
+  return t;
+}
+
+nlohmann::json bench_bar_summary(const nlohmann::json& bars) {
+  nlohmann::json summary = nlohmann::json::object();
+  for (const auto& [name, list] : bars.items()) {
+    int pass = 0;
+    for (const nlohmann::json& b : list) pass += b["pass"].get<bool>() ? 1 : 0;
+    summary[name] = fmt::format("{}/{} pass", pass, list.size());
+  }
+  return summary;
+}
+
+void bench_print_footer(const nlohmann::json& report, const nlohmann::json& bar_summary) {
+  std::fprintf(stderr, "bars: %s\npower before: %s\npower after:  %s\nwall %.1f s\n", bar_summary.dump().c_str(),
+               report.value("power_state", std::string()).c_str(), report["power_state_after"].get<std::string>().c_str(),
+               report["wall_s"].get<double>());
 }
 
 std::string bench_power_state() {
@@ -167,10 +257,10 @@ std::string bench_power_state() {
 void bench_fill_bf16(CUdeviceptr dst, std::size_t bytes, std::size_t rotation, const std::string& where) {
   static const std::vector<std::uint16_t> pattern = [] {
     std::vector<std::uint16_t> w(16 * kBenchMiB);
-    std::uint64_t state = 0x6b696c6e;
+    BenchRng rng(0x6b696c6e);
     for (std::size_t i = 0; i < w.size(); i += 4) {
-      const std::uint64_t r = mix(state);
-      for (std::size_t k = 0; k < 4; ++k) w[i + k] = bf16_bits(static_cast<float>((r >> (16 * k)) & 0xffff) / 32768.f - 1.f);
+      const std::uint64_t r = rng.next();
+      for (std::size_t k = 0; k < 4; ++k) w[i + k] = bench_bf16_bits(static_cast<float>((r >> (16 * k)) & 0xffff) / 32768.f - 1.f);
     }
     return w;
   }();

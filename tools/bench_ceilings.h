@@ -1,17 +1,21 @@
 #pragma once
-// Shared pieces of the device benchmarks (`kiln bench sparse`, and any other that wants them):
-// checked driver calls that say what failed and where, device memory and event timing, and the two
-// ceilings every kernel row is compared with, measured in the same run:
+// Shared pieces of the device benchmarks (`kiln bench mla`, `kiln bench sparse`): checked driver
+// calls that say what failed and where, device memory, a stream, event timing, a CUDA-graph replay
+// timer, and the two ceilings every kernel row is compared with, measured in the same run:
 //   - device-to-device copy bandwidth (a large cuMemcpyDtoDAsync, bytes read + written);
 //   - a bf16 tensor-core peak: an NVRTC-compiled kernel of independent mma.sync.m16n8k16 chains.
-// The method and the peak kernel are those of tools/bench_mla.cpp (copied here so the sparse bench
-// quotes the same ceilings; bench_mla.cpp could switch to this header and drop its private copy).
 #include <cuda.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/driver.h"
 
@@ -22,7 +26,28 @@ inline constexpr std::size_t kBenchMiB = std::size_t{1} << 20;
 // for kernels whose mma.sync ceiling understates Hopper's tensor cores.
 inline constexpr double kWgmmaReferenceTflops = 790.0;
 
-// Throws kiln::Error (driver) naming the call and `where` with the driver's error name and string.
+using BenchClock = std::chrono::steady_clock;
+double bench_ms_since(BenchClock::time_point t);
+
+double bench_median(std::vector<double> v);
+
+// splitmix64: fills hundreds of MB of host data in well under a second.
+struct BenchRng {
+  std::uint64_t state;
+  explicit BenchRng(std::uint64_t seed) : state(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+// fp32 -> bf16 bits, round to nearest even (finite inputs).
+std::uint16_t bench_bf16_bits(float f);
+
+// Every driver call goes through here: a failure throws kiln::Error (driver) naming the call and
+// `where` with the driver's error name and string, e.g. "cuGraphLaunch (B=128 L=16384 H=128 SQ=2)".
 void bench_check(CUresult r, const char* call, const std::string& where);
 
 class BenchDeviceMemory {
@@ -52,6 +77,19 @@ class BenchEvent {
   CUevent e_ = nullptr;
 };
 
+// A non-blocking stream, destroyed with the object.
+class BenchStream {
+ public:
+  BenchStream();
+  ~BenchStream();
+  BenchStream(const BenchStream&) = delete;
+  BenchStream& operator=(const BenchStream&) = delete;
+  CUstream get() const { return s_; }
+
+ private:
+  CUstream s_ = nullptr;
+};
+
 // Device time in ms of the work `enqueue` puts on `stream`, between two events.
 template <typename F>
 double bench_time_ms(CUstream stream, const std::string& where, F&& enqueue);
@@ -77,6 +115,48 @@ class BenchMmaPeak {
   CUfunction function_ = nullptr;
   std::unique_ptr<BenchDeviceMemory> out_;
 };
+
+// Both ceilings, read when constructed (1 GiB copies from a bench_fill_bf16 source, the peak
+// kernel) and again by read_end(): clocks and power may move over a sweep, so the larger is used.
+// The constructor prints the first reading on stderr.
+class BenchCeilings {
+ public:
+  BenchCeilings(const std::string& arch, int sm_count, CUstream stream);
+  BenchCeilings(const BenchCeilings&) = delete;
+  BenchCeilings& operator=(const BenchCeilings&) = delete;
+  void read_end(CUstream stream);
+  double copy_tb_s() const { return std::max(copy_start_, copy_end_); }
+  double mma_tflop_s() const { return std::max(mma_start_, mma_end_); }
+  // The report's "ceilings" object: both readings, the ones used, the methods, the wgmma reference.
+  nlohmann::json report() const;
+  // The "ceilings: ..." line above the compact table.
+  void print() const;
+
+ private:
+  BenchDeviceMemory copy_src_, copy_dst_;
+  std::optional<BenchMmaPeak> mma_;  // compiled once the copy source is filled
+  double copy_start_ = 0, mma_start_ = 0, copy_end_ = 0, mma_end_ = 0;
+};
+
+// Per-call times of a captured graph of `calls` launcher calls.
+struct BenchReplayTimes {
+  double us = 0, us_min = 0, us_max = 0;  // median, min and max over the timed replays, per call
+  int replays = 0;                        // replays timed
+  double replay_ms = 0;                   // the longest timed replay
+};
+
+// Captures what `capture` enqueues on `stream` into one CUDA graph (ending the capture if it
+// throws), replays it once to warm up, synchronises (a kernel fault shows there) and runs
+// `check_warm_up`, then times 7 replays with events; after 5, a replay longer than `long_replay_ms`
+// stops the sampling (time budget). `where` names the config in driver errors.
+BenchReplayTimes bench_graph_replays(CUstream stream, const std::string& where, int calls, double long_replay_ms,
+                                     const std::function<void()>& capture, const std::function<void()>& check_warm_up);
+
+// "N/M pass" for each list of bars (objects with a boolean "pass").
+nlohmann::json bench_bar_summary(const nlohmann::json& bars);
+
+// The last lines of the stderr table: bar summary, power before and after, wall time (from `report`).
+void bench_print_footer(const nlohmann::json& report, const nlohmann::json& bar_summary);
 
 // pstate, power draw and limit, SM clock and max, temperature (nvidia-smi), or "" without it.
 std::string bench_power_state();

@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -39,7 +38,6 @@ namespace kiln::tools {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 constexpr int kPageSize = 64;  // DeepSeek V4's main (and one of its extra) page sizes
 constexpr std::size_t kTokenBytes = 384;
@@ -51,31 +49,6 @@ constexpr int kMinCalls = 4;                          // distinct index sets per
 constexpr int kMaxCalls = 1024;
 constexpr double kSmScale = 0.044194173824159216;     // 512^-0.5, DeepSeek V4's
 constexpr double kLongReplayMs = 100;                 // stop at 5 samples past this (time budget)
-
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-struct Rng {
-  std::uint64_t state;
-  explicit Rng(std::uint64_t seed) : state(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-};
-
-std::uint16_t bf16_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
 
 struct BenchConfig {
   int tokens, heads, topk, extra_topk;
@@ -110,7 +83,7 @@ std::vector<BenchConfig> bench_grid(bool quick) {
 void fill_pool(const BenchDeviceMemory& pool, CUstream stream) {
   const Driver& d = Driver::get();
   std::vector<std::uint8_t> host(kPatternPages * kPageBytes);
-  Rng rng(0x5b4b5e);
+  BenchRng rng(0x5b4b5e);
   for (std::size_t pg = 0; pg < kPatternPages; ++pg) {
     std::uint8_t* page = &host[pg * kPageBytes];
     for (int r = 0; r < kPageSize; ++r) {
@@ -122,7 +95,7 @@ void fill_pool(const BenchDeviceMemory& pool, CUstream stream) {
       for (int j = 0; j < 64; j += 4) {
         const std::uint64_t v = rng.next();
         for (int k = 0; k < 4; ++k) {
-          const std::uint16_t b = bf16_bits(static_cast<float>((v >> (16 * k)) & 0xffff) / 32768.f - 1.f);
+          const std::uint16_t b = bench_bf16_bits(static_cast<float>((v >> (16 * k)) & 0xffff) / 32768.f - 1.f);
           std::memcpy(data + 224 + 2 * (j + k), &b, 2);
         }
       }
@@ -141,17 +114,15 @@ void fill_pool(const BenchDeviceMemory& pool, CUstream stream) {
   bench_check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", "sparse pool fill");
 }
 
-struct Timing {
-  double us = 0, us_min = 0, us_max = 0;
-  int calls = 0, replays = 0;
-  double replay_ms = 0;
+struct Timing : BenchReplayTimes {
+  int calls = 0;
   double gathered_mib_per_replay = 0;
   sparse::SplitPlanResult plan;
   std::size_t bad_outputs = 0;  // NaN/Inf outputs or LSE after the warm-up replay
 };
 
 Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, std::int64_t pool_pages, int sms, CUstream stream,
-                   Rng& rng) {
+                   BenchRng& rng) {
   const Driver& d = Driver::get();
   const std::string where = c.name();
   const std::int64_t pool_tokens = pool_pages * kPageSize;
@@ -194,10 +165,7 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, std::int
   const TensorView out_view = TensorView::contiguous(out.at(0), DType::kBf16, {c.tokens, c.heads, 512});
   const TensorView lse_view = TensorView::contiguous(lse.at(0), DType::kF32, {c.tokens, c.heads});
 
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  bench_check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture", where);
-  try {
+  const auto capture = [&] {
     for (int call = 0; call < t.calls; ++call) {
       const std::size_t base = per_call * call * 4;
       if (c.has_extra()) {
@@ -212,50 +180,23 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, std::int
                                                       t.plan.num_splits, t.plan.chunks_per_block));
       }
     }
-  } catch (...) {
-    d.cuStreamEndCapture(stream, &graph);  // leave the stream usable; the error names the cause
-    if (graph) d.cuGraphDestroy(graph);
-    throw;
-  }
-  bench_check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture", where);
-  const CUresult inst = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
-  d.cuGraphDestroy(graph);
-  bench_check(inst, "cuGraphInstantiateWithFlags", where);
-
-  try {
-    bench_check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch", where + " warm-up");
-    bench_check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", where + " warm-up (a kernel fault shows here)");
-    {  // every output and LSE written and finite (every index is valid: no empty rows)
-      std::vector<std::uint16_t> words(q_bytes / 2);
-      bench_check(d.cuMemcpyDtoH(words.data(), out.ptr(), q_bytes), "cuMemcpyDtoH", where + " output check");
-      for (std::uint16_t w : words) t.bad_outputs += (w & 0x7f80) == 0x7f80;
-      std::vector<float> l(lse.bytes() / 4);
-      bench_check(d.cuMemcpyDtoH(l.data(), lse.ptr(), lse.bytes()), "cuMemcpyDtoH", where + " out_lse check");
-      for (float f : l) t.bad_outputs += !std::isfinite(f);
-    }
-    std::vector<double> per_call_us;
-    for (int s = 0; s < 7; ++s) {
-      const double ms = bench_time_ms(stream, where, [&] { bench_check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch", where); });
-      per_call_us.push_back(ms * 1e3 / t.calls);
-      t.replay_ms = std::max(t.replay_ms, ms);
-      if (s + 1 >= 5 && ms > kLongReplayMs) break;
-    }
-    t.replays = static_cast<int>(per_call_us.size());
-    t.us = median(per_call_us);
-    t.us_min = *std::min_element(per_call_us.begin(), per_call_us.end());
-    t.us_max = *std::max_element(per_call_us.begin(), per_call_us.end());
-  } catch (...) {
-    d.cuGraphExecDestroy(exec);
-    throw;
-  }
-  d.cuGraphExecDestroy(exec);
+  };
+  const auto check_warm_up = [&] {  // every output and LSE written and finite (every index is valid: no empty rows)
+    std::vector<std::uint16_t> words(q_bytes / 2);
+    bench_check(d.cuMemcpyDtoH(words.data(), out.ptr(), q_bytes), "cuMemcpyDtoH", where + " output check");
+    for (std::uint16_t w : words) t.bad_outputs += (w & 0x7f80) == 0x7f80;
+    std::vector<float> l(lse.bytes() / 4);
+    bench_check(d.cuMemcpyDtoH(l.data(), lse.ptr(), lse.bytes()), "cuMemcpyDtoH", where + " out_lse check");
+    for (float f : l) t.bad_outputs += !std::isfinite(f);
+  };
+  static_cast<BenchReplayTimes&>(t) = bench_graph_replays(stream, where, t.calls, kLongReplayMs, capture, check_warm_up);
   return t;
 }
 
 }  // namespace
 
 int run_bench_sparse(const BenchOptions& options) {
-  const auto t_start = Clock::now();
+  const auto t_start = BenchClock::now();
   const Driver& d = Driver::get();
   d.require("kiln bench sparse");
   // The launcher uses the process-wide service; --cache reaches it through the environment before
@@ -270,18 +211,14 @@ int run_bench_sparse(const BenchOptions& options) {
   KernelService& service = KernelService::global();
   const std::string arch = service.device_arch(0);
   const int sms = service.device_sm_count(0);
-  CUstream stream = nullptr;
-  bench_check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", "bench stream");
-  struct StreamGuard {
-    CUstream s;
-    ~StreamGuard() { Driver::get().cuStreamDestroy(s); }
-  } stream_guard{stream};
+  const BenchStream bench_stream;
+  const CUstream stream = bench_stream.get();
 
   const std::vector<BenchConfig> grid = bench_grid(quick);
   // Warm every key the grid's planned calls use, in parallel: compiles stay out of the timings,
   // and capture never compiles.
   {
-    const auto t0 = Clock::now();
+    const auto t0 = BenchClock::now();
     std::vector<SemanticKey> keys;
     for (const BenchConfig& c : grid) {
       const SemanticKey key =
@@ -289,31 +226,25 @@ int run_bench_sparse(const BenchOptions& options) {
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     }
     service.warm(keys, {0});
-    std::fprintf(stderr, "warm: %zu keys in %.0f ms (%llu compiles)\n", keys.size(), ms_since(t0),
+    std::fprintf(stderr, "warm: %zu keys in %.0f ms (%llu compiles)\n", keys.size(), bench_ms_since(t0),
                  static_cast<unsigned long long>(service.counters().compiles));
   }
 
-  BenchDeviceMemory copy_src(1024 * kBenchMiB, "copy ceiling source"), copy_dst(1024 * kBenchMiB, "copy ceiling destination");
-  bench_fill_bf16(copy_src.ptr(), copy_src.bytes(), 7, "copy ceiling source");
-  bench_check(d.cuCtxSynchronize(), "cuCtxSynchronize", "copy ceiling upload");
-  const BenchMmaPeak mma(arch, sms);
-  const double copy_start = measure_copy_tb_s(copy_src, copy_dst, stream);
-  const double mma_start = mma.measure(stream);
-  std::fprintf(stderr, "ceilings (start): copy %.2f TB/s (read+write), mma.sync bf16 peak %.0f TFLOP/s\n", copy_start, mma_start);
+  BenchCeilings ceilings(arch, sms, stream);
 
   const std::int64_t pool_pages = static_cast<std::int64_t>(kPoolBytes / kPageBytes);
   BenchDeviceMemory pool(static_cast<std::size_t>(pool_pages) * kPageBytes, "sparse NVFP4 pool");
   {
-    const auto t0 = Clock::now();
+    const auto t0 = BenchClock::now();
     fill_pool(pool, stream);
     std::fprintf(stderr, "pool: %.2f GB, %lld tokens, filled in %.0f ms\n", static_cast<double>(pool.bytes()) * 1e-9,
-                 static_cast<long long>(pool_pages) * kPageSize, ms_since(t0));
+                 static_cast<long long>(pool_pages) * kPageSize, bench_ms_since(t0));
   }
 
-  Rng rng(0x73706172);
+  BenchRng rng(0x73706172);
   std::vector<std::pair<BenchConfig, Timing>> rows;
   for (const BenchConfig& c : grid) {
-    const auto t0 = Clock::now();
+    const auto t0 = BenchClock::now();
     const Timing t = time_config(c, pool, pool_pages, sms, stream, rng);
     if (t.bad_outputs > 0) {
       throw Error(ErrorCode::kInternal, fmt::format("sparse bench {}: {} NaN/Inf values in the outputs after a replay: the kernel is "
@@ -322,15 +253,14 @@ int run_bench_sparse(const BenchOptions& options) {
     }
     std::fprintf(stderr, "%-26s %5d calls %9.2f us  %7.1f GB/s  %6.1f TFLOP/s  plan %d/%d/%d  (%.0f ms)\n", c.name().c_str(), t.calls, t.us,
                  c.gathered_bytes() / (t.us * 1e-6) * 1e-9, c.flop() / (t.us * 1e-6) * 1e-12, t.plan.head_tiles, t.plan.num_splits,
-                 t.plan.chunks_per_block, ms_since(t0));
+                 t.plan.chunks_per_block, bench_ms_since(t0));
     rows.emplace_back(c, t);
   }
 
   // Ceilings, second reading: clocks and power may have moved over the sweep.
-  const double copy_end = measure_copy_tb_s(copy_src, copy_dst, stream);
-  const double mma_end = mma.measure(stream);
-  const double copy_ceiling = std::max(copy_start, copy_end);
-  const double mma_ceiling = std::max(mma_start, mma_end);
+  ceilings.read_end(stream);
+  const double copy_ceiling = ceilings.copy_tb_s();
+  const double mma_ceiling = ceilings.mma_tflop_s();
 
   json results = json::array();
   json bars = {{"h128_2048_t64plus_compute", json::array()}, {"t1_latency", json::array()}};
@@ -366,12 +296,7 @@ int run_bench_sparse(const BenchOptions& options) {
     }
     if (c.tokens == 1) bars["t1_latency"].push_back({{"config", key}, {"us", t.us}, {"pass", t.us <= 20}});
   }
-  json bar_summary = json::object();
-  for (auto& [name, list] : bars.items()) {
-    int pass = 0;
-    for (const json& b : list) pass += b["pass"].get<bool>() ? 1 : 0;
-    bar_summary[name] = fmt::format("{}/{} pass", pass, list.size());
-  }
+  const json bar_summary = bench_bar_summary(bars);
 
   report["power_state_after"] = bench_power_state();
   report["sm_count"] = sms;
@@ -391,23 +316,16 @@ int run_bench_sparse(const BenchOptions& options) {
       {"sm_scale", kSmScale},
       {"indices", "uniform random over the pool, all valid; no topk_length, no sink"},
       {"quick", quick}};
-  report["ceilings"] = {
-      {"copy_tb_s", {{"start", copy_start}, {"end", copy_end}, {"used", copy_ceiling},
-                     {"method", "1 GiB cuMemcpyDtoDAsync, (read + write) bytes / time, median of 7 after a warm-up"}}},
-      {"mma_sync_peak_tflop_s", {{"start", mma_start}, {"end", mma_end}, {"used", mma_ceiling}, {"method", BenchMmaPeak::method()}}},
-      {"wgmma_peak_tflop_s_reference",
-       {{"value", kWgmmaReferenceTflops},
-        {"note", "bf16 wgmma rate measured elsewhere on an H200 of this workplace, NOT in this run; pct_wgmma_790 is relative to it"}}}};
+  report["ceilings"] = ceilings.report();
   report["bars"] = bars;
   report["bar_summary"] = bar_summary;
   report["results"] = results;
   report["cache_dir"] = service.config().cache_dir.string();
-  report["wall_s"] = ms_since(t_start) / 1000;
+  report["wall_s"] = bench_ms_since(t_start) / 1000;
   write_report(report, options.out);
 
   // The compact table last, on stderr (stdout carries the JSON).
-  std::fprintf(stderr, "\nceilings: copy %.2f TB/s (start %.2f, end %.2f); mma.sync peak %.0f TFLOP/s (start %.0f, end %.0f); wgmma ref %.0f\n",
-               copy_ceiling, copy_start, copy_end, mma_ceiling, mma_start, mma_end, kWgmmaReferenceTflops);
+  ceilings.print();
   std::fprintf(stderr, "%-4s %-4s %-9s %10s %8s %6s %8s %6s %6s %s\n", "T", "H", "cands", "us/call", "GB/s", "%copy", "TFLOP/s", "%mma",
                "%790", "tiles/splits/cpb");
   for (const json& r : results) {
@@ -418,9 +336,7 @@ int run_bench_sparse(const BenchOptions& options) {
                  r["tflop_s"].get<double>(), r["pct_mma_sync_peak"].get<double>(), r["pct_wgmma_790"].get<double>(),
                  r["head_tiles"].get<int>(), r["num_splits"].get<int>(), r["chunks_per_block"].get<int>());
   }
-  std::fprintf(stderr, "bars: %s\npower before: %s\npower after:  %s\nwall %.1f s\n", bar_summary.dump().c_str(),
-               report.value("power_state", std::string()).c_str(), report["power_state_after"].get<std::string>().c_str(),
-               report["wall_s"].get<double>());
+  bench_print_footer(report, bar_summary);
   return 0;
 }
 

@@ -33,7 +33,7 @@ json policy_json(const MlaDecodePolicy& p) {
 
 [[noreturn]] void bad_field(std::string_view field, std::string_view expected, const json& given) {
   throw Error(ErrorCode::kInvalidArgument,
-              fmt::format("mla_decode policy field '{}' must be {}, got {}", field, expected, given.dump()));
+              fmt::format("mla_decode policy field '{}' must be {}, got {}", field, expected, json_text(given)));
 }
 
 long long integer_field(std::string_view field, const json& v) {

@@ -9,6 +9,7 @@
 #include "kernel_templates/nvfp4_writer/params.cuh"
 #include "runtime/driver.h"
 #include "runtime/kernel_service.h"
+#include "runtime/nvfp4_cache_view.h"
 #include "runtime/validation.h"
 
 namespace kiln::nvfp4 {
@@ -29,13 +30,13 @@ class WriterFamily final : public Family {
     for (const auto& [field, value] : policy.items()) {
       if (field == "op") {
         if (!value.is_string() || (value != "pack" && value != "append")) {
-          throw Error(ErrorCode::kInvalidArgument, fmt::format("nvfp4_writer policy field 'op' must be \"pack\" or \"append\", got {}", value.dump()));
+          throw Error(ErrorCode::kInvalidArgument, fmt::format("nvfp4_writer policy field 'op' must be \"pack\" or \"append\", got {}", json_text(value)));
         }
         out["op"] = value;
       } else if (field == "page_size") {
         if (!value.is_number_integer() || value.get<long long>() < 1 || value.get<long long>() > kMaxPageSize) {
           throw Error(ErrorCode::kInvalidArgument,
-                      fmt::format("nvfp4_writer policy field 'page_size' must be an integer in [1, {}], got {}", kMaxPageSize, value.dump()));
+                      fmt::format("nvfp4_writer policy field 'page_size' must be an integer in [1, {}], got {}", kMaxPageSize, json_text(value)));
         }
         out["page_size"] = value.get<long long>();
       } else {
@@ -61,37 +62,14 @@ std::uint64_t fingerprint(const WriterPolicy& p) {
   return XXH3_64bits(words, sizeof words);
 }
 
-struct CacheGeometry {
-  std::int64_t pages;
-  std::int64_t page_size;
-  std::int64_t page_stride;  // bytes
-};
-
-CacheGeometry check_cache(const TensorView& cache) {
-  check::dtype(cache, "cache", {DType::kU8});
-  check::rank(cache, "cache", {3, 4});
-  check::dim(cache, "cache", -1, kNvfp4TokenBytes);
-  int row_dim = 1;
-  if (cache.rank == 4) {
-    if (cache.size(1) == 1) row_dim = 2;  // HND [P, 1, page, 384]
-    else if (cache.size(2) != 1) check::fail("cache", "[P, page, 384], HND [P, 1, page, 384] or NHD [P, page, 1, 384]", cache.shape_string());
-  }
-  const CacheGeometry g{cache.size(0), cache.size(row_dim), cache.stride(0)};
-  if (cache.stride(-1) != 1) check::fail("cache", "stride(-1) == 1", fmt::format("{}", cache.stride(-1)));
-  if (g.page_size > 1 && cache.stride(row_dim) != kNvfp4TokenBytes) {
-    check::fail("cache", "pages whose page_size * 384 bytes are contiguous (token stride 384)",
-                fmt::format("token stride {}", cache.stride(row_dim)));
-  }
-  check::aligned(cache, "cache", 16);
-  if (g.pages > 1 && (g.page_stride % 16 != 0 || g.page_stride < g.page_size * kNvfp4TokenBytes)) {
-    check::fail("cache", fmt::format("a page stride that is a multiple of 16 and >= page_size * 384 = {}", g.page_size * kNvfp4TokenBytes),
-                fmt::format("{}", g.page_stride));
-  }
-  if (g.page_size < 1 || g.page_size > kMaxPageSize) check::unsupported("cache", fmt::format("page sizes 1..{}", kMaxPageSize), fmt::format("page size {}", g.page_size));
-  return g;
+// The page size is in the key (1..kMaxPageSize), so it is checked after the view's strides.
+Nvfp4CacheGeometry check_cache(const TensorView& cache) {
+  return check_nvfp4_cache(cache, "cache", {.max_page_size = kMaxPageSize, .runtime_page_size = false});
 }
 
-void check_rows(const TensorView& rows, std::string_view arg) {
+void check_rows(const TensorView& rows, std::string_view arg, int rank) {
+  check::rank(rows, arg, {rank});
+  check::not_null(rows, arg);
   check::dtype(rows, arg, {DType::kBf16});
   check::dim(rows, arg, -1, kNvfp4LatentDims);
   if (rows.stride(-1) != 1) check::fail(arg, "stride(-1) == 1", fmt::format("{}", rows.stride(-1)));
@@ -116,13 +94,12 @@ SemanticKey WriterPolicy::key(std::string_view arch) const { return SemanticKey(
 void register_writer_family() { register_family(std::make_unique<WriterFamily>()); }
 
 void pack(const TensorView& latent, const TensorView& cache, CUstream stream) {
-  const CacheGeometry g = check_cache(cache);
-  check_rows(latent, "latent");
-  check::rank(latent, "latent", {3});
+  const Nvfp4CacheGeometry g = check_cache(cache);
+  check_rows(latent, "latent", 3);
   if (latent.size(0) != g.pages || latent.size(1) != g.page_size) {
     check::fail("latent", fmt::format("shape [{}, {}, 512] matching the cache", g.pages, g.page_size), latent.shape_string());
   }
-  if (latent.stride(1) % 8 != 0 || latent.stride(0) != latent.stride(1) * g.page_size) {
+  if (latent.stride(1) % 8 != 0 || (g.pages > 1 && latent.stride(0) != latent.stride(1) * g.page_size)) {
     check::fail("latent", "rows at a stride that is a multiple of 8 elements, pages packed back to back",
                 fmt::format("strides [{}, {}, 1]", latent.stride(0), latent.stride(1)));
   }
@@ -136,13 +113,14 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream) {
 }
 
 void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream) {
-  const CacheGeometry g = check_cache(cache);
-  check_rows(rows, "rows");
-  check::rank(rows, "rows", {2});
+  const Nvfp4CacheGeometry g = check_cache(cache);
+  check_rows(rows, "rows", 2);
   if (rows.size(0) > 1 && rows.stride(0) % 8 != 0) check::fail("rows", "a row stride that is a multiple of 8 elements", fmt::format("{}", rows.stride(0)));
   check::dtype(slot_mapping, "slot_mapping", {DType::kI32});
   check::rank(slot_mapping, "slot_mapping", {1});
   check::contiguous(slot_mapping, "slot_mapping");
+  check::not_null(slot_mapping, "slot_mapping");
+  check::aligned(slot_mapping, "slot_mapping", 4);
   check::dim(slot_mapping, "slot_mapping", 0, rows.size(0));
   check::disjoint(rows, "rows", cache, "cache");
   check::disjoint(slot_mapping, "slot_mapping", cache, "cache");

@@ -16,7 +16,7 @@ using nlohmann::json;
 
 [[noreturn]] void bad_field(std::string_view field, std::string_view expected, const json& given) {
   throw Error(ErrorCode::kInvalidArgument,
-              fmt::format("sparse_nvfp4 policy field '{}' must be {}, got {}", field, expected, given.dump()));
+              fmt::format("sparse_nvfp4 policy field '{}' must be {}, got {}", field, expected, json_text(given)));
 }
 
 class SparseFamily final : public Family {

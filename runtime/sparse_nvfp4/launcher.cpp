@@ -6,10 +6,10 @@
 #include <cmath>
 
 #include "jit/error.h"
-#include "kernel_templates/common/nvfp4_format.cuh"
 #include "kernel_templates/sparse_nvfp4/params.cuh"
 #include "runtime/driver.h"
 #include "runtime/kernel_service.h"
+#include "runtime/nvfp4_cache_view.h"
 #include "runtime/sparse_nvfp4/planner.h"
 #include "runtime/validation.h"
 
@@ -25,42 +25,6 @@ constexpr int kMaxHeads = 128;
 constexpr int kZeroTokenSms = 132;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-struct CacheGeometry {
-  std::int64_t pages = 0;
-  std::int64_t page_size = 0;
-  std::int64_t page_stride = 0;  // bytes
-};
-
-// The 384-byte format's view rules: the same as nvfp4::check_cache (runtime/nvfp4_writer/writer.cpp),
-// plus any page size (the decode reads it at run time) and the argument's own name.
-CacheGeometry check_cache(const TensorView& cache, const char* arg) {
-  check::dtype(cache, arg, {DType::kU8});
-  check::rank(cache, arg, {3, 4});
-  check::dim(cache, arg, -1, kNvfp4TokenBytes);
-  int row_dim = 1;
-  if (cache.rank == 4) {
-    if (cache.size(1) == 1) row_dim = 2;  // HND [P, 1, page, 384]
-    else if (cache.size(2) != 1) check::fail(arg, "[P, page, 384], HND [P, 1, page, 384] or NHD [P, page, 1, 384]", cache.shape_string());
-  }
-  const CacheGeometry g{cache.size(0), cache.size(row_dim), cache.stride(0)};
-  if (cache.stride(-1) != 1) check::fail(arg, "stride(-1) == 1", fmt::format("{}", cache.stride(-1)));
-  if (g.page_size < 1) check::fail(arg, "a page size >= 1", fmt::format("shape {}", cache.shape_string()));
-  if (g.page_size > INT_MAX / kNvfp4TokenBytes) {
-    check::unsupported(arg, fmt::format("page sizes up to {}", INT_MAX / kNvfp4TokenBytes), fmt::format("page size {}", g.page_size));
-  }
-  if (g.page_size > 1 && cache.stride(row_dim) != kNvfp4TokenBytes) {
-    check::fail(arg, "pages whose page_size * 384 bytes are contiguous (token stride 384)",
-                fmt::format("token stride {}", cache.stride(row_dim)));
-  }
-  check::not_null(cache, arg);
-  check::aligned(cache, arg, 16);
-  if (g.pages > 1 && (g.page_stride % 16 != 0 || g.page_stride < g.page_size * kNvfp4TokenBytes)) {
-    check::fail(arg, fmt::format("a page stride that is a multiple of 16 and >= page_size * 384 = {}", g.page_size * kNvfp4TokenBytes),
-                fmt::format("{}", g.page_stride));
-  }
-  return g;
-}
 
 // int32 [T, k] or [T, 1, k] with unit stride along k; returns k.
 std::int64_t check_indices(const TensorView& idx, const char* arg, std::int64_t tokens, std::int64_t min_topk) {
@@ -109,8 +73,8 @@ struct Checked {
   int topk = 0;
   int extra_topk = 0;
   bool has_extra = false;
-  CacheGeometry main;
-  CacheGeometry extra;
+  Nvfp4CacheGeometry main;
+  Nvfp4CacheGeometry extra;
   int split_stride = 0;  // S of mid_out/mid_lse, 0 when absent
 };
 
@@ -148,7 +112,7 @@ Checked check_static(const Args& a) {
   c.heads = static_cast<int>(heads);
   if (c.tokens > INT_MAX) check::unsupported("q", fmt::format("T up to {}", INT_MAX), fmt::format("T = {}", c.tokens));
 
-  c.main = check_cache(a.kv_cache, "kv_cache");
+  c.main = check_nvfp4_cache(a.kv_cache, "kv_cache");  // any page size: the decode reads it at run time
   c.topk = static_cast<int>(check_indices(a.indices, "indices", c.tokens, 1));
 
   check_dense(a.output, "output", DType::kBf16, 3, 16);
@@ -177,7 +141,7 @@ Checked check_static(const Args& a) {
   }
   c.has_extra = opt.extra_kv_cache.has_value();
   if (c.has_extra) {
-    c.extra = check_cache(*opt.extra_kv_cache, "extra_kv_cache");
+    c.extra = check_nvfp4_cache(*opt.extra_kv_cache, "extra_kv_cache");
     c.extra_topk = static_cast<int>(check_indices(*opt.extra_indices, "extra_indices", c.tokens, 0));
     if (opt.extra_topk_length) check_vector(*opt.extra_topk_length, "extra_topk_length", DType::kI32, c.tokens, "T");
   }

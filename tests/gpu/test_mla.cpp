@@ -34,13 +34,16 @@
 #include "runtime/mla_decode/planner.h"
 #include "tests/support/device_buffer.h"
 #include "tests/support/mla_reference.h"
+#include "tests/support/rng.h"
 
 namespace {
 
 using kiln::DType;
 using kiln::TensorView;
 using kiln::mla::MaskType;
+using kiln::testing::base_seed;
 using kiln::testing::DeviceBuffer;
+using kiln::testing::Rng;
 
 constexpr int kDimQk = 576;
 constexpr int kDimV = 512;
@@ -49,26 +52,6 @@ constexpr std::uint8_t kNanByte = 0xff;
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-// Reproducible by default; `kiln_gpu_tests --rng-seed N` (or `time`) draws other inputs.
-std::uint64_t base_seed() {
-  const unsigned s = Catch::rngSeed();
-  return s != 0 ? s : 20251129u;
-}
-
-// splitmix64: fast enough to fill tens of MB per case (std::uniform_real_distribution is not).
-struct Rng {
-  std::uint64_t state;
-  explicit Rng(std::uint64_t seed) : state(seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  int below(int n) { return static_cast<int>(next() % static_cast<std::uint64_t>(n)); }
-  float uniform(float lo, float hi) { return lo + (hi - lo) * static_cast<float>(next() >> 40) / 16777216.f; }
-};
 
 // Random finite values: bf16 uniform in (-1, 1); e4m3 with magnitudes 2^-4 .. 1.875 and either sign
 // (wide enough to exercise the fp8 path, never NaN: exponent <= 7 with any mantissa is finite).

@@ -43,6 +43,7 @@
 #include "runtime/sparse_nvfp4/planner.h"
 #include "tests/support/device_buffer.h"
 #include "tests/support/nvfp4_reference.h"
+#include "tests/support/rng.h"
 #include "tests/support/sparse_reference.h"
 
 namespace {
@@ -51,7 +52,9 @@ using kiln::DType;
 using kiln::TensorView;
 using kiln::sparse::SparseOptions;
 using kiln::sparse::SplitPlanResult;
+using kiln::testing::base_seed;
 using kiln::testing::DeviceBuffer;
+using kiln::testing::Rng;
 namespace kt = kiln::testing;
 
 constexpr int kDims = 512;
@@ -66,31 +69,6 @@ constexpr std::int32_t kFarIndex = 0x7fffff00;
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-// Reproducible by default; `kiln_gpu_tests --rng-seed N` draws other inputs.
-std::uint64_t base_seed() {
-  const unsigned s = Catch::rngSeed();
-  return s != 0 ? s : 20251129u;
-}
-
-// splitmix64 plus Box-Muller: fast and identical on every platform (std distributions are not).
-struct Rng {
-  std::uint64_t state;
-  explicit Rng(std::uint64_t seed) : state(seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  int below(int n) { return static_cast<int>(next() % static_cast<std::uint64_t>(n)); }
-  float uniform(float lo, float hi) { return lo + (hi - lo) * static_cast<float>(next() >> 40) / 16777216.f; }
-  float normal() {
-    const float u1 = (static_cast<float>(next() >> 40) + 1.f) / 16777217.f;
-    const float u2 = static_cast<float>(next() >> 40) / 16777216.f;
-    return std::sqrt(-2.f * std::log(u1)) * std::cos(6.2831853f * u2);
-  }
-};
 
 enum class Layout { kCompact, kHnd, kNhd };  // [P, page, 384], [P, 1, page, 384], [P, page, 1, 384]
 enum class Sink { kOff, kOn, kDominated };    // kDominated: every 4th head's sink is 40 (sink-dominated rows)

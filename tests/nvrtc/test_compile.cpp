@@ -2,10 +2,6 @@
 // compile errors, the KernelService tiers and counters, miss recording, and `kiln prebuild` from
 // real processes. NVRTC compiles cost 0.2-5 s each, so every test compiles as little as it can: the
 // default manifest is compiled once, by `kiln prebuild`, and its cache entries are checked here.
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -16,7 +12,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,54 +27,25 @@
 #include "runtime/kernel_service.h"
 #include "runtime/manifest.h"
 #include "runtime/nvfp4_writer/writer.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 #include "tools/default_manifest.h"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 using kiln::ErrorCode;
 using kiln::SemanticKey;
+using kiln::testing::expect_error;
 using nlohmann::json;
+using CliResult = kiln::testing::ProcessResult;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kiln_nvrtc_test.XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
+struct TempDir : kiln::testing::TempDir {
+  TempDir() : kiln::testing::TempDir("kiln_nvrtc_test") {}
 };
-
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-template <typename F>
-kiln::Error expect_error(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e;
-  }
-  FAIL("expected a kiln::Error");
-  return kiln::Error(ErrorCode::kInternal, "unreachable");
-}
 
 SemanticKey writer(const char* op, int page, const char* arch) {
   return SemanticKey("nvfp4_writer", {{"op", op}, {"page_size", page}}, arch);
@@ -94,75 +60,22 @@ kiln::Config config_for(const fs::path& cache_dir) {
 
 // ---- running the kiln CLI as real processes ----
 
-fs::path cli_path() {
-  if (const char* p = std::getenv("KILN_CLI"); p && *p) return p;
-  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "kiln";
+// A started `kiln` process; stdout/stderr go to files in `scratch` so that many can run at once.
+std::unique_ptr<kiln::testing::Subprocess> start_cli(const std::vector<std::string>& args, const fs::path& scratch, const std::string& tag) {
+  const fs::path cli = kiln::testing::kiln_cli_path();
+  REQUIRE(fs::exists(cli));
+  kiln::testing::Environment env = kiln::testing::current_environment();
+  for (const char* v : {"KILN_CACHE_PATH", "KILN_SEALED", "KILN_RECORD_MISSES", "KILN_DUMP_SOURCE"}) env.erase(v);
+  env["KILN_CACHE_DIR"] = (scratch / "env_cache_unused").string();
+  env["KILN_LOG_LEVEL"] = "warn";
+  std::vector<std::string> argv = {cli.string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return std::make_unique<kiln::testing::Subprocess>(kiln::testing::SpawnOptions{
+      .argv = argv, .env = env, .stdout_file = scratch / (tag + ".stdout"), .stderr_file = scratch / (tag + ".stderr")});
 }
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-// A started `kiln` process; stdout/stderr go to files in `scratch` so that many can run at once.
-class CliProcess {
- public:
-  CliProcess(const std::vector<std::string>& args, const fs::path& scratch, const std::string& tag) {
-    const fs::path cli = cli_path();
-    REQUIRE(fs::exists(cli));
-    std::map<std::string, std::string> env_map;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string item(*e);
-      const auto eq = item.find('=');
-      if (eq != std::string::npos) env_map[item.substr(0, eq)] = item.substr(eq + 1);
-    }
-    for (const char* v : {"KILN_CACHE_PATH", "KILN_SEALED", "KILN_RECORD_MISSES", "KILN_DUMP_SOURCE"}) env_map.erase(v);
-    env_map["KILN_CACHE_DIR"] = (scratch / "env_cache_unused").string();
-    env_map["KILN_LOG_LEVEL"] = "warn";
-    std::vector<std::string> env_storage;
-    for (const auto& [k, v] : env_map) env_storage.push_back(k + "=" + v);
-    std::vector<char*> envp;
-    for (auto& s : env_storage) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> argv_storage = {cli.string()};
-    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : argv_storage) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    out_file_ = (scratch / (tag + ".stdout")).string();
-    err_file_ = (scratch / (tag + ".stderr")).string();
-
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      const int out = ::open(out_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int err = ::open(err_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (out < 0 || err < 0) ::_exit(126);
-      ::dup2(out, 1);
-      ::dup2(err, 2);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-  }
-
-  CliResult wait() {
-    int status = 0;
-    REQUIRE(::waitpid(pid_, &status, 0) == pid_);
-    CliResult r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = read_text(out_file_);
-    r.err = read_text(err_file_);
-    return r;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string out_file_, err_file_;
-};
-
 CliResult run_cli(const std::vector<std::string>& args, const fs::path& scratch, const std::string& tag = "cli") {
-  return CliProcess(args, scratch, tag).wait();
+  return start_cli(args, scratch, tag)->wait();
 }
 
 // Parses the --json report of `kiln prebuild` and checks its shape.
@@ -478,13 +391,12 @@ TEST_CASE("cli: 8 concurrent kiln prebuild processes compile a key once", "[nvrt
   const SemanticKey key = writer("append", 32, "sm_90a");
   std::ofstream(manifest) << json({{"keys", {key.str()}}}).dump();
 
-  std::vector<std::unique_ptr<CliProcess>> procs;
+  std::vector<std::unique_ptr<kiln::testing::Subprocess>> procs;
   for (int i = 0; i < 8; ++i) {
     std::string tag = "proc";  // built with append: GCC 12 warns falsely (-Wrestrict) on "p" + to_string(i)
     tag.append(std::to_string(i));
-    procs.push_back(std::make_unique<CliProcess>(
-        std::vector<std::string>{"prebuild", "--manifest", manifest.string(), "-j", "1", "--cache", cache.string(), "--json"},
-        dir.path(), tag));
+    procs.push_back(start_cli({"prebuild", "--manifest", manifest.string(), "-j", "1", "--cache", cache.string(), "--json"},
+                              dir.path(), tag));
   }
   int compiled = 0, hits = 0;
   for (auto& p : procs) {

@@ -3,41 +3,20 @@
 // three tile shapes (16, 32 and 64 rows), bf16 and fp8, fixed and packed, both masks, four page sizes.
 // The full default-manifest set is left to the manifest's prebuild test: each compile takes a while.
 #include <catch2/catch.hpp>
-
-#include <stdlib.h>
-
-#include <filesystem>
 #include <string>
 #include <vector>
 
-#include "jit/error.h"
 #include "runtime/config.h"
 #include "runtime/kernel_service.h"
 #include "runtime/mla_decode/family.h"
+#include "tests/support/expect_compiled.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
-namespace fs = std::filesystem;
 using kiln::DType;
 using kiln::mla::MaskType;
 using kiln::mla::MlaDecodePolicy;
-
-class TempCacheDir {
- public:
-  TempCacheDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kiln_mla_nvrtc.XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempCacheDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 struct Case {
   const char* arch;
@@ -48,7 +27,7 @@ struct Case {
 
 TEST_CASE("mla_decode compiles for sm_90a and sm_120a", "[nvrtc]") {
   kiln::mla::register_mla_family();
-  TempCacheDir dir;
+  const kiln::testing::TempDir dir("kiln_mla_nvrtc");
   kiln::Config config;
   config.cache_dir = dir.path();
   kiln::KernelService service(config);
@@ -63,17 +42,7 @@ TEST_CASE("mla_decode compiles for sm_90a and sm_120a", "[nvrtc]") {
   for (const Case& c : cases) {
     const kiln::SemanticKey key = c.policy.key(c.arch);
     INFO(key.str());
-    kiln::Artifact artifact;
-    try {
-      artifact = service.build(key);
-    } catch (const kiln::Error& e) {
-      FAIL(e.what() << "\n" << e.details().log);
-    }
-    REQUIRE(artifact.entry != nullptr);
-    CHECK(artifact.source == kiln::ArtifactSource::kCompiled);
-    CHECK(artifact.entry->cubin.size() > 1000);
-    CHECK(artifact.entry->semantic_key == key.str());
-    const auto& lowered = artifact.entry->metadata.at("lowered_names");
+    const nlohmann::json lowered = kiln::testing::expect_compiled(service, key);
     REQUIRE(lowered.size() == 2u);
     CHECK(lowered[0].get<std::string>().find("mla_decode_kernel") != std::string::npos);
     CHECK(lowered[1].get<std::string>().find("mla_combine_kernel") != std::string::npos);

@@ -2,39 +2,18 @@
 // per arch, four policies that together cover both values of head_tiles, has_extra and split, so
 // every branch of the decode template and the merge kernel is instantiated on each arch.
 #include <catch2/catch.hpp>
-
-#include <stdlib.h>
-
-#include <filesystem>
 #include <string>
 #include <vector>
 
-#include "jit/error.h"
 #include "runtime/config.h"
 #include "runtime/kernel_service.h"
 #include "runtime/sparse_nvfp4/family.h"
+#include "tests/support/expect_compiled.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
-namespace fs = std::filesystem;
 namespace sp = kiln::sparse;
-
-class TempCacheDir {
- public:
-  TempCacheDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kiln_sparse_nvrtc.XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempCacheDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 struct Case {
   const char* arch;
@@ -45,7 +24,7 @@ struct Case {
 
 TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
   sp::register_sparse_family();
-  TempCacheDir dir;
+  const kiln::testing::TempDir dir("kiln_sparse_nvrtc");
   kiln::Config config;
   config.cache_dir = dir.path();
   kiln::KernelService service(config);
@@ -63,17 +42,7 @@ TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
   for (const Case& c : cases) {
     const kiln::SemanticKey key = c.policy.key(c.arch);
     INFO(key.str());
-    kiln::Artifact artifact;
-    try {
-      artifact = service.build(key);
-    } catch (const kiln::Error& e) {
-      FAIL(e.what() << "\n" << e.details().log);
-    }
-    REQUIRE(artifact.entry != nullptr);
-    CHECK(artifact.source == kiln::ArtifactSource::kCompiled);
-    CHECK(artifact.entry->cubin.size() > 1000);
-    CHECK(artifact.entry->semantic_key == key.str());
-    const auto& lowered = artifact.entry->metadata.at("lowered_names");
+    const nlohmann::json lowered = kiln::testing::expect_compiled(service, key);
     REQUIRE(lowered.size() == (c.policy.split ? 2u : 1u));
     CHECK(lowered[0].get<std::string>().find("sparse_nvfp4_decode_kernel") != std::string::npos);
     if (c.policy.split) CHECK(lowered[1].get<std::string>().find("sparse_nvfp4_merge_kernel") != std::string::npos);

@@ -4,8 +4,8 @@
 // variable KILN_STORE_WORKER, else from the compile definition KILN_STORE_WORKER_PATH; without
 // either those tests fail with a message saying so.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,9 +14,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -25,30 +24,22 @@
 #include "cache/cubin_store.h"
 #include "cache/file_lock.h"
 #include "jit/error.h"
+#include "tests/support/files.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using kiln::CacheEntry;
 using kiln::CacheKey;
 using kiln::CubinStore;
 using kiln::Tier;
+using kiln::testing::read_text;
+using kiln::testing::write_text;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kiln_store_test.XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+struct TempDir : kiln::testing::TempDir {
+  TempDir() : kiln::testing::TempDir("kiln_store_test") {}
 };
 
 // Redirects fd 2 into a file while alive, so a test can count kiln's warnings.
@@ -68,10 +59,7 @@ class StderrCapture {
   }
   std::string text() {
     restore();
-    std::ifstream in(file_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return read_text(file_);
   }
 
  private:
@@ -102,19 +90,6 @@ CacheEntry make_entry(const CacheKey& key, char fill = 'c', std::size_t cubin_by
   e.cubin.assign(cubin_bytes, fill);
   e.cubin[0] = '\x7f';
   return e;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, std::string_view bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
 }
 
 std::vector<fs::path> files_in(const fs::path& dir, const std::string& ext = "") {
@@ -152,63 +127,35 @@ std::string worker_path() {
 #endif
 }
 
-struct WorkerResult {
-  int exit_code = -1;    // when exited normally
-  int term_signal = 0;   // when killed by a signal
-  std::string out;       // stdout
-  std::string err;       // stderr
-};
+using WorkerResult = kiln::testing::ProcessResult;
 
 // Starts store_worker with `args`; stdout/stderr go to files under `dir`. `crash_point` sets
 // KILN_TEST_CRASH_POINT; `inherit_fd` stays open across exec (the start barrier).
-pid_t spawn_worker(const std::vector<std::string>& args, const fs::path& dir, int index,
-                   const std::string& crash_point = "", int inherit_fd = -1) {
-  const std::string exe = worker_path();
-  const std::string out = (dir / ("worker" + std::to_string(index) + ".out")).string();
-  const std::string err = (dir / ("worker" + std::to_string(index) + ".err")).string();
-  std::vector<std::string> argv_s{exe};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
+std::unique_ptr<kiln::testing::Subprocess> spawn_worker(const std::vector<std::string>& args, const fs::path& dir, int index,
+                                                        const std::string& crash_point = "", int inherit_fd = -1) {
+  std::vector<std::string> argv{worker_path()};
+  argv.insert(argv.end(), args.begin(), args.end());
   if (inherit_fd >= 0) {
-    argv_s.push_back("--wait-fd");
-    argv_s.push_back(std::to_string(inherit_fd));
+    argv.push_back("--wait-fd");
+    argv.push_back(std::to_string(inherit_fd));
   }
-  std::vector<char*> argv;
-  for (auto& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(o, 1);
-    ::dup2(e, 2);
-    if (crash_point.empty()) ::unsetenv("KILN_TEST_CRASH_POINT");
-    else ::setenv("KILN_TEST_CRASH_POINT", crash_point.c_str(), 1);
-    ::execv(exe.c_str(), argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-WorkerResult wait_worker(pid_t pid, const fs::path& dir, int index) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) REQUIRE(errno == EINTR);
-  WorkerResult r;
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.term_signal = WTERMSIG(status);
-  r.out = read_file(dir / ("worker" + std::to_string(index) + ".out"));
-  r.err = read_file(dir / ("worker" + std::to_string(index) + ".err"));
-  return r;
+  kiln::testing::Environment env = kiln::testing::current_environment();
+  if (crash_point.empty()) env.erase("KILN_TEST_CRASH_POINT");
+  else env["KILN_TEST_CRASH_POINT"] = crash_point;
+  return std::make_unique<kiln::testing::Subprocess>(
+      kiln::testing::SpawnOptions{.argv = argv,
+                                  .env = env,
+                                  .stdout_file = dir / ("worker" + std::to_string(index) + ".out"),
+                                  .stderr_file = dir / ("worker" + std::to_string(index) + ".err")});
 }
 
 WorkerResult run_worker(const std::vector<std::string>& args, const fs::path& dir, int index,
                         const std::string& crash_point = "") {
-  return wait_worker(spawn_worker(args, dir, index, crash_point), dir, index);
+  return spawn_worker(args, dir, index, crash_point)->wait();
 }
 
 std::size_t line_count(const fs::path& p) {
-  const std::string text = read_file(p);
+  const std::string text = read_text(p);
   return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
@@ -296,13 +243,13 @@ TEST_CASE("cubin store: each kind of bad entry is a miss, is quarantined and is 
     const char* reason;  // expected in the quarantine sidecar
   };
   auto truncate_to = [](std::size_t n) {
-    return [n](const fs::path&, const fs::path& f, const std::string& good) { write_file(f, good.substr(0, n)); };
+    return [n](const fs::path&, const fs::path& f, const std::string& good) { write_text(f, good.substr(0, n)); };
   };
   auto flip = [](std::function<std::size_t(std::size_t)> where) {
     return [where](const fs::path&, const fs::path& f, const std::string& good) {
       std::string bad = good;
       bad[where(bad.size())] ^= 0x20;
-      write_file(f, bad);
+      write_text(f, bad);
     };
   };
   const std::vector<Damage> damages = {
@@ -310,8 +257,8 @@ TEST_CASE("cubin store: each kind of bad entry is a miss, is quarantined and is 
       {"truncated in the magic", truncate_to(5), "truncated"},
       {"truncated in the header", truncate_to(30), "truncated"},
       {"truncated in the metadata", truncate_to(80), "truncated"},
-      {"truncated in the cubin", [](auto&, auto& f, auto& g) { write_file(f, g.substr(0, g.size() / 2)); }, "truncated"},
-      {"truncated by one byte", [](auto&, auto& f, auto& g) { write_file(f, g.substr(0, g.size() - 1)); }, "truncated"},
+      {"truncated in the cubin", [](auto&, auto& f, auto& g) { write_text(f, g.substr(0, g.size() / 2)); }, "truncated"},
+      {"truncated by one byte", [](auto&, auto& f, auto& g) { write_text(f, g.substr(0, g.size() - 1)); }, "truncated"},
       {"flipped byte in the cubin", flip([](std::size_t n) { return n - 100; }), "checksum mismatch"},
       {"flipped byte in the header (key echo)", flip([](std::size_t) { return 14; }), "checksum mismatch"},
       {"flipped byte in the header (magic)", flip([](std::size_t) { return 2; }), "bad magic"},
@@ -328,7 +275,7 @@ TEST_CASE("cubin store: each kind of bad entry is a miss, is quarantined and is 
          std::mt19937 rng(42);
          std::string garbage(5000, '\0');
          for (char& c : garbage) c = static_cast<char>(rng());
-         write_file(f, garbage);
+         write_text(f, garbage);
        },
        "bad magic"},
       {"a directory in place of the file",
@@ -347,7 +294,7 @@ TEST_CASE("cubin store: each kind of bad entry is a miss, is quarantined and is 
         CubinStore writer(root_options(dir.path()));
         REQUIRE(writer.publish(make_entry(key)));
       }
-      d.apply(dir.path(), file, read_file(file));
+      d.apply(dir.path(), file, read_text(file));
 
       CubinStore store(root_options(dir.path()));
       StderrCapture capture;
@@ -359,7 +306,7 @@ TEST_CASE("cubin store: each kind of bad entry is a miss, is quarantined and is 
       REQUIRE(quarantined.size() == 1);
       const auto sidecars = files_in(dir.path() / "quarantine", ".reason");
       REQUIRE(sidecars.size() == 1);
-      CHECK_THAT(read_file(sidecars[0]), Catch::Contains(d.reason));
+      CHECK_THAT(read_text(sidecars[0]), Catch::Contains(d.reason));
       CHECK(store.stats().quarantined == 1);
 
       bool built = false;
@@ -383,18 +330,18 @@ TEST_CASE("cubin store: 8 processes warming one key build it exactly once and ge
   // Only the read end may cross exec, or the workers would hold the write end open themselves.
   REQUIRE(::fcntl(barrier[1], F_SETFD, FD_CLOEXEC) == 0);
   constexpr int kWorkers = 8;
-  std::vector<pid_t> pids;
+  std::vector<std::unique_ptr<kiln::testing::Subprocess>> workers;
   for (int i = 0; i < kWorkers; ++i) {
-    pids.push_back(spawn_worker({"--root", (dir.path() / "cache").string(), "--key", key.hex(), "--build-ms", "300",
-                                 "--builds-file", builds.string(), "--out",
-                                 (dir.path() / ("got" + std::to_string(i))).string()},
-                                dir.path(), i, "", barrier[0]));
+    workers.push_back(spawn_worker({"--root", (dir.path() / "cache").string(), "--key", key.hex(), "--build-ms", "300",
+                                    "--builds-file", builds.string(), "--out",
+                                    (dir.path() / ("got" + std::to_string(i))).string()},
+                                   dir.path(), i, "", barrier[0]));
   }
   ::close(barrier[0]);
   ::close(barrier[1]);  // EOF for every worker at once: the start signal
   int built_count = 0;
   for (int i = 0; i < kWorkers; ++i) {
-    const WorkerResult r = wait_worker(pids[static_cast<std::size_t>(i)], dir.path(), i);
+    const WorkerResult r = workers[static_cast<std::size_t>(i)]->wait();
     INFO("worker " << i << " stderr: " << r.err);
     REQUIRE(r.exit_code == 0);
     if (r.out.find("built=1") != std::string::npos) ++built_count;
@@ -402,10 +349,10 @@ TEST_CASE("cubin store: 8 processes warming one key build it exactly once and ge
   }
   CHECK(line_count(builds) == 1);
   CHECK(built_count == 1);
-  const std::string first = read_file(dir.path() / "got0");
+  const std::string first = read_text(dir.path() / "got0");
   REQUIRE_FALSE(first.empty());
-  for (int i = 1; i < kWorkers; ++i) CHECK(read_file(dir.path() / ("got" + std::to_string(i))) == first);
-  CHECK(read_file(entry_file(dir.path() / "cache", key)) == first);
+  for (int i = 1; i < kWorkers; ++i) CHECK(read_text(dir.path() / ("got" + std::to_string(i))) == first);
+  CHECK(read_text(entry_file(dir.path() / "cache", key)) == first);
 }
 
 TEST_CASE("cubin store: threads of one process warming one key build it once", "[unit][cache]") {
@@ -491,8 +438,8 @@ TEST_CASE("cubin store: stale temp files are removed on open, fresh ones are kep
   { CubinStore init(root_options(dir.path())); }
   const fs::path stale = dir.path() / "tmp" / "dead.1.tmp";
   const fs::path fresh = dir.path() / "tmp" / "live.2.tmp";
-  write_file(stale, "partial");
-  write_file(fresh, "in flight");
+  write_text(stale, "partial");
+  write_text(fresh, "in flight");
   set_mtime(stale, std::chrono::hours(2));
   CubinStore store(root_options(dir.path()));
   CHECK_FALSE(fs::exists(stale));
@@ -535,9 +482,9 @@ TEST_CASE("cubin store: read-only layers are searched first and never modified",
 
   SECTION("a bad read-only entry is skipped with one warning and left in place") {
     const fs::path bad = entry_file(ro1, shared);
-    std::string bytes = read_file(bad);
+    std::string bytes = read_text(bad);
     bytes[bytes.size() - 30] ^= 1;
-    write_file(bad, bytes);
+    write_text(bad, bytes);
     StderrCapture capture;
     auto h1 = store.lookup(shared);
     auto h2 = store.lookup(shared);
@@ -546,7 +493,7 @@ TEST_CASE("cubin store: read-only layers are searched first and never modified",
     CHECK(h1->file == entry_file(ro2, shared));  // falls through to the next layer
     REQUIRE(h2.has_value());
     CHECK(count_of(warnings, "read-only cache entry") == 1);
-    CHECK(read_file(bad) == bytes);
+    CHECK(read_text(bad) == bytes);
     CHECK(files_in(root / "quarantine").empty());
 
     const kiln::VerifyReport report = store.verify();
@@ -605,7 +552,7 @@ TEST_CASE("cubin store: prune removes least recently used writable entries first
   CHECK(mtime_of(entry_file(dir.path(), keys[0])) > before + std::chrono::hours(1));
 
   // Quarantined files go first: they are never served.
-  write_file(entry_file(dir.path(), keys[4]), "junk");
+  write_text(entry_file(dir.path(), keys[4]), "junk");
   {
     StderrCapture capture;
     CHECK_FALSE(store.lookup(keys[4]).has_value());
@@ -631,12 +578,12 @@ TEST_CASE("cubin store: verify re-checks every entry and quarantines bad writabl
   CubinStore store(root_options(dir.path()));
   for (int i = 0; i < 4; ++i) REQUIRE(store.publish(make_entry(key_n(static_cast<std::uint64_t>(60 + i)))));
   const fs::path bad = entry_file(dir.path(), key_n(61));
-  std::string bytes = read_file(bad);
+  std::string bytes = read_text(bad);
   bytes[bytes.size() - 40] ^= 4;
-  write_file(bad, bytes);
+  write_text(bad, bytes);
   // A foreign file in the entries tree is reported too.
   fs::create_directories(dir.path() / "entries" / "00");
-  write_file(dir.path() / "entries" / "00" / "notes.txt", "x");
+  write_text(dir.path() / "entries" / "00" / "notes.txt", "x");
 
   StderrCapture capture;
   const kiln::VerifyReport report = store.verify();
@@ -658,7 +605,7 @@ TEST_CASE("cubin store: verify re-checks every entry and quarantines bad writabl
 TEST_CASE("cubin store: an unwritable cache directory degrades to memory with one warning", "[unit][cache]") {
   TempDir dir;
   SECTION("root below a regular file (mkdir fails even for root)") {
-    write_file(dir.path() / "a_file", "x");
+    write_text(dir.path() / "a_file", "x");
     CubinStore store(root_options(dir.path() / "a_file" / "cache"));
     CHECK_FALSE(store.writable());
     StderrCapture capture;
@@ -684,7 +631,7 @@ TEST_CASE("cubin store: an unwritable cache directory degrades to memory with on
   SECTION("read-only layers still serve when the root is unwritable") {
     const CacheKey key = key_n(72);
     REQUIRE(CubinStore(root_options(dir.path() / "ro")).publish(make_entry(key)));
-    write_file(dir.path() / "a_file", "x");
+    write_text(dir.path() / "a_file", "x");
     CubinStore::Options o = root_options(dir.path() / "a_file" / "cache");
     o.read_only_layers = {dir.path() / "ro"};
     CubinStore store(o);

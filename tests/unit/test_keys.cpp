@@ -4,9 +4,7 @@
 // here as a failing test and be made deliberately (bump kCacheSchemaVersion, update the goldens).
 // The cross-process checks re-run this binary (/proc/self/exe) with the hidden test "kiln_key_probe",
 // started from another cwd with another TZ and HOME, so no process state, path or time can leak in.
-#include <fcntl.h>
 #include <sys/wait.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <catch2/catch.hpp>
@@ -27,8 +25,10 @@
 #include "jit/error.h"
 #include "jit/semantic_key.h"
 #include "jit/template_bundle.h"
-
-extern char** environ;
+#include "tests/support/expect_error.h"
+#include "tests/support/files.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -36,6 +36,8 @@ using Catch::Matchers::StartsWith;
 using kiln::CacheKey;
 using kiln::ErrorCode;
 using kiln::SemanticKey;
+using kiln::testing::expect_error;
+using kiln::testing::read_text;
 using nlohmann::json;
 
 namespace {
@@ -62,29 +64,9 @@ std::string golden_cache_key_hex() {
       .hex();
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kiln_keys_test.XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+struct TempDir : kiln::testing::TempDir {
+  TempDir() : kiln::testing::TempDir("kiln_keys_test") {}
 };
-
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
@@ -98,54 +80,20 @@ std::vector<std::string> lines_of(const std::string& text) {
 std::vector<std::string> run_probe(const fs::path& cwd, const std::map<std::string, std::string>& env_overrides) {
   const fs::path self = fs::read_symlink("/proc/self/exe");
   const fs::path out = cwd / "probe.out";
-  std::map<std::string, std::string> env_map;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string item(*e);
-    const auto eq = item.find('=');
-    if (eq != std::string::npos) env_map[item.substr(0, eq)] = item.substr(eq + 1);
-  }
-  for (const auto& [k, v] : env_overrides) env_map[k] = v;
-  env_map["KILN_KEY_PROBE_OUT"] = out.string();
-  // Everything the child needs is prepared before fork(): after it only async-signal-safe calls.
-  std::vector<std::string> env_storage;
-  for (const auto& [k, v] : env_map) env_storage.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_storage) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string arg0 = self.string(), arg1 = "kiln_key_probe";
-  char* argv[] = {arg0.data(), arg1.data(), nullptr};
-  const std::string dir = cwd.string();
-
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    if (::chdir(dir.c_str()) != 0) ::_exit(126);
-    // Keep the probe's Catch2 report out of this test's output.
-    const int log = ::open("probe.log", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (log < 0) ::_exit(126);
-    ::dup2(log, 1);
-    ::dup2(log, 2);
-    ::execve(argv[0], argv, envp.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  INFO("probe process status " << status);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  kiln::testing::Environment env = kiln::testing::current_environment();
+  for (const auto& [k, v] : env_overrides) env[k] = v;
+  env["KILN_KEY_PROBE_OUT"] = out.string();
+  // Keep the probe's Catch2 report out of this test's output.
+  const kiln::testing::ProcessResult r = kiln::testing::Subprocess({.argv = {self.string(), "kiln_key_probe"},
+                                                                    .env = env,
+                                                                    .stdout_file = "probe.log",
+                                                                    .stderr_file = "probe.log",
+                                                                    .cwd = cwd})
+                                             .wait();
+  INFO("probe process status " << r.wait_status);
+  REQUIRE(WIFEXITED(r.wait_status));
+  REQUIRE(WEXITSTATUS(r.wait_status) == 0);
   return lines_of(read_text(out));
-}
-
-// Runs `f`, which must throw kiln::Error; returns it.
-template <typename F>
-kiln::Error expect_error(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e;
-  }
-  FAIL("expected a kiln::Error");
-  return kiln::Error(ErrorCode::kInternal, "unreachable");
 }
 
 // Rebuilds template_bundle_bytes() from the embedded files, with `flip_file` (if any) having one

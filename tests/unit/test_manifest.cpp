@@ -3,50 +3,29 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "jit/error.h"
 #include "jit/semantic_key.h"
 #include "runtime/manifest.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/files.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using kiln::ErrorCode;
 using kiln::SemanticKey;
+using kiln::testing::expect_error;
+using kiln::testing::write_text;
 using nlohmann::json;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kiln_manifest_test.XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+struct TempDir : kiln::testing::TempDir {
+  TempDir() : kiln::testing::TempDir("kiln_manifest_test") {}
 };
-
-template <typename F>
-kiln::Error expect_error(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e;
-  }
-  FAIL("expected a kiln::Error");
-  return kiln::Error(ErrorCode::kInternal, "unreachable");
-}
 
 SemanticKey writer(const char* op, int page, const char* arch) {
   return SemanticKey("nvfp4_writer", {{"op", op}, {"page_size", page}}, arch);
@@ -56,12 +35,6 @@ std::vector<std::string> strs(const std::vector<SemanticKey>& keys) {
   std::vector<std::string> out;
   for (const auto& k : keys) out.push_back(k.str());
   return out;
-}
-
-void write_text(const fs::path& file, const std::string& text) {
-  std::ofstream out(file, std::ios::binary);
-  out << text;
-  REQUIRE(out.good());
 }
 
 // Errors of parse_manifest: code kInvalidArgument, message containing every fragment.
