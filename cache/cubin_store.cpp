@@ -362,8 +362,10 @@ CubinStore::Hit CubinStore::get_or_build(const CacheKey& key, const std::functio
       fs::create_directories(options_.root / "locks", ec);  // failure surfaces as the lock's error
       lock.emplace(lock_path(key));
     } catch (const Error& e) {
+      // A lock file that cannot even be created means the root is not writable: say that once,
+      // as the memory-only warning, instead of warning about locking too.
       // Without the lock several processes may compile the same key; each result is still valid.
-      if (!warned_no_lock_.exchange(true)) log_warn("{}; continuing without cross-process locking", e.what());
+      disable_writes(e.what());
     }
   }
   // Another process may have published while we waited for the lock.

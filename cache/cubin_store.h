@@ -89,7 +89,6 @@ class CubinStore {
   Options options_;
   std::atomic<bool> writable_{false};
   std::atomic<bool> warned_unwritable_{false};
-  std::atomic<bool> warned_no_lock_{false};
   std::string open_failure_;  // why the root could not be set up; fixed after construction
 
   std::mutex warned_mutex_;

@@ -86,9 +86,22 @@ TensorView TensorView::from_dlpack(const DLTensor& t, std::string_view name) {
   return v;
 }
 
+// Shapes come from callers and may be absurd: saturate rather than overflow (signed overflow is UB);
+// a saturated size fails every later bound check anyway.
+namespace {
+std::int64_t saturating_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+std::int64_t saturating_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+}  // namespace
+
 std::int64_t TensorView::numel() const {
   std::int64_t n = 1;
-  for (int d = 0; d < rank; ++d) n *= shape[d];
+  for (int d = 0; d < rank; ++d) n = saturating_mul(n, shape[d]);
   return n;
 }
 
@@ -96,7 +109,7 @@ bool TensorView::is_contiguous() const {
   std::int64_t expected = 1;
   for (int d = rank - 1; d >= 0; --d) {
     if (shape[d] != 1 && strides[d] != expected) return false;
-    expected *= shape[d];
+    expected = saturating_mul(expected, shape[d]);
   }
   return true;
 }
@@ -104,8 +117,8 @@ bool TensorView::is_contiguous() const {
 std::int64_t TensorView::extent_bytes() const {
   if (numel() == 0) return 0;
   std::int64_t last = 0;
-  for (int d = 0; d < rank; ++d) last += (shape[d] - 1) * strides[d];
-  return (last + 1) * dtype_bytes(dtype);
+  for (int d = 0; d < rank; ++d) last = saturating_add(last, saturating_mul(shape[d] - 1, strides[d]));
+  return saturating_mul(saturating_add(last, 1), dtype_bytes(dtype));
 }
 
 std::string TensorView::shape_string() const {

@@ -163,7 +163,7 @@ TEST_CASE("compile: a syntax error raises kCompileFailed with the key and NVRTC'
   CHECK(service.store().list().empty());
 }
 
-TEST_CASE("service: one key from 4 threads compiles once; then disk hit; then read-only layer hit", "[nvrtc]") {
+TEST_CASE("service: one key from 4 threads compiles once, then a disk hit, then a read-only layer hit", "[nvrtc]") {
   TempDir first, second;
   const SemanticKey key = writer("pack", 32, "sm_90a");
   const kiln::CacheKey cache_key = kiln::make_build_request(key).cache_key;
@@ -292,7 +292,7 @@ TEST_CASE("service: recorded misses form a manifest that kiln prebuild accepts",
 
 // One test for the whole default manifest: it is the most expensive thing here (every key is one
 // NVRTC compile), so the cubins that `kiln prebuild` compiles are also the ones checked key by key.
-TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_120a; a second run compiles nothing",
+TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_120a, and a second run compiles nothing",
           "[nvrtc]") {
   TempDir dir;
   const fs::path cache = dir.path() / "cache";

@@ -68,7 +68,8 @@ TensorView make(std::uintptr_t a, DType t, std::vector<std::int64_t> shape) {
   for (int d = v.rank - 1; d >= 0; --d) {
     v.shape[d] = shape[d];
     v.strides[d] = s;
-    s *= shape[d];
+    // Fuzzed shapes can be huge: saturate instead of overflowing (signed overflow is UB).
+    if (__builtin_mul_overflow(s, shape[d], &s)) s = INT64_MAX;
   }
   return v;
 }
