@@ -56,13 +56,6 @@ __device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
   return r;
 }
 
-// 2^x; -inf gives +0, which the online softmax relies on for masked scores.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-
 #endif  // __CUDACC__
 
 }  // namespace kiln

@@ -14,6 +14,7 @@
 #include "common/mma.cuh"
 #include "common/mma_sm90.cuh"
 #include "common/numeric.cuh"
+#include "common/softmax.cuh"
 #include "mla_decode/params.cuh"
 
 namespace kiln {
@@ -56,15 +57,6 @@ __device__ __forceinline__ u32 pack_p(float lo, float hi) {
   } else {
     return pack_bf16x2(lo, hi);
   }
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 }  // namespace mla_detail

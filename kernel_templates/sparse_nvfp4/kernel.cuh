@@ -13,6 +13,7 @@
 // the softmax scale. NoPE output columns are multiplied back by 2^7 at the end.
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
+#include "common/softmax.cuh"
 #include "common/nvfp4.cuh"
 #include "sparse_nvfp4/params.cuh"
 
@@ -37,24 +38,6 @@ __device__ __forceinline__ void bar_sync(int id, int count) {
 }
 __device__ __forceinline__ void bar_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ float fast_exp2(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-__device__ __forceinline__ float fast_log2(float x) {
-  float r;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 __device__ __forceinline__ int clamp_length(const void* lengths, int t, int topk) {
   if (lengths == nullptr) return topk;
