@@ -1,13 +1,11 @@
 // kiln bench jit: cold NVRTC compile, disk-hit warm, in-memory lookup, launch overhead, prebuild -j.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "jit/compiler.h"
@@ -128,8 +126,6 @@ int run_bench(const BenchOptions& options) {
     nvfp4::warm(policy, {0});
     // In-memory lookup: what every launch pays to find its warm handle.
     const SemanticKey key = policy.key(arch);
-    const KernelHandle& handle = service.warm(key, 0);
-    (void)handle;
     constexpr int kLookups = 2'000'000;
     std::uint64_t fp = 0x1234;
     service.acquire(fp, [&] { return key; }, nullptr);
