@@ -5,6 +5,7 @@ struct BenchOptions {
   std::string what;       // jit (later: mla, sparse)
   std::string out;        // JSON report path
   std::string cache_dir;  // scratch cache root
+  bool quick = false;     // mla/sparse: a 4-config smoke subset
 };
 int run_bench(const BenchOptions& options);
 }  // namespace kiln::tools

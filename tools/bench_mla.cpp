@@ -151,7 +151,7 @@ int run_bench_mla(const BenchOptions& options) {
   // source, the environment, before the service is first created.
   if (!options.cache_dir.empty()) setenv("KILN_CACHE_DIR", options.cache_dir.c_str(), 1);
   mla::register_mla_family();  // idempotent
-  const bool quick = std::getenv("KILN_BENCH_MLA_QUICK") != nullptr && std::string(std::getenv("KILN_BENCH_MLA_QUICK")) == "1";
+  const bool quick = options.quick;
 
   json report = bench_header("mla");
   ScopedDeviceContext context(0);

@@ -203,8 +203,7 @@ int run_bench_sparse(const BenchOptions& options) {
   // the service is first created.
   if (!options.cache_dir.empty()) setenv("KILN_CACHE_DIR", options.cache_dir.c_str(), 1);
   sparse::register_sparse_family();  // idempotent
-  const char* quick_env = std::getenv("KILN_BENCH_SPARSE_QUICK");
-  const bool quick = quick_env != nullptr && std::string(quick_env) == "1";
+  const bool quick = options.quick;
 
   json report = bench_header("sparse");
   ScopedDeviceContext context(0);

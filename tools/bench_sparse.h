@@ -7,7 +7,7 @@ namespace kiln::tools {
 // 128, 512} x H in {64, 128} x candidates (topk 512; topk 2048; main 128 + extra 512), random
 // indices over a >= 4 GB pool, L2-cold, against ceilings measured in the same run (copy bandwidth
 // and an mma.sync bf16 peak, tools/bench_ceilings.h). Writes the JSON report to options.out (and
-// stdout) and prints a compact table on stderr. KILN_BENCH_SPARSE_QUICK=1 runs a 4-config subset.
+// stdout) and prints a compact table on stderr. --quick runs a 4-config subset.
 int run_bench_sparse(const BenchOptions& options);
 
 }  // namespace kiln::tools

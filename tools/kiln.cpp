@@ -272,6 +272,7 @@ int main_impl(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "measure on this machine: jit (compile/warm/lookup/launch), mla, sparse (kernels, GPU)");
   bench->add_option("WHAT", bench_options.what, "jit, mla or sparse")->required();
   bench->add_option("--out", bench_options.out, "write the JSON report to this file");
+  bench->add_flag("--quick", bench_options.quick, "mla/sparse: a 4-config smoke subset");
   add_common(bench);
 
   if (argc > 1 && argv[1][0] != '-') {
