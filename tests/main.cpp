@@ -1,10 +1,8 @@
-// main (and the Catch2 implementation) for the unit and nvrtc suites.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
+// main for the unit and nvrtc suites.
 #include "runtime/families.h"
+#include "tests/support/catch_session.h"
 
 int main(int argc, char** argv) {
   kiln::register_builtin_families();
-  return Catch::Session().run(argc, argv);
+  return kiln::testing::run_catch_session(argc, argv);
 }

@@ -1,13 +1,11 @@
 // main for the gpu suite: without a usable GPU it prints why and exits 77, which ctest reports as
 // "skipped" — never as passed.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <cstdio>
 
 #include "jit/log.h"
 #include "runtime/driver.h"
 #include "runtime/families.h"
+#include "tests/support/catch_session.h"
 
 int main(int argc, char** argv) {
   const kiln::Driver& driver = kiln::Driver::get();
@@ -18,5 +16,5 @@ int main(int argc, char** argv) {
   kiln::register_builtin_families();
   kiln::set_log_level(kiln::LogLevel::kWarn);
   kiln::ScopedDeviceContext context(0);  // tests allocate and launch in device 0's primary context
-  return Catch::Session().run(argc, argv);
+  return kiln::testing::run_catch_session(argc, argv);
 }

@@ -1,12 +1,16 @@
 #pragma once
 // The key set of the kill stress test: every nvfp4_writer policy op x page_size for two archs
-// (12 keys). Page sizes differ from the default manifest's on purpose, so nothing else warms them.
+// (indices 0-11, the cheap keys the read-only and full-disk phases use), then one mla_decode and one
+// sparse_nvfp4 key per arch (12-15: compiles of 1-3 s, so kills land inside them). Page sizes and
+// policies differ from the default manifest's on purpose, so nothing else warms them.
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "jit/semantic_key.h"
+#include "runtime/mla_decode/family.h"
+#include "runtime/sparse_nvfp4/family.h"
 
 namespace kiln::stress {
 
@@ -19,6 +23,13 @@ inline std::vector<SemanticKey> stress_keys() {
       }
     }
   }
+  using mla::MaskType;
+  using mla::MlaDecodePolicy;
+  using sparse::SparsePolicy;
+  keys.push_back(MlaDecodePolicy{16, 32, 8192, 1, false, DType::kBf16, DType::kBf16, MaskType::kDense}.key("sm_90a"));
+  keys.push_back(MlaDecodePolicy{8, 16, 4096, 2, true, DType::kE4m3, DType::kBf16, MaskType::kCausal}.key("sm_120a"));
+  keys.push_back(SparsePolicy{8, 1, false, true}.key("sm_90a"));
+  keys.push_back(SparsePolicy{32, 2, true, false}.key("sm_120a"));
   return keys;
 }
 

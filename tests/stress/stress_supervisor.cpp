@@ -1,7 +1,7 @@
 // stress_supervisor: the `stress` ctest. Three phases against real processes (stress_warm):
 //
-//  1. kill: 16 workers x 4 threads warm and look up overlapping subsets of 12 keys in one cache
-//     directory while the supervisor SIGKILLs a random worker every 0.1-0.6 s (0.05-0.2 s during
+//  1. kill: 16 workers x 4 threads warm and look up overlapping subsets of 16 keys (writer, MLA,
+//     sparse) in one cache directory while the supervisor SIGKILLs a random worker every 0.1-0.6 s (0.05-0.2 s during
 //     the first 6 s, while the cold keys compile) and restarts it.
 //     Afterwards: `kiln verify` finds no bad entry, every lock file can be flock'ed with LOCK_NB,
 //     every copy of a key's cubin any worker saw is byte-identical, and no key was published
@@ -352,7 +352,7 @@ void phase_kill(const Options& o, const fs::path& base, Figures& fig) {
   std::vector<pid_t> pids(o.processes);
   std::vector<int> generation(o.processes, 0);
   const auto start_worker = [&](int i) {
-    // Overlapping windows of 8 of the 12 keys: every key is wanted by most workers at once.
+    // Overlapping windows of 8 of the 16 keys: every key is wanted by half the workers at once.
     std::vector<int> set;
     for (int j = 0; j < 8; ++j) set.push_back((i * 5 + j) % static_cast<int>(keys.size()));
     pids[i] = spawn({o.worker, "--cache", cache.string(), "--id", std::to_string(i), "--log",
@@ -366,7 +366,7 @@ void phase_kill(const Options& o, const fs::path& base, Figures& fig) {
   std::mt19937 rng(12345);
   std::size_t kills = 0, unexpected_exits = 0, spawned = static_cast<std::size_t>(o.processes);
   while (seconds_since(start) < o.seconds) {
-    // The first seconds are the compile window (12 cold keys): kill often there, so that lock
+    // The first seconds are the compile window (16 cold keys): kill often there, so that lock
     // holders die mid-compile; later kills land mostly in lookups, restarts and disk hits.
     const bool burst = seconds_since(start) < 6;
     std::this_thread::sleep_for(std::chrono::milliseconds(burst ? 50 + rng() % 150 : 100 + rng() % 500));

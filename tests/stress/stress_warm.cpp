@@ -12,7 +12,7 @@
 //                    [--fsize-limit BYTES] [--dump-dir DIR]
 // --fsize-limit sets RLIMIT_FSIZE (SIGXFSZ ignored) so writes past BYTES fail with EFBIG: the
 // quota-like stand-in for a full disk where a small tmpfs cannot be mounted.
-// Keys are indices into stress_keys() (the 12 nvfp4_writer keys: op x page_size x arch).
+// Keys are indices into stress_keys() (tests/stress/stress_keys.h).
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
