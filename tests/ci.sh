@@ -5,7 +5,8 @@
 #                    GPU), except the three NVRTC-bound tests below, which run once, in stage 2.
 #   2. build-asan/   clang with ASan + UBSan (+ fuzzer-no-link coverage, so the same tree also
 #                    builds the fuzzers): every unit and nvrtc test (ctest -L 'unit|nvrtc').
-#   3. build-tsan/   gcc with TSan: the threaded and multi-process service/store tests (ctest -R).
+#   3. build-tsan/   gcc with TSan: the threaded and multi-process service/store tests (Catch tag
+#                    [concurrency], built into one binary there: ctest -L concurrency).
 #   4. fuzzers       from build-asan: fuzz_entry, fuzz_manifest, fuzz_semantic_key, the three at
 #                    once, each for KILN_FUZZ_SECONDS (default 60) from a scratch copy of
 #                    tests/fuzz/corpus/<target>.
@@ -40,9 +41,6 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_string
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 
-# The threaded / multi-process tests (see tests/unit/test_cubin_store.cpp, tests/nvrtc/test_compile.cpp):
-# many threads or processes on one store, one service, one key; locks; kills.
-tsan_tests='processes warming|threads|concurrent|file lock|SIGKILL'
 nvrtc_bound='default manifest: kiln prebuild compiles every key|mla_decode compiles|sparse_nvfp4 compiles'
 
 run_stage() {
@@ -99,8 +97,8 @@ stage_asan() {
 stage_tsan() {
   configure_build build-tsan -DKILN_SANITIZE=thread "-DCMAKE_CXX_FLAGS=-g1" "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" \
     "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed" \
-    -- kiln store_worker kiln_unit_tests kiln_nvrtc_tests || return 1
-  (cd build-tsan && ctest --output-on-failure -j"$jobs" -R "$tsan_tests")
+    -- kiln store_worker kiln_concurrency_tests || return 1
+  (cd build-tsan && ctest --output-on-failure -j"$jobs" -L concurrency)
 }
 
 stage_fuzz() {

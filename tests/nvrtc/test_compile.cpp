@@ -163,7 +163,8 @@ TEST_CASE("compile: a syntax error raises kCompileFailed with the key and NVRTC'
   CHECK(service.store().list().empty());
 }
 
-TEST_CASE("service: one key from 4 threads compiles once, then a disk hit, then a read-only layer hit", "[nvrtc]") {
+TEST_CASE("service: one key from 4 threads compiles once, then a disk hit, then a read-only layer hit",
+          "[nvrtc][concurrency]") {
   TempDir first, second;
   const SemanticKey key = writer("pack", 32, "sm_90a");
   const kiln::CacheKey cache_key = kiln::make_build_request(key).cache_key;
@@ -384,7 +385,7 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
   CHECK(info["cache_key"] == request.cache_key.hex());
 }
 
-TEST_CASE("cli: 8 concurrent kiln prebuild processes compile a key once", "[nvrtc]") {
+TEST_CASE("cli: 8 concurrent kiln prebuild processes compile a key once", "[nvrtc][concurrency]") {
   TempDir dir;
   const fs::path cache = dir.path() / "cache";
   const fs::path manifest = dir.path() / "one.json";

@@ -321,7 +321,7 @@ TEST_CASE("cubin store: each kind of bad entry is a miss, is quarantined and is 
 }
 
 TEST_CASE("cubin store: 8 processes warming one key build it exactly once and get identical bytes",
-          "[unit][cache][multiprocess]") {
+          "[unit][cache][multiprocess][concurrency]") {
   TempDir dir;
   const CacheKey key = key_n(20);
   const fs::path builds = dir.path() / "builds";
@@ -355,7 +355,7 @@ TEST_CASE("cubin store: 8 processes warming one key build it exactly once and ge
   CHECK(read_text(entry_file(dir.path() / "cache", key)) == first);
 }
 
-TEST_CASE("cubin store: threads of one process warming one key build it once", "[unit][cache]") {
+TEST_CASE("cubin store: threads of one process warming one key build it once", "[unit][cache][concurrency]") {
   TempDir dir;
   CubinStore store(root_options(dir.path()));
   const CacheKey key = key_n(21);
@@ -378,7 +378,7 @@ TEST_CASE("cubin store: threads of one process warming one key build it once", "
 }
 
 TEST_CASE("cubin store: a publisher SIGKILLed mid-publish leaves no valid entry and no held lock",
-          "[unit][cache][multiprocess]") {
+          "[unit][cache][multiprocess][concurrency]") {
   const std::string point = GENERATE(as<std::string>{}, "tmp_opened", "tmp_half_written", "after_tmp_write",
                                      "after_tmp_fsync");
   INFO("crash point " << point);
@@ -422,7 +422,7 @@ TEST_CASE("cubin store: a publisher SIGKILLed mid-publish leaves no valid entry 
 }
 
 TEST_CASE("cubin store: a publisher SIGKILLed just after the rename leaves a complete entry",
-          "[unit][cache][multiprocess]") {
+          "[unit][cache][multiprocess][concurrency]") {
   TempDir dir;
   const fs::path root = dir.path() / "cache";
   const CacheKey key = key_n(31);
@@ -671,7 +671,7 @@ TEST_CASE("cubin store: an unwritable cache directory degrades to memory with on
 }
 
 TEST_CASE("file lock: excludes other holders, including other threads, and releases on destruction",
-          "[unit][cache]") {
+          "[unit][cache][concurrency]") {
   TempDir dir;
   const fs::path p = dir.path() / "k.lock";
   {
