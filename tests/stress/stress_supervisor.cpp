@@ -388,6 +388,13 @@ void phase_kill(const Options& o, const fs::path& base, Figures& fig) {
     start_worker(victim);
     ++spawned;
   }
+  // Kills stop here. On a slow machine a 2-3 s compile whose lock holders kept being killed may not
+  // have finished yet: let the survivors publish every key before stopping them (bounded).
+  const auto settle = Clock::now();
+  while (watch.publishes().size() < hexes.size() && seconds_since(settle) < 120) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    watch.drain();
+  }
   touch(stop);
   const auto status = wait_all(pids, 120);
   watch.drain();
