@@ -49,6 +49,16 @@ __device__ __forceinline__ U32x4 ldg128_stream(const void* p) {
   return v;
 }
 
+// Read-only global 16-byte load when `pred`, else zeros. A predicated instruction, not a branch
+// around a load, so a batch of these can all be in flight before the first use.
+__device__ __forceinline__ U32x4 ldg128_if(const void* p, bool pred) {
+  U32x4 v{0u, 0u, 0u, 0u};
+  asm("{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n @q ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
+  return v;
+}
+
 // Two floats -> packed f16x2, `lo` in the low half.
 __device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
   u32 r;

@@ -430,15 +430,19 @@ __global__ void __launch_bounds__(32 * kRowGroups * kColGroups, 1)
 
 // Merges the per-split partial outputs: out = bmm2_scale * sum_s w_s O_s / sum_s w_s with
 // w_s = 2^(lse_s - max lse). Empty splits (lse -inf) are skipped without reading their O, which
-// the decode kernel never wrote. One warp per output row; lane owns columns 4 lane + 128 k.
+// the decode kernel never wrote. One CTA per output row; warp c owns columns 128 c .. 128 c + 127,
+// lane 4 columns of them, and up to kBatch splits' loads are in flight at once.
 template <int kHeads, int kMaxSeqLenQ, bool kPacked>
 __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
   static_assert(kMlaMaxSplits <= 64, "combine keeps at most two LSE values per lane");
+  static_assert(kMlaCombineThreads == 32 * (kMlaDimV / 128) && kMlaCombineRowsPerCta == 1,
+                "one warp per 128-column slice of one row");
   constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
   const int lane = threadIdx.x & 31;
+  const int col = (threadIdx.x >> 5) * 128 + lane * 4;
   const int b = blockIdx.y;
-  const int row = blockIdx.x * kMlaCombineRowsPerCta + (threadIdx.x >> 5);
+  const int row = blockIdx.x;
   int tok0, q_len;
   if constexpr (kPacked) {
     tok0 = load_i32(p.qo_indptr, b);
@@ -447,7 +451,7 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
     tok0 = b * kMaxSeqLenQ;
     q_len = kMaxSeqLenQ;
   }
-  if (row >= q_len * kHeads) return;  // warp-uniform; no block barrier below
+  if (row >= q_len * kHeads) return;  // CTA-uniform; no block barrier below
 
   const int n = p.num_splits;
   const long long idx0 = (static_cast<long long>(b) * kMaxRows + row) * n;
@@ -465,44 +469,33 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
 
-  float acc[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
-  const float* o = static_cast<const float*>(p.o_partial) + idx0 * kMlaDimV + lane * 4;
-  constexpr int kBatch = 4;  // splits whose loads are issued together
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  const float* o = static_cast<const float*>(p.o_partial) + idx0 * kMlaDimV + col;
+  constexpr int kBatch = 16;
   for (int s0 = 0; s0 < n; s0 += kBatch) {
     float w[kBatch];
-    float4 v[kBatch][4];
+    U32x4 v[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int s = s0 + u;
       w[u] = __shfl_sync(0xffffffffu, s < 32 ? w0 : w1, s & 31);
       w[u] = s < n ? w[u] : 0.f;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        v[u][k] = w[u] > 0.f ? __ldg(reinterpret_cast<const float4*>(o + static_cast<long long>(s) * kMlaDimV + k * 128))
-                             : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
+      v[u] = ldg128_if(o + static_cast<long long>(s) * kMlaDimV, w[u] > 0.f);
     }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        acc[4 * k + 0] += w[u] * v[u][k].x;
-        acc[4 * k + 1] += w[u] * v[u][k].y;
-        acc[4 * k + 2] += w[u] * v[u][k].z;
-        acc[4 * k + 3] += w[u] * v[u][k].w;
-      }
+    for (int u = 0; u < kBatch; ++u) {
+      acc[0] += w[u] * __uint_as_float(v[u].x);
+      acc[1] += w[u] * __uint_as_float(v[u].y);
+      acc[2] += w[u] * __uint_as_float(v[u].z);
+      acc[3] += w[u] * __uint_as_float(v[u].w);
+    }
   }
   const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
-  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + lane * 4;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    uint2 v;
-    v.x = pack_bf16x2(acc[4 * k + 0] * inv, acc[4 * k + 1] * inv);
-    v.y = pack_bf16x2(acc[4 * k + 2] * inv, acc[4 * k + 3] * inv);
-    *reinterpret_cast<uint2*>(out + k * 128) = v;
-  }
+  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col;
+  uint2 packed;
+  packed.x = pack_bf16x2(acc[0] * inv, acc[1] * inv);
+  packed.y = pack_bf16x2(acc[2] * inv, acc[3] * inv);
+  *reinterpret_cast<uint2*>(out) = packed;
 }
 
 #endif  // __CUDACC__

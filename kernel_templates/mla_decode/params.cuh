@@ -25,8 +25,10 @@ constexpr int kMlaSplitSmBound = 264;
 // Shared memory per SM on sm_90 (CTAs per SM = this / (block smem + 1 KB reserved)).
 constexpr int kMlaSmemPerSm = 233472;
 
+// Combine: one CTA per output row, one warp per 128-column slice of it. Spreading a row over four
+// warps (not one) keeps a small batch's combine from being a few warps walking every split in turn.
 constexpr int kMlaCombineThreads = 128;
-constexpr int kMlaCombineRowsPerCta = kMlaCombineThreads / 32;  // one warp per output row
+constexpr int kMlaCombineRowsPerCta = 1;
 
 // One launch of either kernel takes this block by value (__grid_constant__).
 // Row index convention: within request b, row r = i * H + h (query position i, head h); the

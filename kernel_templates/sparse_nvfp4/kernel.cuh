@@ -12,6 +12,7 @@
 // Q RoPE dims are pre-multiplied by 2^-7 too, so every logit is 2^-7 * s and the 2^7 is folded into
 // the softmax scale. NoPE output columns are multiplied back by 2^7 at the end.
 #include "common/mma.cuh"
+#include "common/mma_sm90.cuh"
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
 #include "common/nvfp4.cuh"
@@ -495,7 +496,8 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
 }
 
 // Combines the splits of sparse_nvfp4_decode_kernel<..., kSplit = true>: one 64-thread group per
-// (token, head), 8 dims per thread. Empty splits (lse == -1e30) are skipped, never read.
+// (token, head), 8 dims per thread. Empty splits (lse == -1e30) weigh 0 and are never read; the
+// loads of up to kBatch splits are in flight together (one at a time made T = 1 latency-bound).
 template <int kHeads>
 __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
@@ -510,17 +512,28 @@ __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   float wsum = 0.0f;
   if (!empty) {
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float ls = lse_row[s];
-      if (!(ls > 0.5f * kSparseEmptySplitLse)) continue;
-      const float w = fast_exp2(ls - gmax);
-      wsum += w;
-      const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const u16*>(p.mid_out) + (row * p.split_stride + s) * 512 + d0);
-      const u32 vv[4] = {v.x, v.y, v.z, v.w};
+    constexpr int kBatch = 8;
+    const u16* mid = static_cast<const u16*>(p.mid_out) + row * p.split_stride * 512 + d0;
+    for (int s0 = 0; s0 < p.num_splits; s0 += kBatch) {
+      float w[kBatch];
+      U32x4 v[kBatch];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[2 * i] += w * bf16x2_lo(vv[i]);
-        acc[2 * i + 1] += w * bf16x2_hi(vv[i]);
+      for (int u = 0; u < kBatch; ++u) {
+        const int s = s0 + u;
+        const float ls = s < p.num_splits ? lse_row[s] : kSparseEmptySplitLse;
+        const bool live = ls > 0.5f * kSparseEmptySplitLse;
+        w[u] = live ? fast_exp2(ls - gmax) : 0.0f;
+        v[u] = ldg128_if(mid + static_cast<long long>(s) * 512, live);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        wsum += w[u];
+        const u32 vv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          acc[2 * i] += w[u] * bf16x2_lo(vv[i]);
+          acc[2 * i + 1] += w[u] * bf16x2_hi(vv[i]);
+        }
       }
     }
   }
