@@ -338,6 +338,11 @@ std::map<pid_t, int> wait_all(const std::vector<pid_t>& pids, double timeout) {
 bool exited_cleanly(int st) { return st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0; }
 
 // ---- phase 1: kills ----
+// Each worker thread sleeps this long after every build or lookup: 64 threads hammering the store
+// back to back on a 2-core machine left a 2-3 s MLA / sparse compile under 2% of a core, so the
+// cold keys were not published within the kill window. Paced, they still do ~1 M operations.
+constexpr int kPauseUs = 2000;
+
 void phase_kill(const Options& o, const fs::path& base, Figures& fig) {
   std::printf("phase 1: %d workers x %d threads, random SIGKILLs for %.0f s\n", o.processes, o.threads, o.seconds);
   const auto start = Clock::now();
@@ -358,7 +363,7 @@ void phase_kill(const Options& o, const fs::path& base, Figures& fig) {
     pids[i] = spawn({o.worker, "--cache", cache.string(), "--id", std::to_string(i), "--log",
                      (logs / ("worker-" + std::to_string(i) + ".log")).string(), "--keys", join(set), "--threads",
                      std::to_string(o.threads), "--seconds", "600", "--stop-file", stop.string(), "--dump-dir",
-                     dump.string()},
+                     dump.string(), "--pause-us", std::to_string(kPauseUs)},
                     logs / ("worker-" + std::to_string(i) + "." + std::to_string(generation[i]++) + ".err"));
   };
   for (int i = 0; i < o.processes; ++i) start_worker(i);

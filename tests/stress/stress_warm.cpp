@@ -9,7 +9,7 @@
 //
 // Usage: stress_warm --cache DIR --id N --log FILE --keys 0,3,5 [--then-keys 1,2 --switch-file F]
 //                    [--threads 4] [--seconds S] [--stop-file F] [--lookup-ratio 3] [--report-ms 200]
-//                    [--fsize-limit BYTES] [--dump-dir DIR]
+//                    [--fsize-limit BYTES] [--dump-dir DIR] [--pause-us N]
 // --fsize-limit sets RLIMIT_FSIZE (SIGXFSZ ignored) so writes past BYTES fail with EFBIG: the
 // quota-like stand-in for a full disk where a small tmpfs cannot be mounted.
 // Keys are indices into stress_keys() (tests/stress/stress_keys.h).
@@ -56,6 +56,7 @@ struct Args {
   double seconds = 60;
   int lookup_ratio = 3;  // store lookups per service build
   int report_ms = 200;
+  int pause_us = 0;  // sleep after each operation, so lookups do not starve a compile of CPU
   long long fsize_limit = 0;
   std::vector<int> keys, then_keys;
 };
@@ -90,6 +91,7 @@ Args parse_args(int argc, char** argv) {
     else if (opt == "--lookup-ratio") a.lookup_ratio = std::stoi(v);
     else if (opt == "--dump-dir") a.dump_dir = v;
     else if (opt == "--report-ms") a.report_ms = std::stoi(v);
+    else if (opt == "--pause-us") a.pause_us = std::stoi(v);
     else if (opt == "--fsize-limit") a.fsize_limit = std::stoll(v);
     else if (opt == "--keys") a.keys = parse_indices(v);
     else if (opt == "--then-keys") a.then_keys = parse_indices(v);
@@ -177,6 +179,7 @@ class Worker {
       } catch (const std::exception& e) {
         fail(fmt_error(k, e.what()));
       }
+      if (args_.pause_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(args_.pause_us));
     }
   }
 
