@@ -25,7 +25,6 @@
 # "normal asan tsan fuzz": run a subset locally).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 
 jobs=${KILN_CI_JOBS:-2}
 fuzz_seconds=${KILN_FUZZ_SECONDS:-60}
