@@ -1,8 +1,8 @@
 // stress_supervisor: the `stress` ctest. Three phases against real processes (stress_warm):
 //
 //  1. kill: 16 workers x 4 threads warm and look up overlapping subsets of 16 keys (writer, MLA,
-//     sparse) in one cache directory while the supervisor SIGKILLs a random worker every 0.1-0.6 s (0.05-0.2 s during
-//     the first 6 s, while the cold keys compile) and restarts it.
+//     sparse) in one cache directory while the supervisor SIGKILLs a random worker every 0.1-0.6 s
+//     (0.05-0.2 s during the first 6 s, while the cold keys compile) and restarts it.
 //     Afterwards: `kiln verify` finds no bad entry, every lock file can be flock'ed with LOCK_NB,
 //     every copy of a key's cubin any worker saw is byte-identical, and no key was published
 //     twice. Publishes are counted with inotify (a temp file renamed into entries/), so a worker
