@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "cache/file_lock.h"
+#include "cache/remote_store.h"
 #include "jit/error.h"
 #include "jit/log.h"
 
@@ -373,8 +374,9 @@ CubinStore::Hit CubinStore::get_or_build(const CacheKey& key, const std::functio
     if (auto hit = lookup(key)) return std::move(*hit);
   }
 
-  CacheEntry entry = build();
-  if (built) *built = true;
+  bool remote_hit = false;
+  CacheEntry entry = options_.remote ? options_.remote->get_or_build(key, build, &remote_hit) : build();
+  if (built) *built = !remote_hit;
   if (!(entry.key == key)) {
     throw Error(ErrorCode::kInternal,
                 fmt::format("the build function for key {} returned an entry for key {}", key.hex(), entry.key.hex()),
@@ -382,9 +384,9 @@ CubinStore::Hit CubinStore::get_or_build(const CacheKey& key, const std::functio
   }
   if (publish(entry)) {
     fs::path file = entry_path(options_.root, key);
-    return Hit{std::move(entry), Tier::kWritable, std::move(file)};
+    return Hit{std::move(entry), Tier::kWritable, std::move(file), remote_hit};
   }
-  return Hit{std::move(entry), Tier::kMemory, {}};
+  return Hit{std::move(entry), Tier::kMemory, {}, remote_hit};
 }
 
 std::vector<ListedEntry> CubinStore::list() const {

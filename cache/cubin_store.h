@@ -9,11 +9,13 @@
 // moved to quarantine/ (with a .reason sidecar) and rebuilt; in a read-only layer it is skipped with
 // a warning. An unwritable root (read-only, full, missing) is not an error: the store warns once and
 // get_or_build keeps handing out built entries from memory. Thread-safe; safe across processes.
+// With a remote tier, get_or_build asks it (under the key's local lock) before building.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -27,6 +29,8 @@
 
 namespace kiln {
 
+class RemoteStore;
+
 class CubinStore {
  public:
   struct Options {
@@ -39,12 +43,15 @@ class CubinStore {
     std::function<void(std::string_view point)> fault_hook;
     // Temp files older than this are left by a killed publisher; removed when the store opens.
     std::chrono::seconds stale_tmp_age{3600};
+    // The fleet tier (remote_store.h), asked after every local layer has missed; null: none.
+    std::shared_ptr<RemoteStore> remote;
   };
 
   struct Hit {
     CacheEntry entry;
     Tier tier = Tier::kWritable;
     std::filesystem::path file;  // empty for Tier::kMemory
+    bool from_remote = false;    // get_or_build took it from the remote tier (then published it here)
   };
 
   // Creates the root's directories if it can; never throws for an unwritable root.
@@ -57,9 +64,10 @@ class CubinStore {
   // for an entry that cannot be encoded.
   bool publish(const CacheEntry& entry);
 
-  // lookup; on a miss take the key's cross-process lock, look up again, and only then build and
-  // publish. `build` must return an entry for `key`. If it throws, the lock is released and the
-  // exception propagates. *built (optional) says whether this call ran build.
+  // lookup; on a miss take the key's cross-process lock, look up again, then ask the remote tier,
+  // and only then build; publish what came from either. `build` must return an entry for `key`.
+  // If it throws, the locks are released and the exception propagates. *built (optional) says
+  // whether this call ran build.
   Hit get_or_build(const CacheKey& key, const std::function<CacheEntry()>& build, bool* built = nullptr);
 
   std::vector<ListedEntry> list() const;

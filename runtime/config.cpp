@@ -22,6 +22,43 @@ bool parse_bool(const char* name, const std::string& v) {
   throw Error(ErrorCode::kInvalidArgument, fmt::format("{}='{}' is not a boolean; use 1 or 0", name, v));
 }
 
+// A duration in milliseconds within [lo, hi].
+std::chrono::milliseconds parse_ms(const char* name, const std::string& v, long long lo, long long hi) {
+  long long n = -1;
+  try {
+    std::size_t used = 0;
+    n = std::stoll(v, &used);
+    if (used != v.size()) n = -1;
+  } catch (const std::exception&) {
+    n = -1;
+  }
+  if (n < lo || n > hi) {
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("{}='{}' is not a number of milliseconds in {}..{}", name, v, lo, hi));
+  }
+  return std::chrono::milliseconds(n);
+}
+
+std::optional<RemoteOptions> remote_from_environment() {
+  const auto url = env("KILN_REMOTE_CACHE");
+  if (!url) return std::nullopt;
+  RemoteOptions r;
+  try {
+    r.endpoint = parse_redis_url(*url);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("KILN_REMOTE_CACHE: {}", e.what()));
+  }
+  if (auto v = env("KILN_REMOTE_CACHE_PASSWORD")) r.endpoint.password = *v;
+  if (auto v = env("KILN_REMOTE_CACHE_PREFIX")) r.key_prefix = *v;
+  if (auto v = env("KILN_REMOTE_CACHE_SECRET")) r.secret = *v;
+  constexpr long long kDay = 24LL * 3600 * 1000;
+  if (auto v = env("KILN_REMOTE_CACHE_CONNECT_TIMEOUT_MS")) r.connect_timeout = parse_ms("KILN_REMOTE_CACHE_CONNECT_TIMEOUT_MS", *v, 1, 60000);
+  if (auto v = env("KILN_REMOTE_CACHE_TIMEOUT_MS")) r.command_timeout = parse_ms("KILN_REMOTE_CACHE_TIMEOUT_MS", *v, 1, 60000);
+  if (auto v = env("KILN_REMOTE_CACHE_LOCK_TTL_MS")) r.lock_ttl = parse_ms("KILN_REMOTE_CACHE_LOCK_TTL_MS", *v, 100, kDay);
+  if (auto v = env("KILN_REMOTE_CACHE_WAIT_MS")) r.wait_bound = parse_ms("KILN_REMOTE_CACHE_WAIT_MS", *v, 0, kDay);
+  if (auto v = env("KILN_REMOTE_CACHE_RETRY_MS")) r.retry_after = parse_ms("KILN_REMOTE_CACHE_RETRY_MS", *v, 0, kDay);
+  return r;
+}
+
 }  // namespace
 
 Config Config::from_environment() {
@@ -62,6 +99,7 @@ Config Config::from_environment() {
     }
     if (c.threads < 0) throw Error(ErrorCode::kInvalidArgument, fmt::format("KILN_THREADS='{}' is not a count >= 0", *v));
   }
+  c.remote = remote_from_environment();
   return c;
 }
 

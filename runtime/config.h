@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/remote_store.h"
 #include "jit/log.h"
 
 namespace kiln {
@@ -17,6 +18,7 @@ struct Config {
   LogLevel log_level = LogLevel::kWarn;                   // KILN_LOG_LEVEL=debug|info|warn|error|off
   std::optional<std::filesystem::path> dump_dir;          // KILN_DUMP_SOURCE=dir: rendered source + log per compile
   int threads = 0;                                        // KILN_THREADS (warm-up pool; 0 = hardware threads)
+  std::optional<RemoteOptions> remote;                    // KILN_REMOTE_CACHE=redis://... and KILN_REMOTE_CACHE_*
 
   // Reads the environment. Throws Error(kInvalidArgument) naming the variable for malformed values.
   static Config from_environment();

@@ -1,10 +1,14 @@
 #include "runtime/kernel_service.h"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "jit/arch.h"
@@ -29,8 +33,8 @@ void add_ms(std::atomic<std::uint64_t>& us, double ms) { us.fetch_add(static_cas
 }  // namespace
 
 struct KernelService::AtomicCounters {
-  std::atomic<std::uint64_t> memory_hits{0}, read_only_hits{0}, disk_hits{0}, compiles{0}, compile_failures{0},
-      loads{0}, compile_us{0}, load_us{0};
+  std::atomic<std::uint64_t> memory_hits{0}, read_only_hits{0}, disk_hits{0}, remote_hits{0}, compiles{0},
+      compile_failures{0}, loads{0}, compile_us{0}, load_us{0};
 };
 
 struct KernelService::BuildSlot {
@@ -49,6 +53,7 @@ std::string_view artifact_source_name(ArtifactSource s) {
     case ArtifactSource::kMemory: return "memory";
     case ArtifactSource::kReadOnlyLayer: return "read-only layer";
     case ArtifactSource::kDisk: return "disk";
+    case ArtifactSource::kRemote: return "remote";
     case ArtifactSource::kCompiled: return "compiled";
   }
   return "?";
@@ -56,14 +61,16 @@ std::string_view artifact_source_name(ArtifactSource s) {
 
 nlohmann::json ServiceCounters::to_json() const {
   return {{"memory_hits", memory_hits}, {"read_only_hits", read_only_hits}, {"disk_hits", disk_hits},
-          {"compiles", compiles},       {"compile_failures", compile_failures}, {"loads", loads},
-          {"compile_ms", compile_ms},   {"load_ms", load_ms}};
+          {"remote_hits", remote_hits}, {"compiles", compiles},       {"compile_failures", compile_failures},
+          {"loads", loads},             {"compile_ms", compile_ms},   {"load_ms", load_ms}};
 }
 
 KernelService::KernelService(const Config& config)
     : config_(config),
-      store_(std::make_unique<CubinStore>(CubinStore::Options{.root = config.cache_dir,
-                                                              .read_only_layers = config.read_only_layers})),
+      store_(std::make_unique<CubinStore>(CubinStore::Options{
+          .root = config.cache_dir,
+          .read_only_layers = config.read_only_layers,
+          .remote = config.remote ? std::make_shared<RemoteStore>(*config.remote) : nullptr})),
       sealed_(config.sealed),
       counters_(std::make_unique<AtomicCounters>()) {}
 
@@ -139,11 +146,13 @@ Artifact KernelService::build_uncached(const SemanticKey& key) {
     return CacheEntry{request.cache_key, key.str(), std::move(meta), std::move(result.cubin)};
   };
   CubinStore::Hit hit = store_->get_or_build(request.cache_key, build, nullptr);
-  ArtifactSource source = compiled ? ArtifactSource::kCompiled
+  ArtifactSource source = compiled                      ? ArtifactSource::kCompiled
+                          : hit.from_remote              ? ArtifactSource::kRemote
                           : hit.tier == Tier::kReadOnly ? ArtifactSource::kReadOnlyLayer
-                                                                     : ArtifactSource::kDisk;
+                                                        : ArtifactSource::kDisk;
   if (source == ArtifactSource::kReadOnlyLayer) counters_->read_only_hits.fetch_add(1);
   if (source == ArtifactSource::kDisk) counters_->disk_hits.fetch_add(1);
+  if (source == ArtifactSource::kRemote) counters_->remote_hits.fetch_add(1);
   if (compiled && config_.record_misses) {
     try {
       append_to_manifest(*config_.record_misses, key);
@@ -226,6 +235,9 @@ void KernelService::warm(const std::vector<SemanticKey>& keys, const std::vector
   for (int device : devices) {
     for (const auto& key : keys) work.emplace_back(&key, device);
   }
+  // Per-process order: a fleet starting together then spreads its compiles over the keys (with a
+  // remote tier, each process compiles different keys) instead of queueing on the same ones.
+  std::shuffle(work.begin(), work.end(), std::minstd_rand(static_cast<unsigned>(::getpid())));
   std::atomic<std::size_t> next{0};
   std::mutex error_mutex;
   std::exception_ptr first_error;
@@ -327,6 +339,7 @@ ServiceCounters KernelService::counters() const {
   c.memory_hits = counters_->memory_hits.load();
   c.read_only_hits = counters_->read_only_hits.load();
   c.disk_hits = counters_->disk_hits.load();
+  c.remote_hits = counters_->remote_hits.load();
   c.compiles = counters_->compiles.load();
   c.compile_failures = counters_->compile_failures.load();
   c.loads = counters_->loads.load();

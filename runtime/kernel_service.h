@@ -1,6 +1,6 @@
 #pragma once
-// semantic key -> warm handle, through memory -> read-only layers -> writable disk -> compile ->
-// publish -> load. Knows nothing about any kernel family.
+// semantic key -> warm handle, through memory -> read-only layers -> writable disk -> remote tier
+// (when configured) -> compile -> publish -> load. Knows nothing about any kernel family.
 #include <cuda.h>
 
 #include <array>
@@ -23,7 +23,7 @@
 
 namespace kiln {
 
-enum class ArtifactSource { kMemory, kReadOnlyLayer, kDisk, kCompiled };
+enum class ArtifactSource { kMemory, kReadOnlyLayer, kDisk, kRemote, kCompiled };
 std::string_view artifact_source_name(ArtifactSource s);
 
 struct Artifact {
@@ -35,6 +35,7 @@ struct ServiceCounters {
   std::uint64_t memory_hits = 0;      // artifact or handle already in this process
   std::uint64_t read_only_hits = 0;   // found in a prebuilt (read-only) layer
   std::uint64_t disk_hits = 0;        // found in the writable cache
+  std::uint64_t remote_hits = 0;      // found in the remote tier (then published to the writable cache)
   std::uint64_t compiles = 0;
   std::uint64_t compile_failures = 0;
   std::uint64_t loads = 0;            // modules loaded onto a device
@@ -85,6 +86,7 @@ class KernelService {
 
   ServiceCounters counters() const;
   CubinStore& store() { return *store_; }
+  RemoteStore* remote() { return store_->options().remote.get(); }  // null without a remote tier
   const Config& config() const { return config_; }
 
  private:

@@ -3,10 +3,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "jit/arch.h"
@@ -50,63 +54,104 @@ std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::o
   return load_manifest(manifest, override_archs);
 }
 
-int run_prebuild(const CommonOptions& common, const std::string& manifest, const std::optional<std::string>& archs, int jobs) {
+int run_prebuild(const CommonOptions& common, const std::string& manifest, const std::optional<std::string>& archs, int jobs,
+                 bool push) {
   if (jobs < 1) throw Error(ErrorCode::kInvalidArgument, fmt::format("-j must be >= 1, got {}", jobs));
   const std::vector<SemanticKey> keys = manifest_keys(manifest, archs);
   KernelService service(make_config(common));
+  RemoteStore* remote = service.remote();
+  if (push && remote == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "prebuild --push needs a remote cache: set KILN_REMOTE_CACHE=redis://host:port (README: the remote tier)");
+  }
   const auto start = Clock::now();
 
   struct Outcome {
     std::string status;  // compiled | hit | failed
-    std::string detail;
+    std::string detail;  // where a hit came from, or why it failed
+    std::string pushed;  // with --push: uploaded | present | failed
+    std::string push_problem;
     double ms = 0;
   };
   std::vector<Outcome> outcomes(keys.size());
+  // Per-process order, so that runners prebuilding one manifest together compile different keys.
+  std::vector<std::size_t> order(keys.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::minstd_rand(static_cast<unsigned>(::getpid())));
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex print_mutex;
   const auto worker = [&] {
-    for (std::size_t i = next++; i < keys.size(); i = next++) {
+    for (std::size_t n = next++; n < keys.size(); n = next++) {
+      const std::size_t i = order[n];
       const auto t0 = Clock::now();
       Outcome& out = outcomes[i];
       try {
         const Artifact a = service.build(keys[i]);
         out.status = a.source == ArtifactSource::kCompiled ? "compiled" : "hit";
         out.detail = std::string(artifact_source_name(a.source));
+        if (push) {
+          std::string problem;
+          switch (remote->push(*a.entry, &problem)) {
+            case RemoteStore::PushResult::kUploaded: out.pushed = "uploaded"; break;
+            case RemoteStore::PushResult::kPresent: out.pushed = "present"; break;
+            case RemoteStore::PushResult::kFailed:
+              out.pushed = "failed";
+              out.push_problem = problem;
+              break;
+          }
+        }
       } catch (const Error& e) {
         out.status = "failed";
         out.detail = e.what();
       }
       out.ms = ms_since(t0);
       std::lock_guard<std::mutex> lock(print_mutex);
-      std::fprintf(stderr, "[%zu/%zu] %-8s %s (%.0f ms)\n", ++done, keys.size(), out.status.c_str(), keys[i].str().c_str(), out.ms);
+      std::fprintf(stderr, "[%zu/%zu] %-8s %s (%s%s%s, %.0f ms)\n", ++done, keys.size(), out.status.c_str(), keys[i].str().c_str(),
+                   out.status == "failed" ? "error" : out.detail.c_str(), out.pushed.empty() ? "" : ", push ",
+                   out.pushed.c_str(), out.ms);
       if (out.status == "failed") std::fprintf(stderr, "    %s\n", out.detail.c_str());
+      if (out.pushed == "failed") std::fprintf(stderr, "    push failed: %s\n", out.push_problem.c_str());
     }
   };
   std::vector<std::thread> pool;
   for (int t = 0; t < std::min<int>(jobs, static_cast<int>(keys.size())); ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
 
-  std::size_t compiled = 0, hits = 0, failed = 0;
+  std::size_t compiled = 0, hits = 0, failed = 0, remote_hits = 0, uploaded = 0, present = 0, push_failed = 0;
   json list = json::array();
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const Outcome& o = outcomes[i];
     compiled += o.status == "compiled";
     hits += o.status == "hit";
     failed += o.status == "failed";
+    remote_hits += o.detail == artifact_source_name(ArtifactSource::kRemote);
+    uploaded += o.pushed == "uploaded";
+    present += o.pushed == "present";
+    push_failed += o.pushed == "failed";
     json item = {{"key", keys[i].str()}, {"outcome", o.status}, {"ms", o.ms}};
     if (o.status == "failed") item["error"] = o.detail;
+    else item["source"] = o.detail;
+    if (push) item["pushed"] = o.pushed;
+    if (o.pushed == "failed") item["push_error"] = o.push_problem;
     list.push_back(item);
   }
   const double wall = ms_since(start);
   if (common.json) {
     json report = {{"keys", list},   {"compiled", compiled},           {"hits", hits},
-                   {"failed", failed}, {"wall_ms", wall},               {"jobs", jobs},
+                   {"remote_hits", remote_hits},                       {"failed", failed},
+                   {"wall_ms", wall}, {"jobs", jobs},
                    {"cache_dir", service.config().cache_dir.string()}, {"writable", service.store().writable()}};
+    if (remote) report["remote"] = remote->counters().to_json();
+    if (push) report["push"] = {{"uploaded", uploaded}, {"present", present}, {"failed", push_failed}};
     std::printf("%s\n", report.dump(2).c_str());
   }
-  std::fprintf(stderr, "prebuild: %zu keys: %zu compiled, %zu hit, %zu failed in %.1f s (-j %d, cache %s)\n", keys.size(),
-               compiled, hits, failed, wall / 1000.0, jobs, service.config().cache_dir.c_str());
-  return failed == 0 ? 0 : 1;
+  std::fprintf(stderr, "prebuild: %zu keys: %zu compiled, %zu hit (%zu from the remote cache), %zu failed in %.1f s (-j %d, cache %s)\n",
+               keys.size(), compiled, hits, remote_hits, failed, wall / 1000.0, jobs, service.config().cache_dir.c_str());
+  if (push) {
+    std::fprintf(stderr, "push to %s: %zu uploaded, %zu already there, %zu failed\n",
+                 remote->options().endpoint.describe().c_str(), uploaded, present, push_failed);
+  }
+  return failed == 0 && push_failed == 0 ? 0 : 1;
 }
 
 int run_warm(const CommonOptions& common, const std::string& manifest, std::vector<int> devices) {
@@ -133,11 +178,14 @@ int run_warm(const CommonOptions& common, const std::string& manifest, std::vect
     std::fprintf(stderr, "device %d (%s): %zu keys warm\n", device, arch.c_str(), mine.size());
   }
   const ServiceCounters c = service.counters();
-  json report = {{"warmed", warmed}, {"skipped_other_arch", skipped}, {"wall_ms", ms_since(start)}, {"counters", c.to_json()}};
+  json report = {{"warmed", warmed}, {"skipped_other_arch", skipped}, {"wall_ms", ms_since(start)},
+                 {"remote_hits", c.remote_hits}, {"counters", c.to_json()}};
+  if (RemoteStore* remote = service.remote()) report["remote"] = remote->counters().to_json();
   if (common.json) std::printf("%s\n", report.dump(2).c_str());
-  std::fprintf(stderr, "warm: %zu key-device pairs in %.1f ms: %llu compiles, %llu disk hits, %llu read-only hits, %llu loads\n",
+  std::fprintf(stderr, "warm: %zu key-device pairs in %.1f ms: %llu compiles, %llu disk hits, %llu read-only hits, %llu remote hits, %llu loads\n",
                warmed, ms_since(start), static_cast<unsigned long long>(c.compiles), static_cast<unsigned long long>(c.disk_hits),
-               static_cast<unsigned long long>(c.read_only_hits), static_cast<unsigned long long>(c.loads));
+               static_cast<unsigned long long>(c.read_only_hits), static_cast<unsigned long long>(c.remote_hits),
+               static_cast<unsigned long long>(c.loads));
   return 0;
 }
 
@@ -219,11 +267,31 @@ int run_stats(const CommonOptions& common) {
                   static_cast<unsigned long long>(l.entries), static_cast<unsigned long long>(l.bytes), l.present ? "" : " (absent)");
     }
   }
+  // The remote tier's counters are the fleet's: every process adds its own to a hash in Redis.
+  std::optional<RemoteFleetStats> remote;
+  if (RemoteStore* r = service.remote()) remote = r->fleet_stats();
   if (common.json) {
-    std::printf("%s\n", json{{"layers", layers}, {"quarantined", s.quarantined}, {"temp_files", s.temp_files}, {"writable", s.writable}}.dump(2).c_str());
+    json out = {{"layers", layers}, {"quarantined", s.quarantined}, {"temp_files", s.temp_files}, {"writable", s.writable}};
+    out["remote"] = remote ? remote->to_json() : json(nullptr);
+    std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("quarantined: %llu files; temp files: %llu; writable: %s\n", static_cast<unsigned long long>(s.quarantined),
                 static_cast<unsigned long long>(s.temp_files), s.writable ? "yes" : "no");
+    if (!remote) {
+      std::printf("remote    none (KILN_REMOTE_CACHE is not set)\n");
+    } else if (!remote->reachable) {
+      std::printf("remote    %s: unreachable: %s\n", remote->endpoint.c_str(), remote->problem.c_str());
+    } else {
+      const RemoteCounters& c = remote->counters;
+      std::printf("remote    %s: %llu entries, %llu locks held\n", remote->endpoint.c_str(),
+                  static_cast<unsigned long long>(remote->entries), static_cast<unsigned long long>(remote->locks));
+      std::printf("remote    fleet counters: %llu hits, %llu misses, %llu uploads, %llu rejected, %llu lock waits "
+                  "(%llu timed out), %llu errors\n",
+                  static_cast<unsigned long long>(c.hits), static_cast<unsigned long long>(c.misses),
+                  static_cast<unsigned long long>(c.uploads), static_cast<unsigned long long>(c.rejected),
+                  static_cast<unsigned long long>(c.lock_waits), static_cast<unsigned long long>(c.wait_timeouts),
+                  static_cast<unsigned long long>(c.errors));
+    }
   }
   return 0;
 }
@@ -245,6 +313,8 @@ int main_impl(int argc, char** argv) {
   prebuild->add_option("--manifest", manifest, "manifest JSON (default: the embedded default manifest)");
   prebuild->add_option("--arch", archs, "comma-separated targets that replace the manifest's (e.g. sm_90a,sm_120a)");
   prebuild->add_option("-j,--jobs", jobs, "parallel compiles");
+  bool push = false;
+  prebuild->add_flag("--push", push, "also upload every key to the remote cache (KILN_REMOTE_CACHE); fails if it cannot");
   add_common(prebuild);
 
   std::vector<int> devices;
@@ -265,7 +335,7 @@ int main_impl(int argc, char** argv) {
   auto* prune = app.add_subcommand("prune", "shrink the writable layer to --max-bytes (LRU); read-only layers untouched");
   prune->add_option("--max-bytes", max_bytes)->required();
   add_common(prune);
-  auto* stats = app.add_subcommand("stats", "entries and bytes per layer");
+  auto* stats = app.add_subcommand("stats", "entries and bytes per layer; the remote tier's entries and fleet counters");
   add_common(stats);
 
   BenchOptions bench_options;
@@ -293,7 +363,7 @@ int main_impl(int argc, char** argv) {
   }
 
   try {
-    if (*prebuild) return run_prebuild(common, manifest, archs, jobs);
+    if (*prebuild) return run_prebuild(common, manifest, archs, jobs, push);
     if (*warm) return run_warm(common, manifest, devices);
     if (*ls) return run_ls(common);
     if (*inspect) return run_inspect(common, key_text);
