@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cache/cache_entry.h"
+#include "cache/remote_value.h"
 #include "jit/error.h"
 #include "jit/semantic_key.h"
 #include "runtime/families.h"
@@ -78,6 +79,19 @@ inline void check_entry_input(const std::uint8_t* data, std::size_t size) {
       check_decoded(entry, bytes, key);
     } catch (const Error& e) {
       expect_code(e, ErrorCode::kCacheCorrupt, "decode_entry");
+    }
+    // The same bytes as a value read from the remote tier: without a secret it decodes like a
+    // frame (after an optional signature trailer); with one, no input can carry a valid tag.
+    try {
+      decode_remote_value(bytes, key, "");
+    } catch (const Error& e) {
+      expect_code(e, ErrorCode::kCacheCorrupt, "decode_remote_value");
+    }
+    try {
+      decode_remote_value(bytes, key, "fuzz secret");
+      expect(false, "decode_remote_value accepted a value without a valid HMAC tag");
+    } catch (const Error& e) {
+      expect_code(e, ErrorCode::kCacheCorrupt, "decode_remote_value");
     }
   }
 }

@@ -25,6 +25,7 @@
 #include "cache/file_lock.h"
 #include "jit/error.h"
 #include "tests/support/files.h"
+#include "tests/support/stderr_capture.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -42,37 +43,7 @@ struct TempDir : kiln::testing::TempDir {
   TempDir() : kiln::testing::TempDir("kiln_store_test") {}
 };
 
-// Redirects fd 2 into a file while alive, so a test can count kiln's warnings.
-class StderrCapture {
- public:
-  StderrCapture() : file_(fs::temp_directory_path() / ("kiln_stderr_" + std::to_string(::getpid()))) {
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    const int fd = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 2);
-    ::close(fd);
-  }
-  ~StderrCapture() {
-    restore();
-    std::error_code ec;
-    fs::remove(file_, ec);
-  }
-  std::string text() {
-    restore();
-    return read_text(file_);
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  fs::path file_;
-  int saved_ = -1;
-};
+using kiln::testing::StderrCapture;
 
 std::size_t count_of(const std::string& text, const std::string& needle) {
   std::size_t n = 0;
