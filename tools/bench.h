@@ -6,6 +6,8 @@ struct BenchOptions {
   std::string out;        // JSON report path
   std::string cache_dir;  // scratch cache root
   bool quick = false;     // mla/sparse: a 4-config smoke subset
+  int fleet = 16;         // jit with KILN_REMOTE_CACHE: processes of the fleet start (0: skip it)
+  std::string manifest;   // the fleet start's manifest; empty: the embedded default
 };
 int run_bench(const BenchOptions& options);
 }  // namespace kiln::tools

@@ -1,4 +1,5 @@
-// kiln bench jit: cold NVRTC compile, disk-hit warm, in-memory lookup, launch overhead, prebuild -j.
+// kiln bench jit: cold NVRTC compile, disk-hit warm, remote-hit warm and fleet start (with
+// KILN_REMOTE_CACHE), in-memory lookup, launch overhead, prebuild -j.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,7 @@
 #include "runtime/kernel_service.h"
 #include "runtime/nvfp4_writer/writer.h"
 #include "tools/bench.h"
+#include "tools/bench_remote.h"
 #include "tools/bench_report.h"
 
 namespace kiln::tools {
@@ -44,6 +46,7 @@ Config bench_config(const std::filesystem::path& dir) {
   c.read_only_layers.clear();
   c.record_misses.reset();
   c.sealed = false;
+  c.remote.reset();  // measured on its own, below
   return c;
 }
 
@@ -117,6 +120,14 @@ int run_bench(const BenchOptions& options) {
                                 {"includes", gpu ? "read, checksum, cuModuleLoadData, attributes" : "read, checksum (no GPU)"},
                                 {"compiles", service.counters().compiles}};
     std::fprintf(stderr, "disk-hit warm: median %.3f ms per key (%s)\n", median(ms), gpu ? "with module load" : "no GPU: read+verify");
+  }
+
+  // The remote tier (loopback or wherever KILN_REMOTE_CACHE points): remote-hit warm and a fleet start.
+  if (const auto remote = Config::from_environment().remote) {
+    results["remote"] = bench_remote(*remote, base, cold_dir, writer_keys(arch), gpu, options.fleet, options.manifest);
+  } else {
+    results["remote"] = "skipped: set KILN_REMOTE_CACHE=redis://host:port to measure the remote tier";
+    std::fprintf(stderr, "remote tier: skipped (KILN_REMOTE_CACHE is not set)\n");
   }
 
   if (gpu) {

@@ -343,6 +343,9 @@ int main_impl(int argc, char** argv) {
   bench->add_option("WHAT", bench_options.what, "jit, mla or sparse")->required();
   bench->add_option("--out", bench_options.out, "write the JSON report to this file");
   bench->add_flag("--quick", bench_options.quick, "mla/sparse: a 4-config smoke subset");
+  bench->add_option("--fleet", bench_options.fleet,
+                    "jit with KILN_REMOTE_CACHE: processes of the fleet start, without and with the remote tier (0: skip)");
+  bench->add_option("--manifest", bench_options.manifest, "jit: the fleet start's manifest (default: the embedded default)");
   add_common(bench);
 
   if (argc > 1 && argv[1][0] != '-') {
