@@ -573,8 +573,10 @@ TEST_CASE("remote: a tiny maxmemory evicts entries or refuses writes; every key 
 
 TEST_CASE("remote: AUTH with an ACL user and password; wrong credentials serve locally with one warning",
           "[remote]") {
+  // The kiln user has exactly the rights the README lists, on its prefix only.
   RedisServer server({"--user", "default", "on", ">adminpw", "~*", "&*", "+@all", "--user", "kiln", "on", ">s3cret",
-                      "~t:*", "+@all"},
+                      "~t:*", "-@all", "+get", "+set", "+eval", "+type", "+strlen", "+pexpire", "+del", "+hincrby",
+                      "+hgetall", "+scan"},
                      "adminpw");
   RemoteOptions o = fast_options(server);
   o.endpoint.user = "kiln";
@@ -588,7 +590,13 @@ TEST_CASE("remote: AUTH with an ACL user and password; wrong credentials serve l
     b.store.get_or_build(key, builds.of(key), &built);
     CHECK_FALSE(built);
     CHECK(a.remote->counters().errors == 0);
+    CHECK(b.remote->counters().errors == 0);
+    CHECK(a.remote->fleet_stats().entries == 1);
   }
+  const kiln::RemoteFleetStats stats = RemoteStore(o).fleet_stats();  // both flushed their counters
+  CHECK(stats.counters.uploads == 1);
+  CHECK(stats.counters.hits == 1);
+  CHECK(stats.counters.errors == 0);
   RemoteOptions wrong = o;
   wrong.endpoint.password = "guess";
   Host c(wrong);
