@@ -200,12 +200,16 @@ struct RemoteStore::Impl {
   }
   std::string problem() {
     std::lock_guard<std::mutex> lock(breaker_mutex);
-    return open ? last_problem : std::string("circuit breaker open");
+    return last_problem;
   }
 
   // An error reply: the server is up but refused (out of memory, ACL, read-only replica...).
   void on_error_reply(std::string_view what, const std::string& message) {
     n.errors.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(breaker_mutex);
+      last_problem = fmt::format("{} refused {}: {}", where, what, message);
+    }
     if (!warned_error_reply.exchange(true)) {
       log_warn("remote cache {} refused {}: {}; kernels are still served locally (this warning is printed once)", where,
                what, message);
@@ -429,7 +433,7 @@ struct RemoteStore::Impl {
   bool open = false;
   bool probing = false;
   Clock::time_point retry_at;
-  std::string last_problem;
+  std::string last_problem;  // the latest failure or refusal, for push's report
   std::atomic<bool> warned_unreachable{false}, warned_error_reply{false}, warned_rejected{false};
 
   std::mutex pool_mutex;

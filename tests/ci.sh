@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # kiln CI: the whole test story in one script, run from a fresh clone by the README's test command.
 #
-#   1. build/        Release, gcc: every suite (ctest: unit, nvrtc, stress; gpu -> skipped without a
-#                    GPU), except the three NVRTC-bound tests below, which run once, in stage 2.
+#   1. build/        Release, gcc: every suite (ctest: unit, nvrtc, stress, remote; gpu -> skipped
+#                    without a GPU, remote -> skipped without redis-server), except the three
+#                    NVRTC-bound tests below, which run once, in stage 2. The remote tests start and
+#                    stop their own redis-servers on 127.0.0.1 (free ports).
 #   2. build-asan/   clang with ASan + UBSan (+ fuzzer-no-link coverage, so the same tree also
 #                    builds the fuzzers): every unit and nvrtc test (ctest -L 'unit|nvrtc').
 #   3. build-tsan/   gcc with TSan: the threaded and multi-process service/store tests (Catch tag
-#                    [concurrency], built into one binary there: ctest -L concurrency).
+#                    [concurrency], built into one binary there) and the remote suite (ctest -L
+#                    concurrency).
 #   4. fuzzers       from build-asan: fuzz_entry, fuzz_manifest, fuzz_semantic_key, the three at
 #                    once, each for KILN_FUZZ_SECONDS (default 60) from a scratch copy of
 #                    tests/fuzz/corpus/<target>.
@@ -19,7 +22,8 @@
 #
 # Every stage runs even if an earlier one failed (one CI run shows every problem); the script exits
 # non-zero if any stage failed. Needs, besides the README's build packages: clang and
-# libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes); gcc's ASan/TSan runtimes come with g++.
+# libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes), redis-server (the remote tests);
+# gcc's ASan/TSan runtimes come with g++.
 #
 # Knobs: KILN_CI_JOBS (default 2), KILN_FUZZ_SECONDS (default 60), KILN_CI_STAGES (default
 # "normal asan tsan fuzz": run a subset locally).
@@ -96,7 +100,7 @@ stage_asan() {
 stage_tsan() {
   configure_build build-tsan -DKILN_SANITIZE=thread "-DCMAKE_CXX_FLAGS=-g1" "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" \
     "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed" \
-    -- kiln store_worker kiln_concurrency_tests || return 1
+    -- kiln store_worker kiln_concurrency_tests kiln_remote_tests || return 1
   (cd build-tsan && ctest --output-on-failure -j"$jobs" -L concurrency)
 }
 

@@ -36,7 +36,10 @@ using std::chrono::milliseconds;
 
 namespace {
 
-CacheKey key_n(std::uint64_t n) { return CacheKey{0x5eed5eed00000000ULL + n * 0x9e3779b97f4a7c15ULL, n * 7 + 1}; }
+CacheKey key_n(int i) {
+  const auto n = static_cast<std::uint64_t>(i);
+  return CacheKey{0x5eed5eed00000000ULL + n * 0x9e3779b97f4a7c15ULL, n * 7 + 1};
+}
 
 // What a compile of `key` produces: deterministic bytes, so every host must end up with these.
 CacheEntry make_entry(const CacheKey& key, std::size_t cubin_bytes = 4096) {
@@ -146,7 +149,7 @@ std::string frame_with_huge_length(const CacheEntry& entry) {
 
 }  // namespace
 
-TEST_CASE("remote: a remote hit is verified, published to the local disk, then served from disk", "[remote]") {
+TEST_CASE("remote tier: a remote hit is verified, published to the local disk, then served from disk", "[remote]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);
   const CacheKey key = key_n(1);
@@ -175,7 +178,7 @@ TEST_CASE("remote: a remote hit is verified, published to the local disk, then s
   CHECK(builds.total() == 1);
 }
 
-TEST_CASE("remote: hosts x threads warming overlapping keys build each key once fleet-wide",
+TEST_CASE("remote tier: hosts x threads warming overlapping keys build each key once fleet-wide",
           "[remote][concurrency]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);
@@ -193,7 +196,7 @@ TEST_CASE("remote: hosts x threads warming overlapping keys build each key once 
         for (int i = 0; i < kKeys; ++i) order[i] = i;
         std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(h * 100 + t)));
         for (int i : order) {
-          const CacheKey key = key_n(100 + static_cast<std::uint64_t>(i));
+          const CacheKey key = key_n(100 + i);
           auto hit = hosts[static_cast<std::size_t>(h)]->store.get_or_build(key, builds.of(key));
           std::lock_guard<std::mutex> lock(got_mutex);
           got[key.hex()].insert(hit.entry.cubin);
@@ -203,7 +206,7 @@ TEST_CASE("remote: hosts x threads warming overlapping keys build each key once 
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < kKeys; ++i) {
-    const CacheKey key = key_n(100 + static_cast<std::uint64_t>(i));
+    const CacheKey key = key_n(100 + i);
     INFO("key " << i);
     CHECK(builds.of_key(key) == 1);
     CHECK(got[key.hex()] == std::set<std::string>{make_entry(key).cubin});
@@ -221,7 +224,7 @@ TEST_CASE("remote: hosts x threads warming overlapping keys build each key once 
   CHECK(keys_matching(server, "t:lock:*") == 0);  // every lock was released
 }
 
-TEST_CASE("remote: a dead lock holder releases its key at the lock's expiry", "[remote]") {
+TEST_CASE("remote tier: a dead lock holder releases its key at the lock's expiry", "[remote]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);
   const CacheKey key = key_n(2);
@@ -241,7 +244,7 @@ TEST_CASE("remote: a dead lock holder releases its key at the lock's expiry", "[
   CHECK(keys_matching(server, "t:lock:*") == 0);
 }
 
-TEST_CASE("remote: no key waits longer than the wait bound; the waiter then compiles it", "[remote]") {
+TEST_CASE("remote tier: no key waits longer than the wait bound, then the waiter compiles it", "[remote]") {
   RedisServer server;
   RemoteOptions o = fast_options(server);
   o.wait_bound = milliseconds(300);
@@ -262,7 +265,7 @@ TEST_CASE("remote: no key waits longer than the wait bound; the waiter then comp
   CHECK(server.command({"GET", lock}).str == "stuck-host/1/0/0");  // someone else's lock is never deleted
 }
 
-TEST_CASE("remote: the lock is extended while a compile outlasts its TTL", "[remote][concurrency]") {
+TEST_CASE("remote tier: the lock is extended while a compile outlasts its TTL", "[remote][concurrency]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);  // lock TTL 600 ms
   const CacheKey key = key_n(4);
@@ -281,7 +284,7 @@ TEST_CASE("remote: the lock is extended while a compile outlasts its TTL", "[rem
   CHECK(b.remote->counters().lock_waits == 1);
 }
 
-TEST_CASE("remote: a failing build releases the lock at once; a lost lock is not deleted by its old owner",
+TEST_CASE("remote tier: a failing build releases the lock at once, and a lost lock is not deleted by its old owner",
           "[remote]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);
@@ -309,7 +312,7 @@ TEST_CASE("remote: a failing build releases the lock at once; a lost lock is not
   CHECK(server.command({"GET", lock}).str == "new-owner/1/0/0");
 }
 
-TEST_CASE("remote: bad and hostile values are never loaded, are counted and are replaced", "[remote]") {
+TEST_CASE("remote tier: bad and hostile values are never loaded, are counted and are replaced", "[remote]") {
   RedisServer server;
   RemoteOptions o = fast_options(server);
   o.max_entry_bytes = 64 * 1024;
@@ -377,7 +380,7 @@ TEST_CASE("remote: bad and hostile values are never loaded, are counted and are 
   }
 }
 
-TEST_CASE("remote: rejections warn once per store; readers without the secret accept signed entries", "[remote]") {
+TEST_CASE("remote tier: rejections warn once per store, and readers without the secret accept signed entries", "[remote]") {
   RedisServer server;
   RemoteOptions o = fast_options(server);
   o.secret = "s3cret";
@@ -385,7 +388,7 @@ TEST_CASE("remote: rejections warn once per store; readers without the secret ac
   Builds builds;
   StderrCapture capture;
   for (int i = 0; i < 3; ++i) {
-    const CacheKey key = key_n(20 + static_cast<std::uint64_t>(i));
+    const CacheKey key = key_n(20 + i);
     server.command({"SET", a.remote->entry_key(key), kiln::encode_entry(make_entry(key))});  // unsigned
     a.store.get_or_build(key, builds.of(key));
   }
@@ -402,7 +405,7 @@ TEST_CASE("remote: rejections warn once per store; readers without the secret ac
   CHECK(builds.total() == 3);
 }
 
-TEST_CASE("remote: Redis stopped (SIGSTOP) mid-run: every key is served within the timeouts", "[remote]") {
+TEST_CASE("remote tier: Redis stopped (SIGSTOP) mid-run: every key is served within the timeouts", "[remote]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);  // connect and command timeouts 200 ms, retry 300 ms
   Builds builds(20);
@@ -421,7 +424,7 @@ TEST_CASE("remote: Redis stopped (SIGSTOP) mid-run: every key is served within t
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
       for (int i = next++; i < kKeys; i = next++) {
-        const CacheKey key = key_n(31 + static_cast<std::uint64_t>(i));
+        const CacheKey key = key_n(31 + i);
         if (a.store.get_or_build(key, builds.of(key)).entry.cubin != make_entry(key).cubin) ++wrong;
       }
     });
@@ -450,7 +453,7 @@ TEST_CASE("remote: Redis stopped (SIGSTOP) mid-run: every key is served within t
   CHECK_FALSE(built);
 }
 
-TEST_CASE("remote: Redis stopped while a host waits for another's compile: the waiter compiles", "[remote]") {
+TEST_CASE("remote tier: Redis stopped while a host waits for another's compile: the waiter compiles", "[remote]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);
   const CacheKey key = key_n(40);
@@ -475,7 +478,7 @@ TEST_CASE("remote: Redis stopped while a host waits for another's compile: the w
   CHECK(wall < 150 + 2 * 200 + 800 + 500);  // its wait, one timeout, its own build, slack
 }
 
-TEST_CASE("remote: Redis killed: hosts compile locally at once, with one warning", "[remote]") {
+TEST_CASE("remote tier: Redis killed: hosts compile locally at once, with one warning", "[remote]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);
   Host a(o);
@@ -485,7 +488,7 @@ TEST_CASE("remote: Redis killed: hosts compile locally at once, with one warning
   StderrCapture capture;
   const auto t0 = Clock::now();
   for (int i = 0; i < 10; ++i) {
-    const CacheKey key = key_n(51 + static_cast<std::uint64_t>(i));
+    const CacheKey key = key_n(51 + i);
     CHECK(a.store.get_or_build(key, builds.of(key)).entry.cubin == make_entry(key).cubin);
   }
   const double wall = ms_since(t0);
@@ -499,13 +502,13 @@ TEST_CASE("remote: Redis killed: hosts compile locally at once, with one warning
   CHECK(ms_since(t1) < 10 + 200 + 300);
 }
 
-TEST_CASE("remote: Redis restarted empty: entries are rebuilt once, pooled connections recover silently",
+TEST_CASE("remote tier: Redis restarted empty: entries are rebuilt once, pooled connections recover silently",
           "[remote]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);
   Host a(o);
   Builds builds;
-  for (int i = 0; i < 3; ++i) a.store.get_or_build(key_n(80 + static_cast<std::uint64_t>(i)), builds.of(key_n(80 + static_cast<std::uint64_t>(i))));
+  for (int i = 0; i < 3; ++i) a.store.get_or_build(key_n(80 + i), builds.of(key_n(80 + i)));
   server.kill();
   server.start();
   CHECK(keys_matching(server, "t:*") == 0);
@@ -516,19 +519,19 @@ TEST_CASE("remote: Redis restarted empty: entries are rebuilt once, pooled conne
   Host b(o);
   for (int i = 0; i < 3; ++i) {
     bool built = false;
-    b.store.get_or_build(key_n(80 + static_cast<std::uint64_t>(i)), builds.of(key_n(80 + static_cast<std::uint64_t>(i))), &built);
+    b.store.get_or_build(key_n(80 + i), builds.of(key_n(80 + i)), &built);
     CHECK(built);  // gone from Redis: compiled once more, by b
   }
   Host c(o);
   for (int i = 0; i < 3; ++i) {
     bool built = true;
-    c.store.get_or_build(key_n(80 + static_cast<std::uint64_t>(i)), builds.of(key_n(80 + static_cast<std::uint64_t>(i))), &built);
+    c.store.get_or_build(key_n(80 + i), builds.of(key_n(80 + i)), &built);
     CHECK_FALSE(built);
   }
   CHECK(builds.total() == 7);
 }
 
-TEST_CASE("remote: a tiny maxmemory evicts entries or refuses writes; every key is still served", "[remote]") {
+TEST_CASE("remote tier: a tiny maxmemory evicts entries or refuses writes, and every key is still served", "[remote]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);
   Builds builds;
@@ -540,7 +543,7 @@ TEST_CASE("remote: a tiny maxmemory evicts entries or refuses writes; every key 
     Host a(o), b(o);
     for (Host* h : {&a, &b}) {
       for (int i = 0; i < kKeys; ++i) {
-        const CacheKey key = key_n(200 + static_cast<std::uint64_t>(i));
+        const CacheKey key = key_n(200 + i);
         CHECK(h->store.get_or_build(key, [&] {
           builds.of(key)();
           return make_entry(key, 20000);
@@ -560,7 +563,7 @@ TEST_CASE("remote: a tiny maxmemory evicts entries or refuses writes; every key 
     StderrCapture capture;
     const auto t0 = Clock::now();
     for (int i = 0; i < 5; ++i) {
-      const CacheKey key = key_n(300 + static_cast<std::uint64_t>(i));
+      const CacheKey key = key_n(300 + i);
       CHECK(a.store.get_or_build(key, builds.of(key)).entry.cubin == make_entry(key).cubin);
     }
     CHECK(ms_since(t0) < 1000);
@@ -571,7 +574,7 @@ TEST_CASE("remote: a tiny maxmemory evicts entries or refuses writes; every key 
   }
 }
 
-TEST_CASE("remote: AUTH with an ACL user and password; wrong credentials serve locally with one warning",
+TEST_CASE("remote tier: AUTH with an ACL user and password, and wrong credentials serve locally with one warning",
           "[remote]") {
   // The kiln user has exactly the rights the README lists, on its prefix only.
   RedisServer server({"--user", "default", "on", ">adminpw", "~*", "&*", "+@all", "--user", "kiln", "on", ">s3cret",
@@ -610,14 +613,14 @@ TEST_CASE("remote: AUTH with an ACL user and password; wrong credentials serve l
   CHECK(log.find("guess") == std::string::npos);
 }
 
-TEST_CASE("remote: each process's counters add up in the fleet hash", "[remote]") {
+TEST_CASE("remote tier: each process's counters add up in the fleet hash", "[remote]") {
   RedisServer server;
   const RemoteOptions o = fast_options(server);
   Builds builds;
   {
     Host a(o), b(o);
-    for (int i = 0; i < 3; ++i) a.store.get_or_build(key_n(500 + static_cast<std::uint64_t>(i)), builds.of(key_n(500 + static_cast<std::uint64_t>(i))));
-    for (int i = 0; i < 4; ++i) b.store.get_or_build(key_n(500 + static_cast<std::uint64_t>(i)), builds.of(key_n(500 + static_cast<std::uint64_t>(i))));
+    for (int i = 0; i < 3; ++i) a.store.get_or_build(key_n(500 + i), builds.of(key_n(500 + i)));
+    for (int i = 0; i < 4; ++i) b.store.get_or_build(key_n(500 + i), builds.of(key_n(500 + i)));
   }  // destroyed: counters flushed
   const kiln::RemoteFleetStats s = RemoteStore(o).fleet_stats();
   CHECK(s.reachable);

@@ -2,8 +2,9 @@
 // A private redis-server for tests: 127.0.0.1, a free port, no persistence, killed (SIGKILL) with
 // this object, and also when the test process dies (PR_SET_PDEATHSIG), so no run leaves a server
 // behind. PR_SET_PDEATHSIG fires when the *thread* that started the server exits: construct and
-// start() it on a thread that outlives the server (the test's main thread). Fault helpers stop, resume, kill and restart it. Throws std::runtime_error (no Catch
-// dependency: the fleet supervisor uses it too).
+// start() it on a thread that outlives the server (the test's main thread). Fault helpers stop,
+// resume, kill and restart it. Throws std::runtime_error (no Catch dependency: the fleet
+// supervisor uses it too).
 #include <sys/types.h>
 
 #include <filesystem>
