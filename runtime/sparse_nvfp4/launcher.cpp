@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <array>
+#include <atomic>
 #include <climits>
 #include <cmath>
 
@@ -236,7 +238,8 @@ SplitPlanResult finish_plan(const Args& a, const Checked& c, int sms) {
   const int tokens = static_cast<int>(c.tokens);
   const SplitPlanResult plan = resolve_plan(tokens, c.heads, c.topk, c.extra_topk, sms, opt.num_splits, opt.max_splits, opt.head_tiles);
   require_scratch(a, c, plan.num_splits, "the planned num_splits is > 1 (pass num_splits = 1 to forbid splitting)");
-  if (sparse_decode_grid(tokens, c.heads, plan.head_tiles, plan.num_splits) > INT_MAX) {
+  // The 16-head kernels have the largest grid.
+  if (sparse_decode_grid(tokens, c.heads, 1, plan.num_splits) > INT_MAX) {
     check::unsupported("q", fmt::format("at most {} decode blocks", INT_MAX),
                        fmt::format("T = {} with {} heads and {} splits", c.tokens, c.heads, plan.num_splits));
   }
@@ -279,7 +282,38 @@ SparseNvfp4Params make_params(const Args& a, const Checked& c, const SplitPlanRe
   return p;
 }
 
-void launch(const SparsePolicy& policy, const SparseNvfp4Params& params, int heads, CUstream stream) {
+// Whether `device` is an sm_90a GPU, cached per device: after the first query one atomic load.
+bool device_is_sm90(KernelService& service, int device) {
+  static std::array<std::atomic<int>, 64> cache{};  // 0 unknown, 1 sm_90a, 2 another target
+  const bool cacheable = device >= 0 && device < static_cast<int>(cache.size());
+  if (cacheable) {
+    if (const int v = cache[device].load(std::memory_order_acquire)) return v == 1;
+  }
+  const bool sm90 = service.device_arch(device) == "sm_90a";
+  if (cacheable) cache[device].store(sm90 ? 1 : 2, std::memory_order_release);
+  return sm90;
+}
+
+struct Geometry {
+  unsigned grid, threads, smem;
+};
+
+Geometry geometry(const SparsePolicy& policy, const SparseNvfp4Params& params) {
+  switch (policy.kernel) {
+    case SparseKernel::kSm90:
+      return {static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits)),
+              static_cast<unsigned>(kSparseSm90Threads), sparse_sm90_smem_bytes()};
+    case SparseKernel::kMmaSmall:
+      return {static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits)),
+              static_cast<unsigned>(sparse_block_threads(1)), sparse_decode_smem_bytes(1, true)};
+    case SparseKernel::kMma:
+      break;
+  }
+  return {static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, policy.head_tiles, params.num_splits)),
+          static_cast<unsigned>(sparse_block_threads(policy.head_tiles)), sparse_decode_smem_bytes(policy.head_tiles)};
+}
+
+void launch(const SparsePolicy& policy, const SparseNvfp4Params& params, CUstream stream) {
   KernelService& service = KernelService::global();
   // One captured reference keeps the std::function in its small buffer: no allocation on a hit.
   const KernelHandle& handle = service.acquire(
@@ -288,21 +322,20 @@ void launch(const SparsePolicy& policy, const SparseNvfp4Params& params, int hea
         return policy.key(s.device_arch(KernelService::current_device()));
       },
       stream);
-  const unsigned smem = sparse_decode_smem_bytes(policy.head_tiles);
+  const Geometry geo = geometry(policy, params);
   const KernelFunction& decode = handle.entry(0);
-  if (decode.max_dynamic_smem_bytes < static_cast<int>(smem)) {
+  if (decode.max_dynamic_smem_bytes < static_cast<int>(geo.smem)) {
     throw Error(ErrorCode::kUnsupported,
-                fmt::format("sparse_nvfp4 decode needs {} bytes of dynamic shared memory per block; device {} allows {}",
-                            smem, handle.device, decode.max_dynamic_smem_bytes),
+                fmt::format("sparse_nvfp4 decode kernel '{}' needs {} bytes of dynamic shared memory per block; device {} allows {}",
+                            sparse_kernel_name(policy.kernel), geo.smem, handle.device, decode.max_dynamic_smem_bytes),
                 {.key = handle.key});
   }
   const Driver& d = Driver::get();
   void* args[] = {const_cast<SparseNvfp4Params*>(&params)};
-  const auto grid = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, heads, policy.head_tiles, params.num_splits));
-  d.check(d.cuLaunchKernel(decode.function, grid, 1, 1, static_cast<unsigned>(sparse_block_threads(policy.head_tiles)), 1, 1, smem, stream, args, nullptr),
+  d.check(d.cuLaunchKernel(decode.function, geo.grid, 1, 1, geo.threads, 1, 1, geo.smem, stream, args, nullptr),
           "cuLaunchKernel(sparse_nvfp4_decode)");
   if (policy.split) {
-    const auto merge_grid = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, heads));
+    const auto merge_grid = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, policy.heads));
     d.check(d.cuLaunchKernel(handle.entry(1).function, merge_grid, 1, 1, kSparseMergeThreads, 1, 1, 0, stream, args, nullptr),
             "cuLaunchKernel(sparse_nvfp4_merge)");
   }
@@ -321,8 +354,18 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
   return r;
 }
 
-SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan) {
-  return SparsePolicy{heads, plan.head_tiles, has_extra, plan.num_splits > 1};
+SparseKernel choose_kernel(std::string_view arch, std::optional<SparseKernel> kernel) {
+  if (kernel) {
+    if (*kernel == SparseKernel::kSm90 && arch != "sm_90a") {
+      check::unsupported("kernel", "\"sm90\" only on sm_90a", fmt::format("\"sm90\" on {}", arch));
+    }
+    return *kernel;
+  }
+  return arch == "sm_90a" ? SparseKernel::kSm90 : SparseKernel::kMmaSmall;
+}
+
+SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan, SparseKernel kernel) {
+  return SparsePolicy{heads, kernel == SparseKernel::kMma ? plan.head_tiles : 1, has_extra, plan.num_splits > 1, kernel};
 }
 
 SplitPlanResult plan_sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
@@ -342,9 +385,12 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   const Checked c = check_static(a);
   if (c.tokens == 0) return finish_plan(a, c, kZeroTokenSms);
   KernelService& service = KernelService::global();
-  const SplitPlanResult plan = finish_plan(a, c, service.device_sm_count(KernelService::current_device()));
+  const int device = KernelService::current_device();
+  const SplitPlanResult plan = finish_plan(a, c, service.device_sm_count(device));
+  // kiln targets two archs; the cached check keeps device_arch's lock off the launch path.
+  const SparseKernel kernel = choose_kernel(device_is_sm90(service, device) ? "sm_90a" : "sm_120a", opt.kernel);
   const SparseNvfp4Params params = make_params(a, c, plan);
-  launch(sparse_policy(c.heads, c.has_extra, plan), params, c.heads, stream);
+  launch(sparse_policy(c.heads, c.has_extra, plan, kernel), params, stream);
   return plan;
 }
 

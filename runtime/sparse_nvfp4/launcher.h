@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "runtime/sparse_nvfp4/family.h"
@@ -24,6 +25,7 @@ struct SparseOptions {
   std::optional<int> num_splits;                // overrides plan_splits (normalised like a planned value)
   int max_splits = 16;                          // caps plan_splits
   std::optional<int> head_tiles;                // overrides plan_head_tiles: 1, or 2 when H % 32 == 0
+  std::optional<SparseKernel> kernel;           // overrides the launcher's choice of decode kernel (tests, benchmarks)
 };
 
 // The seed's returned dict {"head_tiles", "num_splits", "chunks_per_block"}.
@@ -56,8 +58,13 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
                              std::optional<int> num_splits = std::nullopt, int max_splits = 16,
                              std::optional<int> head_tiles = std::nullopt);
 
-// The policy (kernel key) a resolved plan launches.
-SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan);
+// The decode kernel the launcher runs on `arch` (kernel = an override, checked: kSm90 needs sm_90a).
+// sm_90a: kSm90; every other target: kMmaSmall, the one configuration that fits 99 KiB per block.
+SparseKernel choose_kernel(std::string_view arch, std::optional<SparseKernel> kernel = std::nullopt);
+
+// The policy (kernel key) a resolved plan launches with `kernel`. kMmaSmall and kSm90 map every plan
+// onto their own blocks (16 and 64 heads), so their keys carry head_tiles 1.
+SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan, SparseKernel kernel = SparseKernel::kMma);
 
 // Compiles (or loads from cache) and loads `policy`'s module on each device (arch from the device).
 void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices);

@@ -27,6 +27,7 @@
 #include "runtime/kernel_service.h"
 #include "runtime/manifest.h"
 #include "runtime/nvfp4_writer/writer.h"
+#include "runtime/sparse_nvfp4/launcher.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
@@ -320,6 +321,12 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
   };
   CHECK_FALSE(writer_policies("sm_90a").empty());
   CHECK(writer_policies("sm_90a") == writer_policies("sm_120a"));
+  // No key that can never launch on its target: each sparse key is the kernel the launcher runs there.
+  for (const auto& k : manifest_keys) {
+    if (k.family() != "sparse_nvfp4") continue;
+    INFO(k.str());
+    CHECK(k.policy()["kernel"] == kiln::sparse::sparse_kernel_name(kiln::sparse::choose_kernel(k.arch())));
+  }
 
   const CliResult first_run = run_cli({"prebuild", "--cache", cache.string(), "-j", "2", "--json"}, dir.path(), "first");
   const json first = prebuild_report(first_run);
