@@ -3,11 +3,12 @@
 //
 // One CTA = one query token x 64 heads x one split; each candidate is gathered and decoded once per
 // CTA. 384 threads in three warpgroups:
-//  - WG2 (producer): its first warp gathers a chunk's 64 records (352 data + 32 scale bytes each)
-//    with bulk copies into a raw stage, completing on an mbarrier; all four warps then decode the
-//    stage into one of two K tiles (448 NoPE dims as f16 * 2^-7, 64 RoPE dims as bf16). A thread
-//    copies its records into registers and frees the stage before decoding, so the next gather is
-//    in flight while the chunk is decoded and multiplied.
+//  - WG2 (producer): two threads per candidate gather its 384-byte record with 16-byte cp.async
+//    into their own slots of a raw stage (masked slots zero-filled); once a K tile is free they copy
+//    the RoPE dims across, take the codes and scales into registers, start the next chunk's copies
+//    into the same slots, then decode into the tile (448 NoPE dims as f16 * 2^-7, 64 RoPE dims as
+//    bf16). The next gather is in flight while a chunk is decoded and multiplied; no thread reads
+//    another's slots.
 //  - WG0: S = Q K^T (64 heads x 64 candidates, both operands in shared memory), the online softmax,
 //    and O[:, 0:256] += P V with P (f16) from registers.
 //  - WG1: O[:, 256:512] += P V with P handed over through shared memory (f16 for the 192 NoPE
@@ -38,22 +39,28 @@ constexpr u32 kRawRow = 400u;                   // 384 B record + 16 B: 8 consec
 constexpr u32 kPOff = kRawOff + 64u * kRawRow;  // P fragments: [k-step 4][thread 128] x 16 B
 constexpr u32 kAlphaOff = kPOff + 8192u;        // float[64]: per-row rescale of the current chunk
 constexpr u32 kFactorOff = kAlphaOff + 256u;    // float[64]: final 1/l (-1 marks a row with no candidate)
-constexpr u32 kMaskOff = kFactorOff + 256u;     // u64 raw-stage mask, u64 tile masks [2]
-constexpr u32 kBarOff = kMaskOff + 24u;         // mbarriers: raw full, raw empty, tile full [2], tile empty [2]
-static_assert(kBarOff + 48u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
+constexpr u32 kMaskOff = kFactorOff + 256u;     // u64 tile masks [2] (bit c: candidate c is valid)
+constexpr u32 kBarOff = kMaskOff + 16u;         // mbarriers: tile full [2], tile empty [2]
+static_assert(kBarOff + 32u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
 
 constexpr int kBarQ = 1, kBarPReady = 2, kBarPFree = 3, kBarEpilogue = 4;  // named barriers (256 threads)
 constexpr int kConsumers = 256;
-// Register split of the 384 threads (sum 512 x 128 = the whole file): WG0 holds O (128), S (32) and
-// P (16); WG1 O (128) and two copies of P (32); the producer one chunk's raw records.
-constexpr int kRegsWg0 = 208, kRegsWg1 = 208, kRegsProducer = 96;
+// Register split: setmaxnreg moves registers only within the block's launch allocation (168 x 384,
+// the __launch_bounds__ cap), so the three counts sum to 3 x 168 = 504. WG0 holds O (128), S (32)
+// and P (16); WG1 O (128) and two copies of P (32); the producer one chunk's raw records.
+constexpr int kRegsWg0 = 208, kRegsWg1 = 208, kRegsProducer = 88;
+static_assert(kRegsWg0 + kRegsWg1 + kRegsProducer == 3 * 168, "the warpgroups share the launch allocation");
 
+__device__ __forceinline__ u32 lds_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
 __device__ __forceinline__ u64 lds64(u32 addr) {
   u64 v;
   asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(v) : "r"(addr));
   return v;
 }
-__device__ __forceinline__ void sts64(u32 addr, u64 v) { asm volatile("st.shared.u64 [%0], %1;\n" ::"r"(addr), "l"(v)); }
 
 // Round-to-nearest-even onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6; magnitudes
 // <= 0.25 and NaN give 0. On each binade the grid is uniform (step .5 below 2, 1 below 4, 2 above),
@@ -138,30 +145,52 @@ __device__ __forceinline__ int slot_index(const SparseNvfp4Params& p, const spar
   return idx < 0 ? -1 : idx;
 }
 
-// Gather warp: the chunk's valid mask to shared memory, the expected bytes to the raw-full barrier,
-// then two bulk copies per valid record (352 data bytes, 32 scale bytes) into the raw stage.
+// A producer thread's share of one record: half 0 copies code units 0-6 (dims 0-223), RoPE units
+// 0-3 and scale unit 0 (groups 0-15); half 1 code units 7-13, RoPE units 4-7, scale unit 1 and a
+// second copy of scale unit 0 in the row's padding (unit 7 needs groups 14-15). A thread decodes only
+// bytes it copied itself. Masked slots are zero-filled, which decodes to zeros.
+constexpr u32 kScale0Copy = 384u;
+
+__device__ __forceinline__ void copy_unit(u32 dst, const u8* src, bool valid) {
+  cp_async_16_addr(dst, src, valid ? 16u : 0u);
+}
+
 template <bool kHasExtra>
-__device__ __forceinline__ void gather_chunk(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int chunk,
-                                             const int (&idx)[2], u32 sbase, u32 bar_raw_full, int lane) {
-  const u32 lo = __ballot_sync(0xffffffffu, idx[0] >= 0), hi = __ballot_sync(0xffffffffu, idx[1] >= 0);
-  if (lane == 0) {
-    sts64(sbase + kMaskOff, u64(lo) | (u64(hi) << 32));
-    sm90::mbar_arrive_expect_tx(bar_raw_full, u32(__popc(lo) + __popc(hi)) * 384u);
-  }
+__device__ __forceinline__ void gather_half(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int chunk, int idx,
+                                            u32 row, int half) {
   const bool in_main = !kHasExtra || chunk < w.main_chunks;
   const u8* base = static_cast<const u8*>(in_main ? p.kv : p.extra_kv);
   const long long page_stride = in_main ? p.kv_page_stride : p.extra_page_stride;
   const int page_size = in_main ? p.kv_page_size : p.extra_page_size;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (idx[r] < 0) continue;
-    const int page = idx[r] / page_size;
-    const int row = idx[r] - page * page_size;
+  const bool valid = idx >= 0;
+  const u8* data = base;
+  const u8* scales = base;
+  if (valid) {
+    const int page = idx / page_size;
+    const int r = idx - page * page_size;
     const u8* page_base = base + (long long)page * page_stride;
-    const u32 dst = sbase + kRawOff + u32(lane + 32 * r) * kRawRow;
-    sm90::bulk_copy_g2s(dst, page_base + (long long)row * sparse_detail::kDataBytes, sparse_detail::kDataBytes, bar_raw_full);
-    sm90::bulk_copy_g2s(dst + sparse_detail::kDataBytes, page_base + (long long)page_size * sparse_detail::kDataBytes + (long long)row * 32,
-                        32u, bar_raw_full);
+    data = page_base + (long long)r * sparse_detail::kDataBytes;
+    scales = page_base + (long long)page_size * sparse_detail::kDataBytes + (long long)r * 32;
+  }
+  const int code0 = 7 * half, rope0 = 4 * half;
+#pragma unroll
+  for (int k = 0; k < 7; ++k) copy_unit(row + 16 * (code0 + k), valid ? data + 16 * (code0 + k) : base, valid);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) copy_unit(row + 224 + 16 * (rope0 + k), valid ? data + 224 + 16 * (rope0 + k) : base, valid);
+  copy_unit(row + sparse_detail::kDataBytes + 16 * half, valid ? scales + 16 * half : base, valid);
+  if (half == 1) copy_unit(row + kScale0Copy, valid ? scales : base, valid);
+}
+
+// Decodes code unit u (dims 32u..32u+31) with its two scale bytes into the tile column of `tile`.
+__device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 tile, int u) {
+  const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - sparse_detail::kKScaleExp>(u16(scale_pair));
+  const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
+  const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+  for (int wi = 0; wi < 4; ++wi) {
+    u32 o[4];
+    e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
+    sts128(tile + (4 * u + wi) * 1024, U32x4{o[0], o[1], o[2], o[3]});
   }
 }
 
@@ -179,8 +208,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 
   extern __shared__ __align__(1024) u8 smem[];
   const u32 sbase = smem_addr(smem);
-  const u32 bar_raw_full = sbase + kBarOff, bar_raw_empty = bar_raw_full + 8;
-  const u32 bar_full = bar_raw_full + 16, bar_empty = bar_raw_full + 32;  // + 8 * buffer
+  const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;  // + 8 * buffer
 
   const int tid = threadIdx.x;
   int bx = blockIdx.x;
@@ -197,8 +225,6 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
 
   if (tid == 0) {
-    mbar_init(bar_raw_full, 1);
-    mbar_init(bar_raw_empty, 128);
     for (int b = 0; b < 2; ++b) {
       mbar_init(bar_full + 8 * b, 128);
       mbar_init(bar_empty + 8 * b, kConsumers);
@@ -213,57 +239,51 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     regs_decrease<kRegsProducer>();
     if (n_iter == 0) return;
     const int ptid = tid - kConsumers, pw = ptid >> 5;
-    // Decode coordinates: record `tok` of the chunk, code units 2k + half, RoPE units 2k + half.
-    const int tok = 16 * pw + 8 * ((lane >> 3) & 1) + (lane & 7), half = lane >> 4;
-    int idx_next[2] = {-1, -1};
-    if (pw == 0) {
-      int idx[2];
-      for (int r = 0; r < 2; ++r) idx[r] = slot_index<kHasExtra>(p, work, t, c_begin, lane + 32 * r);
-      if (n_iter > 1)
-        for (int r = 0; r < 2; ++r) idx_next[r] = slot_index<kHasExtra>(p, work, t, c_begin + 1, lane + 32 * r);
-      gather_chunk<kHasExtra>(p, work, c_begin, idx, sbase, bar_raw_full, lane);
-    }
+    // Warps 0-1 take record half 0, warps 2-3 half 1 (no divergence); candidate `tok` of the chunk.
+    const int half = pw >> 1, tok = 32 * (pw & 1) + lane;
+    const u32 row = sbase + kRawOff + u32(tok) * kRawRow;
+    int idx = slot_index<kHasExtra>(p, work, t, c_begin, tok);
+    int idx_next = n_iter > 1 ? slot_index<kHasExtra>(p, work, t, c_begin + 1, tok) : -1;
+    gather_half<kHasExtra>(p, work, c_begin, idx, row, half);
+    cp_async_commit();
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
-      mbar_wait(bar_raw_full, u32(i & 1));
-      const u64 mask = lds64(sbase + kMaskOff);
-      const u32 row = sbase + kRawOff + u32(tok) * kRawRow;
-      U32x4 code[7], rope[4];
+      cp_async_wait<0>();
+      U32x4 code[7];
 #pragma unroll
-      for (int k = 0; k < 7; ++k) code[k] = lds128(row + (2 * k + half) * 16);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) rope[k] = lds128(row + 224 + (2 * k + half) * 16);
-      const U32x4 sc0 = lds128(row + kDataBytes), sc1 = lds128(row + kDataBytes + 16);
-      mbar_arrive(bar_raw_empty);
-      if (pw == 0 && i + 1 < n_iter) {
-        const int idx[2] = {idx_next[0], idx_next[1]};
-        if (i + 2 < n_iter)
-          for (int r = 0; r < 2; ++r) idx_next[r] = slot_index<kHasExtra>(p, work, t, c_begin + i + 2, lane + 32 * r);
-        mbar_wait(bar_raw_empty, u32(i & 1));  // every decode thread holds its copy of chunk i
-        gather_chunk<kHasExtra>(p, work, c_begin + i + 1, idx, sbase, bar_raw_full, lane);
+      for (int k = 0; k < 7; ++k) code[k] = lds128(row + 16 * (7 * half + k));
+      // Scale bytes 2u, 2u+1 of code unit u sit in word u / 2 of the scale record: half 0 needs
+      // words 0-3 (scale unit 0), half 1 words 3-6 (the last word of its copy of unit 0, then unit 1).
+      U32x4 sw;
+      if (half == 0) {
+        sw = lds128(row + kDataBytes);
+      } else {
+        const U32x4 s1 = lds128(row + kDataBytes + 16);
+        sw = U32x4{lds_u32(row + kScale0Copy + 12), s1.x, s1.y, s1.z};
       }
-      // Masked slots were not copied: their stage rows are stale, so zero codes, scales and RoPE.
-      const bool valid = (mask >> tok) & 1u;
-      const u32 scale_words[7] = {sc0.x, sc0.y, sc0.z, sc0.w, sc1.x, sc1.y, sc1.z};
+      const u32 valid32 = __ballot_sync(0xffffffffu, idx >= 0);
       if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
       const u32 tile = sbase + kTileOff + u32(b) * kTileBytes + u32(tok) * 16;
 #pragma unroll
-      for (int k = 0; k < 7; ++k) {
-        const int u = 2 * k + half;  // dims 32u .. 32u+31, scale groups 2u, 2u+1
-        const u16 pair = valid ? u16(scale_words[k] >> (16 * half)) : u16(0);
-        const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - kKScaleExp>(pair);
-        const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
-        const u32 words[4] = {code[k].x, code[k].y, code[k].z, code[k].w};
-#pragma unroll
-        for (int wi = 0; wi < 4; ++wi) {
-          u32 o[4];
-          e2m1x8_to_f16_scaled(valid ? words[wi] : 0u, wi < 2 ? s_lo : s_hi, o);
-          sts128(tile + (4 * u + wi) * 1024, U32x4{o[0], o[1], o[2], o[3]});
-        }
+      for (int k = 0; k < 4; ++k) sts128(tile + (56 + 4 * half + k) * 1024, lds128(row + 224 + 16 * (4 * half + k)));
+      // The slots are read: bar.warp.sync orders the loads before the copies that overwrite them.
+      __syncwarp();
+      if (i + 1 < n_iter) {
+        gather_half<kHasExtra>(p, work, c_begin + i + 1, idx_next, row, half);
+        idx = idx_next;
+        idx_next = i + 2 < n_iter ? slot_index<kHasExtra>(p, work, t, c_begin + i + 2, tok) : -1;
       }
+      cp_async_commit();
+      // The half is warp-uniform; each branch indexes its registers with constants.
+      const u32 words[4] = {sw.x, sw.y, sw.z, sw.w};
+      if (half == 0) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) sts128(tile + (56 + 2 * k + half) * 1024, valid ? rope[k] : U32x4{0u, 0u, 0u, 0u});
-      if (ptid == 0) sts64(sbase + kMaskOff + 8 + 8 * b, mask);
+        for (int u = 0; u < 7; ++u) decode_unit(code[u], words[u >> 1] >> (16 * (u & 1)), tile, u);
+      } else {
+#pragma unroll
+        for (int u = 7; u < 14; ++u) decode_unit(code[u - 7], words[(u >> 1) - 3] >> (16 * (u & 1)), tile, u);
+      }
+      if (half == 0 && lane == 0) sts32(sbase + kMaskOff + 8 * b + 4 * pw, valid32);
       fence_async_shared();
       mbar_arrive(bar_full + 8 * b);
     }
@@ -290,6 +310,9 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     float s[32];
+    // P of the chunk whose P V is in flight: the wgmma reads these registers until the next wait,
+    // so they live across the loop's back edge (pinned there, as ptxas must not reuse them).
+    u32 pf[4][4] = {};
     float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
     const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
 
@@ -316,8 +339,9 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       wgmma_wait<0>();
       pin(s);
       pin(o);
+      pin_u32(pf);
       if (i > 0) mbar_arrive(bar_empty + 8 * (b ^ 1));
-      const u64 mask = lds64(sbase + kMaskOff + 8 + 8 * b);
+      const u64 mask = lds64(sbase + kMaskOff + 8 * b);
       float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
       for (int e = 0; e < 32; ++e) {
@@ -335,7 +359,6 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         m_run[hr] = m_new;
       }
       float psum[2] = {0.0f, 0.0f};
-      u32 pf[4][4];
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -368,6 +391,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     }
     wgmma_wait<0>();
     pin(o);
+    pin_u32(pf);
     if (n_iter > 0) mbar_arrive(bar_empty + 8 * ((n_iter - 1) & 1));
 
     // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
@@ -455,6 +479,8 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       wgmma_wait<0>();
       pin(o_nope);
       pin(o_rope);
+      pin_u32(pf);
+      pin_u32(pb);
       mbar_arrive(bar_empty + 8 * b);
     }
     named_sync(kBarEpilogue, kConsumers);

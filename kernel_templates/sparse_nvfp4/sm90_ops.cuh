@@ -83,6 +83,15 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_bf16_kmajor(float (&d)[128],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
 }
 
+// The same for registers holding A fragments of an in-flight wgmma.
+template <int kM, int kN>
+__device__ __forceinline__ void pin_u32(u32 (&a)[kM][kN]) {
+#pragma unroll
+  for (int i = 0; i < kM; ++i)
+#pragma unroll
+    for (int j = 0; j < kN; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
+}
+
 // ---- mbarriers (CTA scope) ----
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
