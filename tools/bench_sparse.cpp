@@ -1,8 +1,9 @@
 // kiln bench sparse: sparse NVFP4 MLA decode, L2-cold, against ceilings measured in the same run.
 // "results" is the 30-config grid of the FlashMLA anchors (compare.py reads it); "extended" adds
 // head counts 16 and 32, T = 2 and 4, page sizes 32 and 128, and topk_length shorter than topk.
-// On sm_90a every config is also timed with the mma.sync kernel ("us_mma"), the launcher's
-// previous choice, so a kernel choice can be read off the same run.
+// On sm_90a every config is timed with both decode kernels forced ("us_sm90", "us_mma");
+// "us_per_call" is the time of the one the launcher picks for the call ("kernel"), so the choice
+// rule can be checked against the same run.
 //
 // Method: one 4.5 GiB pool per page size in the 384-byte format (the extra pool of the
 // "main 128 + extra 512" candidates is a second view of it, as its gathers are as random). For each
@@ -268,17 +269,19 @@ int run_bench_sparse(const BenchOptions& options) {
   const CUstream stream = bench_stream.get();
 
   const std::vector<BenchConfig> grid = bench_grid(quick);
-  // On sm_90a the mma.sync kernel is timed beside the launcher's choice.
-  const bool compare_mma = sparse::choose_kernel(arch) != sparse::SparseKernel::kMma;
-  // Warm every key the grid's planned calls use, in parallel: compiles stay out of the timings,
-  // and capture never compiles.
+  const bool hopper = arch == "sm_90a";
+  // The kernels timed per config: on sm_90a both the launcher may pick, else its one choice.
+  const std::vector<sparse::SparseKernel> kernels =
+      hopper ? std::vector<sparse::SparseKernel>{sparse::SparseKernel::kSm90, sparse::SparseKernel::kMma}
+             : std::vector<sparse::SparseKernel>{sparse::SparseKernel::kMmaSmall};
+  // Warm every key the grid's calls use, in parallel: compiles stay out of the timings, and
+  // capture never compiles.
   {
     const auto t0 = BenchClock::now();
     std::vector<SemanticKey> keys;
     for (const BenchConfig& c : grid) {
       const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms);
-      for (int k = 0; k < (compare_mma ? 2 : 1); ++k) {
-        const sparse::SparseKernel kernel = k == 0 ? sparse::choose_kernel(arch) : sparse::SparseKernel::kMma;
+      for (const sparse::SparseKernel kernel : kernels) {
         const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), plan, kernel).key(arch);
         if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
       }
@@ -301,27 +304,30 @@ int run_bench_sparse(const BenchOptions& options) {
   BenchRng rng(0x73706172);
   struct Row {
     BenchConfig c;
-    Timing t;
-    std::optional<Timing> mma;
+    sparse::SparseKernel kernel;  // the launcher's pick
+    std::vector<Timing> t;        // per entry of `kernels`
+    const Timing& picked(const std::vector<sparse::SparseKernel>& all) const {
+      return t[std::find(all.begin(), all.end(), kernel) - all.begin()];
+    }
   };
   std::vector<Row> rows;
   for (const BenchConfig& c : grid) {
     const auto t0 = BenchClock::now();
     const BenchDeviceMemory& pool = pools.get(c.page);
-    Row row{c, time_config(c, pool, sms, std::nullopt, stream, rng), std::nullopt};
-    if (compare_mma) row.mma = time_config(c, pool, sms, sparse::SparseKernel::kMma, stream, rng);
-    for (const Timing* t : {&row.t, row.mma ? &*row.mma : nullptr}) {
-      if (t != nullptr && t->bad_outputs > 0) {
-        throw Error(ErrorCode::kInternal, fmt::format("sparse bench {}: {} NaN/Inf values in the outputs after a replay: the kernel is "
-                                                      "broken for this config, its timing would mean nothing",
-                                                      c.name(), t->bad_outputs));
+    const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms);
+    Row row{c, sparse::choose_kernel(arch, c.tokens, c.heads, plan, sms), {}};
+    for (const sparse::SparseKernel kernel : kernels) {
+      row.t.push_back(time_config(c, pool, sms, kernel, stream, rng));
+      if (row.t.back().bad_outputs > 0) {
+        throw Error(ErrorCode::kInternal, fmt::format("sparse bench {} kernel {}: {} NaN/Inf values in the outputs after a replay: the "
+                                                      "kernel is broken for this config, its timing would mean nothing",
+                                                      c.name(), sparse::sparse_kernel_name(kernel), row.t.back().bad_outputs));
       }
     }
-    const Timing& t = row.t;
-    std::fprintf(stderr, "%-34s %5d calls %9.2f us  %7.1f GB/s  %6.1f TFLOP/s  plan %d/%d/%d  mma.sync kernel %s us  (%.0f ms)\n",
-                 c.name().c_str(), t.calls, t.us, c.gathered_bytes() / (t.us * 1e-6) * 1e-9, c.flop() / (t.us * 1e-6) * 1e-12,
-                 t.plan.head_tiles, t.plan.num_splits, t.plan.chunks_per_block,
-                 row.mma ? fmt::format("{:.2f}", row.mma->us).c_str() : "-", bench_ms_since(t0));
+    const Timing& t = row.picked(kernels);
+    std::fprintf(stderr, "%-34s %5d calls %9.2f us (%s)  %7.1f GB/s  %6.1f TFLOP/s  plan %d/%d/%d  (%.0f ms)\n", c.name().c_str(), t.calls,
+                 t.us, sparse::sparse_kernel_name(row.kernel), c.gathered_bytes() / (t.us * 1e-6) * 1e-9,
+                 c.flop() / (t.us * 1e-6) * 1e-12, t.plan.head_tiles, t.plan.num_splits, t.plan.chunks_per_block, bench_ms_since(t0));
     rows.push_back(std::move(row));
   }
 
@@ -334,7 +340,9 @@ int run_bench_sparse(const BenchOptions& options) {
 
   json results = json::array(), extended = json::array();
   json bars = {{"h128_2048_t64plus_vs_flashmla", json::array()}, {"t1_latency_12us", json::array()}};
-  for (const auto& [c, t, mma] : rows) {
+  for (const Row& row : rows) {
+    const BenchConfig& c = row.c;
+    const Timing& t = row.picked(kernels);
     const double gb_s = c.gathered_bytes() / (t.us * 1e-6) * 1e-9;
     const double tflop_s = c.flop() / (t.us * 1e-6) * 1e-12;
     json r = {{"T", c.tokens},
@@ -343,7 +351,7 @@ int run_bench_sparse(const BenchOptions& options) {
               {"extra_topk", c.extra_topk},
               {"page_size", c.page},
               {"candidates", c.candidates()},
-              {"kernel", sparse::sparse_kernel_name(sparse::choose_kernel(arch))},
+              {"kernel", sparse::sparse_kernel_name(row.kernel)},
               {"us_per_call", t.us},
               {"us_min", t.us_min},
               {"us_max", t.us_max},
@@ -361,7 +369,7 @@ int run_bench_sparse(const BenchOptions& options) {
               {"gathered_mib_per_replay", t.gathered_mib_per_replay}};
     if (c.length > 0) r["topk_length"] = c.length;
     if (wgmma) r["pct_wgmma_peak"] = 100 * tflop_s / wgmma_ceiling;
-    if (mma) r["us_mma"] = mma->us;
+    for (std::size_t k = 0; k < kernels.size(); ++k) r[fmt::format("us_{}", sparse::sparse_kernel_name(kernels[k]))] = row.t[k].us;
     (c.extended ? extended : results).push_back(r);
     if (c.extended) continue;
     const json key = {{"T", c.tokens}, {"H", c.heads}, {"topk", c.topk}, {"extra_topk", c.extra_topk}};
@@ -385,7 +393,7 @@ int run_bench_sparse(const BenchOptions& options) {
                              "5-7 replays timed with cuEvents; us_per_call = median replay time / N",
                              static_cast<double>(kPoolBytes) * 1e-9, kMinCalls, kMaxCalls)},
       {"plan", "the launcher's own (planners for this device's SM count; no overrides)"},
-      {"kernel", "the launcher's choice for this device; us_mma: the same calls forced onto the mma.sync kernel"},
+      {"kernel", "the launcher's choice for the call; us_<kernel>: the same calls forced onto each kernel it may pick here"},
       {"gathered_bytes", "T * active candidates * 384 (index reads, Q and outputs not counted)"},
       {"flop", "2 * T * H * candidates * 1024"},
       {"sm_scale", kSmScale},
@@ -407,16 +415,17 @@ int run_bench_sparse(const BenchOptions& options) {
   // The compact table last, on stderr (stdout carries the JSON).
   ceilings.print();
   if (wgmma) std::fprintf(stderr, "wgmma bf16 peak %.0f TFLOP/s (start %.0f, end %.0f)\n", wgmma_ceiling, wgmma_start, wgmma_end);
-  std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %8s %6s %8s %6s %10s %s\n", "T", "H", "cands", "page", "len", "us/call", "GB/s",
-               "%copy", "TFLOP/s", "%wgmma", "mma.sync", "tiles/splits/cpb");
+  std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %s\n", "T", "H", "cands", "page", "len", "us/call",
+               "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us sm90", "us mma", "tiles/splits/cpb");
   for (const json* list : {&results, &extended}) {
     for (const json& r : *list) {
       const std::string cands = r["extra_topk"].get<int>() ? fmt::format("{}+{}", r["topk"].get<int>(), r["extra_topk"].get<int>())
                                                            : fmt::format("{}", r["topk"].get<int>());
-      std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %8.1f %6.1f %8.1f %6.1f %10.2f %d/%d/%d\n", r["T"].get<int>(), r["H"].get<int>(),
-                   cands.c_str(), r["page_size"].get<int>(), r.value("topk_length", 0), r["us_per_call"].get<double>(),
-                   r["gathered_gb_s"].get<double>(), r["pct_copy"].get<double>(), r["tflop_s"].get<double>(), r.value("pct_wgmma_peak", 0.0),
-                   r.value("us_mma", 0.0), r["head_tiles"].get<int>(), r["num_splits"].get<int>(), r["chunks_per_block"].get<int>());
+      std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %-9s %8.1f %6.1f %8.1f %6.1f %9.2f %9.2f %d/%d/%d\n", r["T"].get<int>(),
+                   r["H"].get<int>(), cands.c_str(), r["page_size"].get<int>(), r.value("topk_length", 0), r["us_per_call"].get<double>(),
+                   r["kernel"].get<std::string>().c_str(), r["gathered_gb_s"].get<double>(), r["pct_copy"].get<double>(),
+                   r["tflop_s"].get<double>(), r.value("pct_wgmma_peak", 0.0), r.value("us_sm90", 0.0), r.value("us_mma", 0.0),
+                   r["head_tiles"].get<int>(), r["num_splits"].get<int>(), r["chunks_per_block"].get<int>());
     }
   }
   bench_print_footer(report, bar_summary);

@@ -9,8 +9,14 @@ std::string_view default_manifest() {
   "policies": [
     {"family": "nvfp4_writer", "policy": {"op": ["pack", "append"], "page_size": [2, 32, 64, 128]}},
     {"family": "mla_decode", "archs": ["sm_90a"], "policy": {"heads": [16, 32, 64, 128], "page_size": 64, "max_seq_len": 163840, "max_seq_len_q": [1, 2], "packed": false, "dtype": ["bf16", "fp8_e4m3"], "out_dtype": "bf16", "mask": ["dense", "causal"]}},
-    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [8, 16, 32, 64, 128], "kernel": "sm90", "has_extra": [false, true], "split": [false, true]}},
-    {"family": "sparse_nvfp4", "archs": ["sm_120a"], "policy": {"heads": [8, 16, 32, 64, 128], "kernel": "mma_small", "has_extra": [false, true], "split": [false, true]}}
+    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [8, 16], "head_tiles": 1, "has_extra": false, "split": false}},
+    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [8, 16], "head_tiles": 1, "has_extra": true, "split": [false, true]}},
+    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "head_tiles": [1, 2], "has_extra": false, "split": false}},
+    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "head_tiles": [1, 2], "has_extra": true, "split": [false, true]}},
+    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [64, 128], "kernel": "sm90", "has_extra": false, "split": false}},
+    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [64, 128], "kernel": "sm90", "has_extra": true, "split": [false, true]}},
+    {"family": "sparse_nvfp4", "archs": ["sm_120a"], "policy": {"heads": [8, 16, 32, 64, 128], "kernel": "mma_small", "has_extra": false, "split": false}},
+    {"family": "sparse_nvfp4", "archs": ["sm_120a"], "policy": {"heads": [8, 16, 32, 64, 128], "kernel": "mma_small", "has_extra": true, "split": [false, true]}}
   ]
 }
 )json";

@@ -354,14 +354,25 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
   return r;
 }
 
-SparseKernel choose_kernel(std::string_view arch, std::optional<SparseKernel> kernel) {
+SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
+                           std::optional<SparseKernel> kernel) {
   if (kernel) {
     if (*kernel == SparseKernel::kSm90 && arch != "sm_90a") {
       check::unsupported("kernel", "\"sm90\" only on sm_90a", fmt::format("\"sm90\" on {}", arch));
     }
     return *kernel;
   }
-  return arch == "sm_90a" ? SparseKernel::kSm90 : SparseKernel::kMmaSmall;
+  if (arch != "sm_90a") return SparseKernel::kMmaSmall;
+  // Below a wave of 64-head blocks the 16/32-head mma.sync grid keeps more SMs busy; padded rows
+  // (H 8-48, 80-112) cost the 64-row tiles MMA work that was not measured to pay off.
+  const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * plan.num_splits;
+  return heads % 64 == 0 && 8 * blocks >= 7LL * sms ? SparseKernel::kSm90 : SparseKernel::kMma;
+}
+
+std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads) {
+  if (arch != "sm_90a") return {SparseKernel::kMmaSmall};
+  if (heads % 64 == 0) return {SparseKernel::kMma, SparseKernel::kSm90};
+  return {SparseKernel::kMma};
 }
 
 SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan, SparseKernel kernel) {
@@ -386,9 +397,11 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   if (c.tokens == 0) return finish_plan(a, c, kZeroTokenSms);
   KernelService& service = KernelService::global();
   const int device = KernelService::current_device();
-  const SplitPlanResult plan = finish_plan(a, c, service.device_sm_count(device));
+  const int sms = service.device_sm_count(device);
+  const SplitPlanResult plan = finish_plan(a, c, sms);
   // kiln targets two archs; the cached check keeps device_arch's lock off the launch path.
-  const SparseKernel kernel = choose_kernel(device_is_sm90(service, device) ? "sm_90a" : "sm_120a", opt.kernel);
+  const SparseKernel kernel = choose_kernel(device_is_sm90(service, device) ? "sm_90a" : "sm_120a", static_cast<int>(c.tokens),
+                                            c.heads, plan, sms, opt.kernel);
   const SparseNvfp4Params params = make_params(a, c, plan);
   launch(sparse_policy(c.heads, c.has_extra, plan, kernel), params, stream);
   return plan;

@@ -58,9 +58,17 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
                              std::optional<int> num_splits = std::nullopt, int max_splits = 16,
                              std::optional<int> head_tiles = std::nullopt);
 
-// The decode kernel the launcher runs on `arch` (kernel = an override, checked: kSm90 needs sm_90a).
-// sm_90a: kSm90; every other target: kMmaSmall, the one configuration that fits 99 KiB per block.
-SparseKernel choose_kernel(std::string_view arch, std::optional<SparseKernel> kernel = std::nullopt);
+// The decode kernel the launcher runs for a call of T tokens and H heads resolved to `plan` on a
+// device of target `arch` with `sms` SMs (kernel = an override, checked: kSm90 needs sm_90a).
+// sm_120a (and any target but sm_90a): kMmaSmall, the one configuration that fits 99 KiB per block.
+// sm_90a: kSm90 where it was measured faster (tools/bench_results/sparse_h200.json): H a multiple
+// of 64 (no padded rows) and at least 7/8 of a wave of its 64-head blocks; kMma otherwise.
+SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
+                           std::optional<SparseKernel> kernel = std::nullopt);
+
+// Every kernel choose_kernel can return on `arch` for H heads without an override (what a prebuild
+// manifest needs for that target).
+std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads);
 
 // The policy (kernel key) a resolved plan launches with `kernel`. kMmaSmall and kSm90 map every plan
 // onto their own blocks (16 and 64 heads), so their keys carry head_tiles 1.

@@ -12,9 +12,10 @@
 // magnitude ~30 have their own test: the spec stores each split's partial output in bf16, which
 // costs up to 2^-9 of the largest candidate value of a dim, so the split path gets a stated bound.
 //
-// Every case runs the launcher's kernel for this GPU and, forced, the compact configuration that
-// fits sm_120's 99 KiB (and the mma.sync kernel on planned calls). Expected plans come from
-// tests/support/sparse_plan_reference (the spec's planner rules, written independently).
+// Every case runs the launcher's kernel for the call and, forced, the compact configuration that
+// fits sm_120's 99 KiB and (on sm_90a) the warpgroup-MMA kernel; planned calls also the mma.sync
+// kernel. Expected plans come from tests/support/sparse_plan_reference (the spec's planner rules,
+// written independently).
 //
 // The matrix touches every value of every axis of issue 4 point 4 at least once without building
 // the cross product; the first test asserts that coverage. Every key the matrix launches is warmed
@@ -239,17 +240,23 @@ SplitPlanResult variant_plan(const SparseCase& c, const Variant& v) {
 
 // The key a launch of `v` uses (what warm-up must compile).
 kiln::SemanticKey variant_key(const SparseCase& c, const Variant& v, const std::string& arch) {
-  return kiln::sparse::sparse_policy(c.heads, c.has_extra, variant_plan(c, v), kiln::sparse::choose_kernel(arch, v.kernel)).key(arch);
+  const SplitPlanResult plan = variant_plan(c, v);
+  const SparseKernel kernel = kiln::sparse::choose_kernel(arch, c.tokens, c.heads, plan, sm_count(), v.kernel);
+  return kiln::sparse::sparse_policy(c.heads, c.has_extra, plan, kernel).key(arch);
 }
+
+bool on_sm90() { return kiln::KernelService::global().device_arch(0) == "sm_90a"; }
 
 // The variants a case launches: the planned call, and for sweeps every forced num_splits that the
 // spec's normalisation keeps (a count normalised to another one is covered by that one), with each
 // valid head_tiles. Counts below ceil(chunks / 16) are rejected on the host (checked separately).
-// Every variant runs with the launcher's kernel and the forced compact configuration; planned
-// calls also with the mma.sync kernel.
+// Every variant runs with the launcher's kernel, the forced compact configuration and (sm_90a) the
+// forced warpgroup-MMA kernel (one head tiling: it maps both onto its own blocks); planned calls also
+// with the mma.sync kernel.
 std::vector<Variant> variants(const SparseCase& c) {
   std::vector<Variant> v = {Variant{}, Variant{std::nullopt, std::nullopt, SparseKernel::kMmaSmall},
                             Variant{std::nullopt, std::nullopt, SparseKernel::kMma}};
+  if (on_sm90()) v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kSm90});
   if (!c.sweep) return v;
   const int chunks = c.chunks();
   const int min_splits = (chunks + kMaxChunksPerBlock - 1) / kMaxChunksPerBlock;
@@ -259,6 +266,7 @@ std::vector<Variant> variants(const SparseCase& c) {
       if (kt::sparse_plan_reference(c.tokens, c.heads, c.topk, c.xtopk(), 132, ns).num_splits != ns) continue;
       v.push_back(Variant{ns, tiles});
       v.push_back(Variant{ns, tiles, SparseKernel::kMmaSmall});
+      if (on_sm90() && tiles == 1) v.push_back(Variant{ns, tiles, SparseKernel::kSm90});
     }
   }
   return v;
@@ -786,7 +794,9 @@ TEST_CASE("sparse: sanitizer subset", "[gpu][sparse][sanitizer]") {
   HostCase h = make_host_case(split_extra, base_seed() + 99);
   run_oracle(h);
   DeviceCase dev(h);
-  for (const Variant& v : {Variant{3, 1}, Variant{3, 2}, Variant{3, 1, SparseKernel::kMmaSmall}}) {
+  std::vector<Variant> forced = {Variant{3, 1}, Variant{3, 2}, Variant{3, 1, SparseKernel::kMmaSmall}};
+  if (on_sm90()) forced.push_back(Variant{3, 1, SparseKernel::kSm90});
+  for (const Variant& v : forced) {
     kiln::KernelService::global().warm({variant_key(split_extra, v, kiln::KernelService::global().device_arch(0))}, {0});
     const Outputs o = run_variant(dev, h, v, true);
     CHECK(o.plan.num_splits == 3);
@@ -822,8 +832,12 @@ TEST_CASE("sparse: magnitude-30 cache groups, split-path error bound", "[gpu][sp
     }
   }
   DeviceCase dev(h);
-  const std::vector<Variant> runs = {Variant{}, Variant{10, std::nullopt}, Variant{10, std::nullopt, SparseKernel::kMmaSmall},
-                                     Variant{1, std::nullopt}, Variant{1, std::nullopt, SparseKernel::kMmaSmall}};
+  std::vector<Variant> runs = {Variant{}, Variant{10, std::nullopt}, Variant{10, std::nullopt, SparseKernel::kMmaSmall},
+                               Variant{1, std::nullopt}, Variant{1, std::nullopt, SparseKernel::kMmaSmall}};
+  if (on_sm90()) {
+    runs.push_back(Variant{10, std::nullopt, SparseKernel::kSm90});
+    runs.push_back(Variant{1, std::nullopt, SparseKernel::kSm90});
+  }
   const std::string arch = kiln::KernelService::global().device_arch(0);
   std::vector<kiln::SemanticKey> keys;
   for (const Variant& v : runs) keys.push_back(variant_key(c, v, arch));
@@ -908,6 +922,7 @@ TEST_CASE("sparse: graph replay after in-place index and length changes equals e
       {main_only(16, 128, 128, 128, kN, kDom, kMainLen, kLn2Lse), Variant{1, 2}},                      // one split, 2 tiles
       {with_extra(2, 16, 2048, 64, 32, 32, kH, kN, kOff, kExtraLen, kUnitLse), Variant{5, std::nullopt}},  // forced split
       {main_only(3, 64, 512, 64, kC, kOn, kMainLen, kUnitLse), Variant{std::nullopt, std::nullopt, SparseKernel::kMmaSmall}},
+      {with_extra(4, 128, 512, 128, 64, 2, kC, kH, kOn, kBothLen, kLn2Lse), Variant{std::nullopt, std::nullopt, SparseKernel::kSm90}},
   };
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const SparseCase& c = cases[ci].c;

@@ -3,6 +3,7 @@
 // the driver is a bug; the engine API is only called where validation must fail first (or T == 0).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -583,9 +584,28 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
 }
 
 TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
-  CHECK(sp::choose_kernel("sm_90a") == sp::SparseKernel::kSm90);
-  CHECK(sp::choose_kernel("sm_120a") == sp::SparseKernel::kMmaSmall);
-  CHECK(sp::choose_kernel("sm_90a", sp::SparseKernel::kMmaSmall) == sp::SparseKernel::kMmaSmall);
-  CHECK(sp::choose_kernel("sm_90a", sp::SparseKernel::kMma) == sp::SparseKernel::kMma);
-  expect_error([] { sp::choose_kernel("sm_120a", sp::SparseKernel::kSm90); }, "kernel", {"sm_90a"}, ErrorCode::kUnsupported);
+  using K = sp::SparseKernel;
+  const sp::SplitPlanResult one{1, 1, 8}, two{2, 2, 16};
+  CHECK(sp::choose_kernel("sm_120a", 512, 128, two, 170) == K::kMmaSmall);
+  CHECK(sp::choose_kernel("sm_120a", 1, 8, one, 170) == K::kMmaSmall);
+  // sm_90a: the Hopper kernel from 7/8 of a wave of its 64-head blocks, for H a multiple of 64.
+  CHECK(sp::choose_kernel("sm_90a", 64, 128, one, 132) == K::kSm90);   // 128 blocks
+  CHECK(sp::choose_kernel("sm_90a", 64, 64, two, 132) == K::kSm90);    // 128 blocks
+  CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kMma);     // 64 blocks
+  CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kMma);     // 32 blocks
+  CHECK(sp::choose_kernel("sm_90a", 512, 32, two, 132) == K::kMma);    // padded 64-row tiles
+  CHECK(sp::choose_kernel("sm_90a", 512, 96, two, 132) == K::kMma);
+  CHECK(sp::choose_kernel("sm_90a", 58, 128, one, 132) == K::kSm90);   // 116 blocks: 8 * 116 >= 7 * 132
+  CHECK(sp::choose_kernel("sm_90a", 57, 128, one, 132) == K::kMma);
+  CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kMmaSmall) == K::kMmaSmall);
+  CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kSm90) == K::kSm90);
+  // Whatever it picks without an override is listed for the target (what prebuild manifests use).
+  for (const char* arch : {"sm_90a", "sm_120a"})
+    for (int heads : {8, 16, 32, 48, 64, 96, 128})
+      for (int tokens : {1, 8, 64, 512}) {
+        const K k = sp::choose_kernel(arch, tokens, heads, two, 132);
+        const auto all = sp::sparse_kernels_for(arch, heads);
+        CHECK(std::find(all.begin(), all.end(), k) != all.end());
+      }
+  expect_error([&] { sp::choose_kernel("sm_120a", 1, 64, one, 132, K::kSm90); }, "kernel", {"sm_90a"}, ErrorCode::kUnsupported);
 }
