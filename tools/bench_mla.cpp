@@ -1,7 +1,7 @@
 // kiln bench mla: paged MLA decode over the DeepSeek-V3 decode grid, L2-cold, against ceilings
 // measured in the same run.
 //
-// Method (issue 3, point 6): for each config, capture many launcher calls in ONE CUDA graph, each
+// Method: for each config, capture many launcher calls in ONE CUDA graph, each
 // over its own query, output and block tables (pages drawn at random from a 1.5 GiB pool), so that
 // one replay streams >= 768 MiB of KV and the 50 MB L2 never holds what the next call reads. Replay
 // once to warm, then time >= 5 replays with driver events; per-call time = median replay / calls.
