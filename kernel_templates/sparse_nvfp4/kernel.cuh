@@ -14,7 +14,6 @@
 // Q RoPE dims are pre-multiplied by 2^-7 too, so every logit is 2^-7 * s and the 2^7 is folded into
 // the softmax scale. NoPE output columns are multiplied back by 2^7 at the end.
 #include "common/mma.cuh"
-#include "common/mma_sm90.cuh"
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
 #include "common/nvfp4.cuh"
@@ -35,6 +34,14 @@ constexpr float kKScaleUndo = 128.0f;
 constexpr unsigned kDataBytes = 352u;               // per token, before the page's scale block
 constexpr unsigned kTileRow = 1024u;
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }  // no host math headers
+
+// Programmatic dependent launch: the merge kernel is launched as a dependent of the decode kernel,
+// so its blocks may start (and wait here) before the decode grid ends. The wait returns once the
+// decode grid has completed and its writes are visible; each decode block lets the merge be
+// scheduled as soon as it starts (the merge cannot take an SM a decode block still needs, since
+// every decode block has started by then).
+__device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void allow_dependent_grid() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 __device__ __forceinline__ void bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -293,6 +300,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   constexpr int kProducers = sparse_producer_threads(kHeadTiles);
   constexpr int kHandoff = kConsumers + kProducers;  // FULL / EMPTY barrier size
 
+  if (kSplit) allow_dependent_grid();
   extern __shared__ __align__(128) u8 smem[];
   u8* tiles = smem;
   u8* stages = smem + 2 * kSparseTileBytes;  // absent in the compact configuration
@@ -602,6 +610,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
 template <int kHeads>
 __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
+  wait_for_prior_grid();
   const long long row = (long long)blockIdx.x * kSparseMergeRowsPerBlock + threadIdx.x / 64;
   if (row >= (long long)p.num_tokens * kHeads) return;
   const int head = int(row % kHeads);

@@ -18,7 +18,7 @@
 // and the producer's 16-byte stores of 8 consecutive rows are bank-conflict free.
 // As in the mma.sync path, decoded NoPE values are value * 2^-7 (exact in f16), Q's RoPE dims are
 // pre-multiplied by 2^-7, the 2^7 is folded into the softmax scale and restored on NoPE outputs.
-#include "common/mma_sm90.cuh"
+#include "common/mma.cuh"
 #include "common/nvfp4.cuh"
 #include "common/softmax.cuh"
 #include "sparse_nvfp4/kernel.cuh"
@@ -206,6 +206,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
   constexpr int kGroups = sparse_sm90_head_groups(kHeads);
 
+  if (kSplit) allow_dependent_grid();  // the merge kernel waits for this grid (sparse_detail)
   extern __shared__ __align__(1024) u8 smem[];
   const u32 sbase = smem_addr(smem);
   const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;  // + 8 * buffer

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/kernel_service.h"
 #include "runtime/sparse_nvfp4/family.h"
 #include "runtime/tensor_view.h"
 
@@ -44,7 +45,8 @@ struct SplitPlanResult {
 SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, const TensorView& kv_cache,
                                                        const TensorView& indices, const TensorView& output,
                                                        const TensorView& out_lse, double sm_scale,
-                                                       const SparseOptions& opt = {}, CUstream stream = nullptr);
+                                                       const SparseOptions& opt = {}, CUstream stream = nullptr,
+                                                       KernelService& service = KernelService::global());
 
 // The same checks and plan resolution as the launcher for a device with `sms` SMs, without a driver
 // and without launching: lets an engine (and the unit tests) validate a call and size mid_out/mid_lse.
@@ -75,6 +77,7 @@ std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads);
 SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan, SparseKernel kernel = SparseKernel::kMma);
 
 // Compiles (or loads from cache) and loads `policy`'s module on each device (arch from the device).
-void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices);
+void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices,
+                 KernelService& service = KernelService::global());
 
 }  // namespace kiln::sparse
