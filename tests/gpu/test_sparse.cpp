@@ -12,7 +12,9 @@
 // magnitude ~30 have their own test: the spec stores each split's partial output in bf16, which
 // costs up to 2^-9 of the largest candidate value of a dim, so the split path gets a stated bound.
 //
-// Every case runs the launcher's kernel for the call and, forced, the compact configuration that
+// Split plans launch the merge kernel as a programmatic dependent of the decode kernel, so every
+// split case (and the graph replays) covers that overlap. Every case runs the launcher's kernel for
+// the call and, forced, the compact configuration that
 // fits sm_120's 99 KiB and (on sm_90a) the warpgroup-MMA kernel; planned calls also the mma.sync
 // kernel. Expected plans come from tests/support/sparse_plan_reference (the spec's planner rules,
 // written independently).
