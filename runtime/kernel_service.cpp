@@ -291,7 +291,13 @@ int KernelService::current_device() {
   const Driver& d = Driver::get();
   d.require("find the current device");
   CUdevice dev = 0;
-  if (d.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;  // no current context: device 0's primary context
+  const CUresult r = d.cuCtxGetDevice(&dev);
+  if (r == CUDA_ERROR_INVALID_CONTEXT) {
+    throw Error(ErrorCode::kDriver,
+                "the calling thread has no current CUDA context, so there is no current device; launch on a stream of "
+                "the target device (launchers make its context current) or make a device's context current first");
+  }
+  d.check(r, "cuCtxGetDevice");
   return static_cast<int>(dev);
 }
 

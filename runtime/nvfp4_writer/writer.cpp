@@ -7,6 +7,7 @@
 #include "runtime/launch.h"
 #include "runtime/nvfp4_cache_view.h"
 #include "runtime/policy_schema.h"
+#include "runtime/stream_device.h"
 #include "runtime/validation.h"
 
 namespace kiln::nvfp4 {
@@ -74,6 +75,9 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream, Ke
   const std::int64_t rows = g.pages * g.page_size;
   if (rows > INT32_MAX) check::fail("cache", "at most 2^31-1 token slots", fmt::format("{}", rows));
   if (rows == 0) return;
+  const StreamDevice on(stream);
+  on.check(latent, "latent");
+  on.check(cache, "cache");
   const Nvfp4WriterParams params{latent.data, latent.stride(1), cache.data, g.page_stride, nullptr, rows,
                                  static_cast<int>(rows)};
   launch_writer(WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, params, stream, service);
@@ -94,6 +98,10 @@ void append(const TensorView& rows, const TensorView& slot_mapping, const Tensor
   check::disjoint(slot_mapping, "slot_mapping", cache, "cache");
   if (rows.size(0) > INT32_MAX) check::fail("rows", "at most 2^31-1 rows", fmt::format("{}", rows.size(0)));
   if (rows.size(0) == 0) return;
+  const StreamDevice on(stream);
+  on.check(rows, "rows");
+  on.check(slot_mapping, "slot_mapping");
+  on.check(cache, "cache");
   const Nvfp4WriterParams params{rows.data, rows.stride(0), cache.data, g.page_stride,
                                  static_cast<const int*>(slot_mapping.data), g.pages * g.page_size,
                                  static_cast<int>(rows.size(0))};

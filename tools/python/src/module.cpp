@@ -14,6 +14,7 @@
 #include "jit/semantic_key.h"
 #include "py_tensors.h"
 #include "runtime/driver.h"
+#include "runtime/families.h"
 #include "runtime/kernel_service.h"
 #include "runtime/mla_decode/launcher.h"
 #include "runtime/nvfp4_writer/writer.h"
@@ -205,6 +206,7 @@ NB_MODULE(_native, m) {
   using namespace kiln;
   using namespace kiln::python;
 
+  register_builtin_families();  // manifests and keys name them before any service exists
   nb::exception<NeedsDispatch>(m, "NeedsDispatch");
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
