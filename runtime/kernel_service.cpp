@@ -1,4 +1,4 @@
-#include "runtime/kernel_service.h"
+#include "kiln/runtime/kernel_service.h"
 
 #include <fmt/format.h>
 
@@ -7,13 +7,13 @@
 #include <fstream>
 #include <thread>
 
-#include "jit/arch.h"
-#include "jit/build_request.h"
-#include "jit/compiler.h"
-#include "jit/error.h"
-#include "jit/log.h"
-#include "runtime/driver.h"
-#include "runtime/manifest.h"
+#include "kiln/jit/arch.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/log.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/manifest.h"
 
 namespace kiln {
 

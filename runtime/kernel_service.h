@@ -16,11 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cache/cubin_store.h"
-#include "jit/semantic_key.h"
-#include "runtime/config.h"
-#include "runtime/device_limits.h"
-#include "runtime/kernel_handle.h"
+#include "kiln/cache/cubin_store.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/config.h"
+#include "kiln/runtime/device_limits.h"
+#include "kiln/runtime/kernel_handle.h"
 
 namespace kiln {
 

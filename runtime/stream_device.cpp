@@ -1,9 +1,9 @@
-#include "runtime/stream_device.h"
+#include "kiln/runtime/stream_device.h"
 
 #include <fmt/format.h>
 
-#include "jit/error.h"
-#include "runtime/driver.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/driver.h"
 
 namespace kiln {
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string_view>
 
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln {
 

@@ -1,8 +1,8 @@
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/tensor_view.h"
 
 #include <fmt/format.h>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln {
 

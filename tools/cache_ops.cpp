@@ -7,9 +7,9 @@
 #include <mutex>
 #include <thread>
 
-#include "jit/arch.h"
-#include "jit/error.h"
-#include "runtime/manifest.h"
+#include "kiln/jit/arch.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/manifest.h"
 #include "tools/default_manifest.h"
 
 namespace kiln::tools {

@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <thread>
 
-#include "jit/build_request.h"
-#include "jit/error.h"
-#include "runtime/driver.h"
-#include "runtime/families.h"
-#include "runtime/kernel_service.h"
-#include "runtime/manifest.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/families.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/manifest.h"
 #include "tools/bench.h"
 #include "tools/bench_mla.h"
 #include "tools/bench_sparse.h"

@@ -1,17 +1,17 @@
-#include "runtime/mla_decode/launcher.h"
+#include "kiln/runtime/mla_decode/launcher.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdint>
 
-#include "jit/error.h"
-#include "kernel_templates/mla_decode/params.cuh"
-#include "runtime/driver.h"
-#include "runtime/launch.h"
-#include "runtime/mla_decode/planner.h"
-#include "runtime/stream_device.h"
-#include "runtime/validation.h"
+#include "kiln/jit/error.h"
+#include "kiln/kernel_templates/mla_decode/params.cuh"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/mla_decode/planner.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::mla {
 

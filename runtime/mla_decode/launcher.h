@@ -17,9 +17,9 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/kernel_service.h"
-#include "runtime/mla_decode/family.h"
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::mla {
 

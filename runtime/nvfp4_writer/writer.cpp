@@ -1,14 +1,14 @@
-#include "runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
 
 #include <fmt/format.h>
 
-#include "kernel_templates/common/nvfp4_format.cuh"
-#include "kernel_templates/nvfp4_writer/params.cuh"
-#include "runtime/launch.h"
-#include "runtime/nvfp4_cache_view.h"
-#include "runtime/policy_schema.h"
-#include "runtime/stream_device.h"
-#include "runtime/validation.h"
+#include "kiln/kernel_templates/common/nvfp4_format.cuh"
+#include "kiln/kernel_templates/nvfp4_writer/params.cuh"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/nvfp4_cache_view.h"
+#include "kiln/runtime/policy_schema.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::nvfp4 {
 

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "jit/semantic_key.h"
-#include "runtime/kernel_service.h"
-#include "runtime/tensor_view.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::nvfp4 {
 

@@ -1,17 +1,17 @@
-#include "runtime/sparse_nvfp4/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
 
 #include <fmt/format.h>
 
 #include <climits>
 #include <cmath>
 
-#include "jit/error.h"
-#include "kernel_templates/sparse_nvfp4/params.cuh"
-#include "runtime/launch.h"
-#include "runtime/nvfp4_cache_view.h"
-#include "runtime/sparse_nvfp4/planner.h"
-#include "runtime/stream_device.h"
-#include "runtime/validation.h"
+#include "kiln/jit/error.h"
+#include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/nvfp4_cache_view.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
 

@@ -6,9 +6,9 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/kernel_service.h"
-#include "runtime/sparse_nvfp4/family.h"
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::sparse {
 

@@ -7,9 +7,9 @@
 #include <random>
 #include <thread>
 
-#include "jit/error.h"
-#include "runtime/kernel_service.h"
-#include "runtime/nvfp4_writer/writer.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
 #include "tests/support/device_buffer.h"
 #include "tests/support/nvfp4_reference.h"
 

@@ -19,6 +19,15 @@ foreach(header jit/error.h runtime/tensor_view.h runtime/mla_decode/launcher.h r
   endif()
 endforeach()
 
+# Installed headers reach each other only through the kiln/ prefix (the include root is <prefix>/include).
+file(GLOB_RECURSE headers "${WORK_DIR}/prefix/include/kiln/*.h")
+foreach(header IN LISTS headers)
+  file(STRINGS "${header}" bare REGEX "^#include \"(jit|cache|runtime|kernel_templates)/")
+  if(bare)
+    message(FATAL_ERROR "${header} includes ${bare}: write #include \"kiln/...\"")
+  endif()
+endforeach()
+
 run("${CMAKE_COMMAND}" -S "${consumer}" -B "${WORK_DIR}/package" -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
     -DKILN_FROM=package "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix")
 run("${CMAKE_COMMAND}" --build "${WORK_DIR}/package")

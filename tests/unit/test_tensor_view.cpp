@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <dlpack/dlpack.h>
 
-#include "jit/error.h"
-#include "runtime/tensor_view.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/tensor_view.h"
 #include "tests/support/expect_error.h"
 
 namespace {

@@ -10,16 +10,16 @@
 #include <chrono>
 #include <string>
 
-#include "jit/error.h"
-#include "jit/semantic_key.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/semantic_key.h"
 #include "py_tensors.h"
-#include "runtime/driver.h"
-#include "runtime/families.h"
-#include "runtime/kernel_service.h"
-#include "runtime/mla_decode/launcher.h"
-#include "runtime/nvfp4_writer/writer.h"
-#include "runtime/sparse_nvfp4/launcher.h"
-#include "runtime/sparse_nvfp4/planner.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/families.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
 #include "tools/cache_ops.h"
 
 namespace nb = nanobind;

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <string>
 
-#include "jit/error.h"
-#include "runtime/driver.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/driver.h"
 
 namespace kiln::python {
 

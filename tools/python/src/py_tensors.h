@@ -14,7 +14,7 @@
 #include <exception>
 #include <optional>
 
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::python {
 
