@@ -4,8 +4,6 @@ sealed errors, torch.compile(fullgraph=True), torch.library.opcheck, two streams
 GPUs) per-device handles and refusal of tensors spread over devices."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -341,15 +339,15 @@ def test_compile_fullgraph():
                                                             attn_sink=s.sink, extra_kv_cache=s.extra_cache,
                                                             extra_indices=s.extra_indices, mid_out=s.mid_out,
                                                             mid_lse=s.mid_lse, num_splits=2)
-        return o.float().sum() + output.float().sum(), plan["num_splits"]
+        return o, plan["num_splits"]
 
     compiled = torch.compile(step, fullgraph=True)
-    total, splits = compiled(p.q, p.seq_lens, p.out, s.q, s.output, s.out_lse)
+    o, splits = compiled(p.q, p.seq_lens, p.out, s.q, s.output, s.out_lse)
     torch.cuda.synchronize()
     assert splits == 2
-    p.check(p.out)
+    p.check(o)
+    p.check(p.out)  # the op's write reached the caller's tensor
     s.check()
-    assert math.isclose(float(total), float(p.out.float().sum() + s.output.float().sum()), rel_tol=1e-3)
 
 
 def test_opcheck():
