@@ -11,6 +11,7 @@ import datetime
 import json
 import platform
 import statistics
+import subprocess
 import time
 
 import torch
@@ -83,11 +84,21 @@ def measure(calls: int = 100, rounds: int = 50) -> dict:
             "calls_per_round": calls, "rounds": rounds, "mla": mla, "sparse": sparse}
 
 
+def _driver_version() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the JSON report here")
+    parser.add_argument("--commit", default="unknown", help="the kiln commit the package was built from")
     args = parser.parse_args()
-    report = measure()
+    report = {"commit": args.commit, "driver": _driver_version(), **measure()}
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

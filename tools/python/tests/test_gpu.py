@@ -259,8 +259,8 @@ def test_sparse_direct_and_split():
     plan = p.run(num_splits=1)
     assert plan["num_splits"] == 1
     p.check()
-    plan = p.run(num_splits=4)
-    assert plan["num_splits"] == 4 and plan["chunks_per_block"] == 3  # 9 chunks
+    plan = p.run(num_splits=4)  # 9 chunks: 3 per block, so the plan normalises to 3 splits
+    assert plan["num_splits"] == 3 and plan["chunks_per_block"] == 3
     p.check()
     plan = p.run()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -293,6 +293,7 @@ def test_graph_capture_and_replay_after_metadata_changes():
     assert torch.equal(eager, p.out)
 
 
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # the refused launch was its only work
 def test_capture_of_a_cold_key_names_it_and_sealed_refuses():
     p = Mla(seed=7)
     p.max_seq_len = 1000  # a policy nobody warmed
