@@ -1,7 +1,16 @@
 #pragma once
 // NVFP4 cache writer: packs bf16 latent rows into the 384-byte format (pack), or scatters them into an
 // existing cache through a slot mapping (append).
+//
+// Duplicate slots in an append: the lowest input row wins (upstream keeps the first occurrence too).
+// Small appends find an earlier row with the same slot by scanning the slots before their own; large
+// ones run two kernels: the claim kernel leaves, in each target slot's 4 padding bytes, the lowest
+// row that targets it, and the write kernel lets only that row write, its record clearing the
+// padding again. The claim never trusts what a slot's padding held before (a cache written by
+// someone else, or never written): an owner word is taken as a claim of this launch only if it
+// names a row of this batch that targets this slot, so stale words and garbage lose to any row.
 #include "common/numeric.cuh"
+#include "common/nvfp4_encode.cuh"
 #include "common/nvfp4_format.cuh"
 #include "nvfp4_writer/params.cuh"
 
@@ -9,63 +18,110 @@ namespace kiln {
 
 #ifdef __CUDACC__
 
-template <int kPageSize, bool kAppend>
-__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_writer_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+struct Nvfp4WriterRow {
+  uint4 a, b;             // this lane's 16 source values (lanes 28..31: RoPE, copied as they are)
+  u32 lo = 0, hi = 0;     // lanes 0..27: the group's E2M1 codes
+  u32 scale = 0;          // lanes 0..27: the group's E4M3 scale
+};
+
+__device__ __forceinline__ Nvfp4WriterRow nvfp4_writer_encode(const Nvfp4WriterParams& p, int row, int lane) {
+  Nvfp4WriterRow r;
+  const uint4* src = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.src) + row * p.src_row_stride);
+  r.a = src[2 * lane];
+  r.b = src[2 * lane + 1];
+  if (lane < kNvfp4Groups) r.scale = nvfp4_encode_group16(r.a, r.b, r.lo, r.hi);
+  return r;
+}
+
+template <int kPageSize>
+__device__ __forceinline__ u8* nvfp4_scale_record(const Nvfp4WriterParams& p, long long slot) {
+  return static_cast<u8*>(p.cache) + (slot / kPageSize) * p.page_stride + kPageSize * kNvfp4DataBytes +
+         static_cast<int>(slot % kPageSize) * kNvfp4ScaleBytes;
+}
+
+template <int kPageSize>
+__device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, long long slot, int lane, const Nvfp4WriterRow& r) {
+  u8* data = static_cast<u8*>(p.cache) + (slot / kPageSize) * p.page_stride + static_cast<int>(slot % kPageSize) * kNvfp4DataBytes;
+  u8* scales = nvfp4_scale_record<kPageSize>(p, slot);
+  if (lane < kNvfp4Groups) {
+    *reinterpret_cast<uint2*>(data + lane * 8) = make_uint2(r.lo, r.hi);
+    scales[lane] = static_cast<u8>(r.scale);
+  } else {
+    uint4* rope = reinterpret_cast<uint4*>(data + kNvfp4CodeBytes + (lane - kNvfp4Groups) * 32);
+    rope[0] = r.a;
+    rope[1] = r.b;
+    // The zero padding in one 4-byte store: append's owner word never shows a half-cleared value.
+    if (lane == kNvfp4Groups) *reinterpret_cast<u32*>(scales + kNvfp4Groups) = 0u;
+  }
+}
+
+// Row i -> slot i.
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kNvfp4WriterRowsPerBlock + threadIdx.x / 32;
   if (row >= p.num_rows) return;
+  nvfp4_writer_store<kPageSize>(p, row, lane, nvfp4_writer_encode(p, row, lane));
+}
 
-  long long slot = row;
-  if (kAppend) {
-    slot = p.slot_mapping[row];
-    if (slot < 0 || slot >= p.num_slots) return;
-    // Duplicate slots: the lowest input row wins, so a row yields if any earlier row targets its slot.
-    // Quadratic in the batch, but append batches are small and this needs no workspace or ordering.
-    for (int base = 0; base < row; base += 32) {
-      const int j = base + lane;
-      const bool earlier = j < row && p.slot_mapping[j] == slot;
-      if (__any_sync(0xffffffffu, earlier)) return;
-    }
-  }
-
-  const long long page = slot / kPageSize;
-  const int r = static_cast<int>(slot % kPageSize);
-  u8* page_base = static_cast<u8*>(p.cache) + page * p.page_stride;
-  const uint4* src = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.src) + row * p.src_row_stride);
-  u8* scale_byte = page_base + kPageSize * kNvfp4DataBytes + r * kNvfp4ScaleBytes + lane;
-
-  // Lane g reads values 16g..16g+15 (two 16-byte loads): lanes 0..27 quantize, 28..31 copy RoPE.
-  const uint4 a = src[2 * lane];
-  const uint4 b = src[2 * lane + 1];
-  if (lane >= kNvfp4Groups) {
-    uint4* rope = reinterpret_cast<uint4*>(page_base + r * kNvfp4DataBytes + kNvfp4CodeBytes + (lane - kNvfp4Groups) * 32);
-    rope[0] = a;
-    rope[1] = b;
-    *scale_byte = 0;  // bytes 28..31 of the scale record are padding
-    return;
-  }
-
-  const u32 words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-  float x[16];
+// Appends of at most kNvfp4AppendScanRows rows: a row yields if an earlier row targets its slot.
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kNvfp4WriterRowsPerBlock + threadIdx.x / 32;
+  if (row >= p.num_rows) return;
+  const int slot = p.slot_mapping[row];
+  if (slot < 0 || slot >= p.num_slots) return;
+  const Nvfp4WriterRow r = nvfp4_writer_encode(p, row, lane);  // its loads overlap the scan's
+  bool earlier = false;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    x[2 * i] = bf16x2_lo(words[i]);
-    x[2 * i + 1] = bf16x2_hi(words[i]);
+  for (int k = 0; k < kNvfp4AppendScanRows / 32; ++k) {
+    const int j = k * 32 + lane;
+    if (j < row) earlier |= p.slot_mapping[j] == slot;
   }
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));  // fmaxf drops NaN
-  const u8 scale = float_to_e4m3_satfinite(amax / 6.0f);
-  const float s = e4m3_to_float(scale);
-  const float inv = s == 0.0f ? 0.0f : 1.0f / s;
-  u32 lo = 0, hi = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    lo |= float_to_e2m1(__fmul_rn(x[i], inv)) << (4 * i);
-    hi |= float_to_e2m1(__fmul_rn(x[8 + i], inv)) << (4 * i);
+  if (__any_sync(0xffffffffu, earlier)) return;
+  nvfp4_writer_store<kPageSize>(p, slot, lane, r);
+}
+
+// One thread per row: the lowest row of each target slot ends up in the slot's padding word.
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  // The write kernel may start now when launched as a programmatic dependent: it reads and encodes
+  // its rows, then waits for this whole grid before it reads an owner word.
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kNvfp4ClaimThreads + threadIdx.x;
+  const int slot = row < p.num_rows ? p.slot_mapping[row] : -1;
+  const bool valid = slot >= 0 && slot < p.num_slots;
+  // Rows of this warp with the same slot: only the lowest (lowest lane) claims.
+  const unsigned same = __match_any_sync(0xffffffffu, valid ? slot : -1 - lane);
+  if (!valid || __ffs(same) - 1 != lane) return;
+  unsigned* owner = reinterpret_cast<unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups);
+  const unsigned me = static_cast<unsigned>(row);
+  unsigned cur = *static_cast<volatile unsigned*>(owner);
+  for (;;) {
+    const bool claimed = cur < static_cast<unsigned>(p.num_rows) && p.slot_mapping[cur] == slot;
+    if (claimed && cur <= me) return;
+    const unsigned seen = atomicCAS(owner, cur, me);
+    if (seen == cur) return;
+    cur = seen;
   }
-  *reinterpret_cast<uint2*>(page_base + r * kNvfp4DataBytes + lane * 8) = make_uint2(lo, hi);
-  *scale_byte = scale;
+}
+
+// One warp per row, after the claim kernel: only each slot's owner writes.
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kNvfp4WriterRowsPerBlock + threadIdx.x / 32;
+  if (row >= p.num_rows) return;
+  const int slot = p.slot_mapping[row];
+  if (slot < 0 || slot >= p.num_slots) return;
+  const Nvfp4WriterRow r = nvfp4_writer_encode(p, row, lane);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  unsigned owner = 0;
+  if (lane == 0) owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups);
+  if (__shfl_sync(0xffffffffu, owner, 0) != static_cast<unsigned>(row)) return;
+  nvfp4_writer_store<kPageSize>(p, slot, lane, r);
 }
 
 #endif  // __CUDACC__
