@@ -20,10 +20,6 @@ constexpr int kMlaDimV = 512;
 constexpr int kMlaSmemPitch = kMlaDimQk + 8;
 // Upper bound on KV splits of one request; workspace sizing depends on it, never on the SM count.
 constexpr int kMlaMaxSplits = 64;
-// SM count assumed when bounding splits for workspace sizing (>= every supported GPU's SM count).
-constexpr int kMlaSplitSmBound = 264;
-// Shared memory per SM on sm_90 (CTAs per SM = this / (block smem + 1 KB reserved)).
-constexpr int kMlaSmemPerSm = 233472;
 
 // Combine: one CTA per output row, one warp per 128-column slice of it. Spreading a row over four
 // warps (not one) keeps a small batch's combine from being a few warps walking every split in turn.
@@ -43,7 +39,6 @@ struct MlaDecodeParams {
   void* lse_partial;         // fp32 [B][max_rows][num_splits]; log2-domain LSE, -inf = empty split
   void* o_partial;           // fp32 [B][max_rows][num_splits][512]; normalised per split
   long long block_table_stride;  // elements between block-table rows
-  int batch;
   int num_splits;            // 1 = decode kernel writes `out` directly, no combine launch
   float scale_log2;          // bmm1_scale * log2(e)
   float out_scale;           // bmm2_scale
