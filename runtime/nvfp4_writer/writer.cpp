@@ -15,9 +15,12 @@ namespace {
 
 constexpr int kMaxPageSize = 1024;
 
+// pack: one entry. append: the scan, claim and write kernels (kNvfp4Append*Entry order).
 KernelSource render(const WriterPolicy& p) {
+  if (p.op == WriterOp::kPack) return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n", {fmt::format("kiln::nvfp4_pack_kernel<{}>", p.page_size)}};
   return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n",
-                      {fmt::format("kiln::nvfp4_writer_kernel<{}, {}>", p.page_size, p.op == WriterOp::kAppend)}};
+                      {fmt::format("kiln::nvfp4_append_scan_kernel<{}>", p.page_size), fmt::format("kiln::nvfp4_append_claim_kernel<{}>", p.page_size),
+                       fmt::format("kiln::nvfp4_append_write_kernel<{}>", p.page_size)}};
 }
 
 const PolicySchema<WriterPolicy>& schema() {
@@ -44,12 +47,27 @@ void check_rows(const TensorView& rows, std::string_view arg, int rank) {
   check::aligned(rows, arg, 16);
 }
 
-void launch_writer(const WriterPolicy& policy, const Nvfp4WriterParams& params, CUstream stream, KernelService& service) {
-  const KernelHandle& handle = acquire(service, policy, stream);
+LaunchConfig row_warps(int rows) {
   LaunchConfig config;
-  config.grid[0] = static_cast<unsigned>((params.num_rows + kNvfp4WriterRowsPerBlock - 1) / kNvfp4WriterRowsPerBlock);
+  config.grid[0] = static_cast<unsigned>((rows + kNvfp4WriterRowsPerBlock - 1) / kNvfp4WriterRowsPerBlock);
   config.block[0] = kNvfp4WriterThreads;
-  launch(handle, config, params, stream);
+  return config;
+}
+
+// Up to kNvfp4AppendScanRows rows: one launch. More: the claim kernel, then the write kernel as its
+// programmatic dependent, so that the write kernel reads and encodes its rows while the claims run.
+void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, CUstream stream) {
+  if (params.num_rows <= kNvfp4AppendScanRows) {
+    launch(handle, row_warps(params.num_rows), params, stream, kNvfp4AppendScanEntry);
+    return;
+  }
+  LaunchConfig claim;
+  claim.grid[0] = static_cast<unsigned>((params.num_rows + kNvfp4ClaimThreads - 1) / kNvfp4ClaimThreads);
+  claim.block[0] = kNvfp4ClaimThreads;
+  launch(handle, claim, params, stream, kNvfp4AppendClaimEntry);
+  LaunchConfig write = row_warps(params.num_rows);
+  write.pdl = true;
+  launch(handle, write, params, stream, kNvfp4AppendWriteEntry);
 }
 
 }  // namespace
@@ -76,7 +94,7 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream, Ke
   if (rows == 0) return;
   const Nvfp4WriterParams params{latent.data, latent.stride(1), cache.data, g.page_stride, nullptr, rows,
                                  static_cast<int>(rows)};
-  launch_writer(WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, params, stream, service);
+  launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream), row_warps(params.num_rows), params, stream);
 }
 
 void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,
@@ -97,7 +115,7 @@ void append(const TensorView& rows, const TensorView& slot_mapping, const Tensor
   const Nvfp4WriterParams params{rows.data, rows.stride(0), cache.data, g.page_stride,
                                  static_cast<const int*>(slot_mapping.data), g.pages * g.page_size,
                                  static_cast<int>(rows.size(0))};
-  launch_writer(WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, params, stream, service);
+  launch_append(acquire(service, WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, stream), params, stream);
 }
 
 void warm(const WriterPolicy& policy, const std::vector<int>& devices, KernelService& service) {
