@@ -29,19 +29,31 @@ __device__ __forceinline__ u32 e2m1x2_rn_satfinite(float lo, float hi) {
 }
 #else
 // One value's E2M1 code (sign at bit 3) as cvt.rn.satfinite.e2m1x2.f32 gives it, computed in fp32
-// (sm_90 has no FP4 conversion), added into nibble k of `acc`. The clamp to +-6.5 saturates (6.5
-// rounds to 6) and turns NaN into +6.5 (fminf drops NaN), so the sign is read from the clamped
-// value. The E2M1 grid step in |c|'s binade (0.5 below 2, then 1, then 2) is the ulp of
-// magic = 2^(22 + max(exponent, 0)), so |c| + magic rounds once to that grid, ties to even. Scaled
-// by 2^-126, the rounded magnitude lands on fp32's subnormal boundary, where its bits are code << 22.
-// Multiplies place the fields, so that most of this runs on the FMA pipe.
-__device__ __forceinline__ void e2m1_accumulate(float y, int k, u32& acc) {
-  const float c = fmaxf(fminf(y, 6.5f), -6.5f);
-  const float a = fabsf(c);
-  const float magic = __uint_as_float((__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u) + (22u << 23));
-  const u32 code22 = __float_as_uint(__fmul_rn(__fsub_rn(__fadd_rn(a, magic), magic), 0x1p-126f));
-  const u32 sign = __umulhi(__float_as_uint(c), 2u);
+// (sm_90 has no FP4 conversion), added into nibble k of `acc`. `y` must be finite with |y| <= 9.
+// The E2M1 grid step in |y|'s binade (0.5 below 2, then 1, then 2) is the ulp of
+// magic = 2^(22 + max(exponent, 0)), so |y| + magic rounds once to that grid, ties to even; 7 and
+// up round to 8 or more and are clamped to 6 (satfinite). Scaled by 2^-126, the rounded magnitude
+// lands on fp32's subnormal boundary, where its bits are code << 22. Multiplies place the fields,
+// so that most of the work runs on the FMA pipe.
+__device__ __forceinline__ void e2m1_accumulate_bounded(float y, int k, u32& acc) {
+  const float a = fabsf(y);
+  const float magic = __fmul_rn(__uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u), 0x1p22f);
+  const float r = fminf(__fsub_rn(__fadd_rn(a, magic), magic), 6.0f);
+  const u32 code22 = __float_as_uint(__fmul_rn(r, 0x1p-126f));
+  const u32 sign = __umulhi(__float_as_uint(y), 2u);
   acc += (k <= 5 ? __umulhi(code22, 1u << (10 + 4 * k)) : code22 * (1u << (4 * k - 22))) + sign * (8u << (4 * k));
+}
+
+// Any y: the clamp to +-6.5 saturates (6.5 rounds to 6) and turns NaN into +6.5 (fminf drops NaN),
+// so the sign is read from the clamped value.
+__device__ __forceinline__ void e2m1_accumulate(float y, int k, u32& acc) {
+  e2m1_accumulate_bounded(fmaxf(fminf(y, 6.5f), -6.5f), k, acc);
+}
+
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
 }
 #endif
 
@@ -49,9 +61,23 @@ __device__ __forceinline__ void e2m1_accumulate(float y, int k, u32& acc) {
 // (lo: elements 0..7, hi: 8..15, element 2i in the low nibble of byte i) and the scale byte.
 __device__ __forceinline__ u32 nvfp4_encode_group16(const uint4& a, const uint4& b, u32& lo, u32& hi) {
   const u32 w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) amax = fmaxf(fmaxf(amax, fabsf(bf16x2_lo(w[i]))), fabsf(bf16x2_hi(w[i])));
+#else
+  // NaN propagates through this maximum: such a group (rare) takes the general path below.
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmax_nan(fmax_nan(amax, fabsf(bf16x2_lo(w[i]))), fabsf(bf16x2_hi(w[i])));
+  // Up to 6 * 448 every |x| / scale is at most 9 (6.4 for normal scales, 9 for subnormal ones).
+  const bool bounded = amax <= 2688.0f;
+  if (!bounded) {
+    amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(fmaxf(amax, fabsf(bf16x2_lo(w[i]))), fabsf(bf16x2_hi(w[i])));
+  }
+#endif
   const u8 scale = float_to_e4m3_satfinite(__fmul_rn(amax, 0x1.555556p-3f));  // fp32(1/6)
   const float s = e4m3_to_float(scale);
   const float inv = s == 0.0f ? 0.0f : rcp_approx_ftz(s);
@@ -64,12 +90,22 @@ __device__ __forceinline__ u32 nvfp4_encode_group16(const uint4& a, const uint4&
 #else
   lo = 0;
   hi = 0;
+  if (bounded) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    e2m1_accumulate(__fmul_rn(bf16x2_lo(w[i]), inv), 2 * i, lo);
-    e2m1_accumulate(__fmul_rn(bf16x2_hi(w[i]), inv), 2 * i + 1, lo);
-    e2m1_accumulate(__fmul_rn(bf16x2_lo(w[4 + i]), inv), 2 * i, hi);
-    e2m1_accumulate(__fmul_rn(bf16x2_hi(w[4 + i]), inv), 2 * i + 1, hi);
+    for (int i = 0; i < 4; ++i) {
+      e2m1_accumulate_bounded(__fmul_rn(bf16x2_lo(w[i]), inv), 2 * i, lo);
+      e2m1_accumulate_bounded(__fmul_rn(bf16x2_hi(w[i]), inv), 2 * i + 1, lo);
+      e2m1_accumulate_bounded(__fmul_rn(bf16x2_lo(w[4 + i]), inv), 2 * i, hi);
+      e2m1_accumulate_bounded(__fmul_rn(bf16x2_hi(w[4 + i]), inv), 2 * i + 1, hi);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      e2m1_accumulate(__fmul_rn(bf16x2_lo(w[i]), inv), 2 * i, lo);
+      e2m1_accumulate(__fmul_rn(bf16x2_hi(w[i]), inv), 2 * i + 1, lo);
+      e2m1_accumulate(__fmul_rn(bf16x2_lo(w[4 + i]), inv), 2 * i, hi);
+      e2m1_accumulate(__fmul_rn(bf16x2_hi(w[4 + i]), inv), 2 * i + 1, hi);
+    }
   }
 #endif
   return scale;

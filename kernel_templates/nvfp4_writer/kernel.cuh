@@ -4,11 +4,12 @@
 //
 // Duplicate slots in an append: the lowest input row wins (upstream keeps the first occurrence too).
 // Small appends find an earlier row with the same slot by scanning the slots before their own; large
-// ones run two kernels: the claim kernel leaves, in each target slot's 4 padding bytes, the lowest
-// row that targets it, and the write kernel lets only that row write, its record clearing the
-// padding again. The claim never trusts what a slot's padding held before (a cache written by
-// someone else, or never written): an owner word is taken as a claim of this launch only if it
-// names a row of this batch that targets this slot, so stale words and garbage lose to any row.
+// ones run two kernels: the claim kernel leaves, in each target slot's 4 padding bytes, row + 1 of
+// the lowest row that targets it, and the write kernel lets only that row write, its record
+// clearing the padding again. Zero padding (what every writer leaves) is a free slot: one CAS claims
+// it. The claim trusts nothing else a slot's padding held before (a cache written by someone else,
+// or never written): a non-zero word is taken as a claim of this launch only if it names a row of
+// this batch that targets this slot, so stale words and garbage lose to any row.
 #include "common/numeric.cuh"
 #include "common/nvfp4_encode.cuh"
 #include "common/nvfp4_format.cuh"
@@ -24,24 +25,32 @@ struct Nvfp4WriterRow {
   u32 scale = 0;          // lanes 0..27: the group's E4M3 scale
 };
 
-__device__ __forceinline__ Nvfp4WriterRow nvfp4_writer_encode(const Nvfp4WriterParams& p, int row, int lane) {
+__device__ __forceinline__ Nvfp4WriterRow nvfp4_writer_load(const Nvfp4WriterParams& p, int row, int lane) {
   Nvfp4WriterRow r;
   const uint4* src = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.src) + row * p.src_row_stride);
   r.a = src[2 * lane];
   r.b = src[2 * lane + 1];
-  if (lane < kNvfp4Groups) r.scale = nvfp4_encode_group16(r.a, r.b, r.lo, r.hi);
   return r;
 }
 
+__device__ __forceinline__ void nvfp4_writer_encode(Nvfp4WriterRow& r, int lane) {
+  if (lane < kNvfp4Groups) r.scale = nvfp4_encode_group16(r.a, r.b, r.lo, r.hi);
+}
+
+// Slots are non-negative ints (the launcher checks the slot count fits), so 32-bit division.
 template <int kPageSize>
-__device__ __forceinline__ u8* nvfp4_scale_record(const Nvfp4WriterParams& p, long long slot) {
-  return static_cast<u8*>(p.cache) + (slot / kPageSize) * p.page_stride + kPageSize * kNvfp4DataBytes +
-         static_cast<int>(slot % kPageSize) * kNvfp4ScaleBytes;
+__device__ __forceinline__ u8* nvfp4_page(const Nvfp4WriterParams& p, int slot) {
+  return static_cast<u8*>(p.cache) + static_cast<long long>(static_cast<unsigned>(slot) / kPageSize) * p.page_stride;
 }
 
 template <int kPageSize>
-__device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, long long slot, int lane, const Nvfp4WriterRow& r) {
-  u8* data = static_cast<u8*>(p.cache) + (slot / kPageSize) * p.page_stride + static_cast<int>(slot % kPageSize) * kNvfp4DataBytes;
+__device__ __forceinline__ u8* nvfp4_scale_record(const Nvfp4WriterParams& p, int slot) {
+  return nvfp4_page<kPageSize>(p, slot) + kPageSize * kNvfp4DataBytes + static_cast<unsigned>(slot) % kPageSize * kNvfp4ScaleBytes;
+}
+
+template <int kPageSize>
+__device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, int slot, int lane, const Nvfp4WriterRow& r) {
+  u8* data = nvfp4_page<kPageSize>(p, slot) + static_cast<unsigned>(slot) % kPageSize * kNvfp4DataBytes;
   u8* scales = nvfp4_scale_record<kPageSize>(p, slot);
   if (lane < kNvfp4Groups) {
     *reinterpret_cast<uint2*>(data + lane * 8) = make_uint2(r.lo, r.hi);
@@ -55,31 +64,48 @@ __device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, l
   }
 }
 
-// Row i -> slot i.
+// Row i -> slot i. Each warp loads its rows before encoding any, so their reads overlap.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kNvfp4WriterRowsPerBlock + threadIdx.x / 32;
-  if (row >= p.num_rows) return;
-  nvfp4_writer_store<kPageSize>(p, row, lane, nvfp4_writer_encode(p, row, lane));
+  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
+  }
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (row0 + i >= p.num_rows) return;
+    nvfp4_writer_encode(r[i], lane);
+    nvfp4_writer_store<kPageSize>(p, row0 + i, lane, r[i]);
+  }
 }
 
 // Appends of at most kNvfp4AppendScanRows rows: a row yields if an earlier row targets its slot.
+// The block stages the slots up to its last row in shared memory once.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  __shared__ int slots[kNvfp4AppendScanRows];
   const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kNvfp4WriterRowsPerBlock + threadIdx.x / 32;
-  if (row >= p.num_rows) return;
-  const int slot = p.slot_mapping[row];
-  if (slot < 0 || slot >= p.num_slots) return;
-  const Nvfp4WriterRow r = nvfp4_writer_encode(p, row, lane);  // its loads overlap the scan's
-  bool earlier = false;
+  const int row = blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32;  // one row per warp
+  const bool live = row < p.num_rows;
+  Nvfp4WriterRow r;
+  if (live) r = nvfp4_writer_load(p, row, lane);  // in flight during the staging
+  const int staged = min(p.num_rows, (blockIdx.x + 1) * kNvfp4WarpsPerBlock);
 #pragma unroll
-  for (int k = 0; k < kNvfp4AppendScanRows / 32; ++k) {
-    const int j = k * 32 + lane;
-    if (j < row) earlier |= p.slot_mapping[j] == slot;
+  for (int k = 0; k < kNvfp4AppendScanRows / kNvfp4WriterThreads; ++k) {
+    const int j = k * kNvfp4WriterThreads + threadIdx.x;
+    if (j < staged) slots[j] = p.slot_mapping[j];
   }
+  __syncthreads();
+  if (!live) return;
+  const int slot = slots[row];
+  if (slot < 0 || slot >= p.num_slots) return;
+  bool earlier = false;
+  for (int j = lane; j < row; j += 32) earlier |= slots[j] == slot;
   if (__any_sync(0xffffffffu, earlier)) return;
+  nvfp4_writer_encode(r, lane);
   nvfp4_writer_store<kPageSize>(p, slot, lane, r);
 }
 
@@ -97,10 +123,9 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
   const unsigned same = __match_any_sync(0xffffffffu, valid ? slot : -1 - lane);
   if (!valid || __ffs(same) - 1 != lane) return;
   unsigned* owner = reinterpret_cast<unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups);
-  const unsigned me = static_cast<unsigned>(row);
-  unsigned cur = *static_cast<volatile unsigned*>(owner);
-  for (;;) {
-    const bool claimed = cur < static_cast<unsigned>(p.num_rows) && p.slot_mapping[cur] == slot;
+  const unsigned me = static_cast<unsigned>(row) + 1u;
+  for (unsigned cur = atomicCAS(owner, 0u, me); cur != 0u;) {
+    const bool claimed = cur - 1u < static_cast<unsigned>(p.num_rows) && p.slot_mapping[cur - 1u] == slot;
     if (claimed && cur <= me) return;
     const unsigned seen = atomicCAS(owner, cur, me);
     if (seen == cur) return;
@@ -108,20 +133,34 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
   }
 }
 
-// One warp per row, after the claim kernel: only each slot's owner writes.
+// After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
+// before it waits for the claims.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kNvfp4WriterRowsPerBlock + threadIdx.x / 32;
-  if (row >= p.num_rows) return;
-  const int slot = p.slot_mapping[row];
-  if (slot < 0 || slot >= p.num_slots) return;
-  const Nvfp4WriterRow r = nvfp4_writer_encode(p, row, lane);
+  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+  int slot[kNvfp4RowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    slot[i] = -1;
+    if (row0 + i < p.num_rows) {
+      r[i] = nvfp4_writer_load(p, row0 + i, lane);
+      slot[i] = p.slot_mapping[row0 + i];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (slot[i] >= 0 && slot[i] < p.num_slots) nvfp4_writer_encode(r[i], lane);
+  }
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  unsigned owner = 0;
-  if (lane == 0) owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups);
-  if (__shfl_sync(0xffffffffu, owner, 0) != static_cast<unsigned>(row)) return;
-  nvfp4_writer_store<kPageSize>(p, slot, lane, r);
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (slot[i] < 0 || slot[i] >= p.num_slots) continue;
+    unsigned owner = 0;
+    if (lane == 0) owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot[i]) + kNvfp4Groups);
+    if (__shfl_sync(0xffffffffu, owner, 0) == static_cast<unsigned>(row0 + i) + 1u) nvfp4_writer_store<kPageSize>(p, slot[i], lane, r[i]);
+  }
 }
 
 #endif  // __CUDACC__

@@ -13,9 +13,12 @@ struct Nvfp4WriterParams {
   int num_rows;
 };
 
-// One warp writes one token row: lanes 0..27 own a 16-value group each, lanes 28..31 the RoPE tail.
-inline constexpr int kNvfp4WriterRowsPerBlock = 8;
-inline constexpr int kNvfp4WriterThreads = 32 * kNvfp4WriterRowsPerBlock;
+// A warp writes token rows one at a time: lanes 0..27 own a 16-value group each, lanes 28..31 the
+// RoPE tail. Pack and the append write kernel give each warp kNvfp4RowsPerWarp rows; the
+// single-launch append gives it one.
+inline constexpr int kNvfp4WarpsPerBlock = 8;
+inline constexpr int kNvfp4WriterThreads = 32 * kNvfp4WarpsPerBlock;
+inline constexpr int kNvfp4RowsPerWarp = 2;
 
 // Appends of at most this many rows resolve duplicate slots in one launch, each row comparing its
 // slot with those of the rows before it (one predicated load per 32 of them, all in flight at once).

@@ -47,9 +47,10 @@ void check_rows(const TensorView& rows, std::string_view arg, int rank) {
   check::aligned(rows, arg, 16);
 }
 
-LaunchConfig row_warps(int rows) {
+LaunchConfig row_warps(int rows, int rows_per_warp) {
+  const int per_block = kNvfp4WarpsPerBlock * rows_per_warp;
   LaunchConfig config;
-  config.grid[0] = static_cast<unsigned>((rows + kNvfp4WriterRowsPerBlock - 1) / kNvfp4WriterRowsPerBlock);
+  config.grid[0] = static_cast<unsigned>((rows + per_block - 1) / per_block);
   config.block[0] = kNvfp4WriterThreads;
   return config;
 }
@@ -58,14 +59,14 @@ LaunchConfig row_warps(int rows) {
 // programmatic dependent, so that the write kernel reads and encodes its rows while the claims run.
 void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, CUstream stream) {
   if (params.num_rows <= kNvfp4AppendScanRows) {
-    launch(handle, row_warps(params.num_rows), params, stream, kNvfp4AppendScanEntry);
+    launch(handle, row_warps(params.num_rows, 1), params, stream, kNvfp4AppendScanEntry);
     return;
   }
   LaunchConfig claim;
   claim.grid[0] = static_cast<unsigned>((params.num_rows + kNvfp4ClaimThreads - 1) / kNvfp4ClaimThreads);
   claim.block[0] = kNvfp4ClaimThreads;
   launch(handle, claim, params, stream, kNvfp4AppendClaimEntry);
-  LaunchConfig write = row_warps(params.num_rows);
+  LaunchConfig write = row_warps(params.num_rows, kNvfp4RowsPerWarp);
   write.pdl = true;
   launch(handle, write, params, stream, kNvfp4AppendWriteEntry);
 }
@@ -94,7 +95,7 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream, Ke
   if (rows == 0) return;
   const Nvfp4WriterParams params{latent.data, latent.stride(1), cache.data, g.page_stride, nullptr, rows,
                                  static_cast<int>(rows)};
-  launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream), row_warps(params.num_rows), params, stream);
+  launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream), row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream);
 }
 
 void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,

@@ -32,8 +32,10 @@ float e4m3_to_float(uint8_t v) {
 
 namespace {
 
-// Index of the value nearest to `v` among the ascending `values`, ties to the even index.
+// Index of the value nearest to `v` (>= 0) among the ascending `values`, ties to the even index;
+// past the largest value, the largest (the distances there are not exact in double).
 int nearest_even(double v, const double* values, int n) {
+  if (v >= values[n - 1]) return n - 1;
   int best = 0;
   for (int i = 1; i < n; ++i) {
     const double d = std::fabs(values[i] - v), db = std::fabs(values[best] - v);
