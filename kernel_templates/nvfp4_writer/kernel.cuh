@@ -19,6 +19,12 @@ namespace kiln {
 
 #ifdef __CUDACC__
 
+// Every writer kernel is launched as a programmatic dependent of the previous kernel on the stream:
+// its blocks may start before that kernel finishes, and read nothing until it has (the wait). The
+// trigger lets the next dependent start early in turn.
+__device__ __forceinline__ void nvfp4_wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void nvfp4_let_next_kernel_start() { asm volatile("griddepcontrol.launch_dependents;"); }
+
 struct Nvfp4WriterRow {
   uint4 a, b;             // this lane's 16 source values (lanes 28..31: RoPE, copied as they are)
   u32 lo = 0, hi = 0;     // lanes 0..27: the group's E2M1 codes
@@ -67,6 +73,8 @@ __device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, i
 // Row i -> slot i. Each warp loads its rows before encoding any, so their reads overlap.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
   Nvfp4WriterRow r[kNvfp4RowsPerWarp];
@@ -87,6 +95,8 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const _
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   __shared__ int slots[kNvfp4AppendScanRows];
+  nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32;  // one row per warp
   const bool live = row < p.num_rows;
@@ -112,9 +122,10 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(
 // One thread per row: the lowest row of each target slot ends up in the slot's padding word.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(const __grid_constant__ Nvfp4WriterParams p) {
-  // The write kernel may start now when launched as a programmatic dependent: it reads and encodes
-  // its rows, then waits for this whole grid before it reads an owner word.
-  asm volatile("griddepcontrol.launch_dependents;");
+  // After the wait, so that the write kernel, starting now, reads inputs that are complete: it reads
+  // and encodes its rows, then waits for this whole grid before it reads an owner word.
+  nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kNvfp4ClaimThreads + threadIdx.x;
   const int slot = row < p.num_rows ? p.slot_mapping[row] : -1;
@@ -137,6 +148,7 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
 // before it waits for the claims.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
   Nvfp4WriterRow r[kNvfp4RowsPerWarp];
@@ -153,7 +165,7 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
     if (slot[i] >= 0 && slot[i] < p.num_slots) nvfp4_writer_encode(r[i], lane);
   }
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  nvfp4_wait_for_previous_kernel();  // the claims
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
     if (slot[i] < 0 || slot[i] >= p.num_slots) continue;

@@ -52,11 +52,12 @@ LaunchConfig row_warps(int rows, int rows_per_warp) {
   LaunchConfig config;
   config.grid[0] = static_cast<unsigned>((rows + per_block - 1) / per_block);
   config.block[0] = kNvfp4WriterThreads;
+  config.pdl = true;  // the kernels wait for the previous kernel before reading anything
   return config;
 }
 
-// Up to kNvfp4AppendScanRows rows: one launch. More: the claim kernel, then the write kernel as its
-// programmatic dependent, so that the write kernel reads and encodes its rows while the claims run.
+// Up to kNvfp4AppendScanRows rows: one launch. More: the claim kernel, then the write kernel, which
+// reads and encodes its rows while the claims run (programmatic dependent launch).
 void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, CUstream stream) {
   if (params.num_rows <= kNvfp4AppendScanRows) {
     launch(handle, row_warps(params.num_rows, 1), params, stream, kNvfp4AppendScanEntry);
@@ -65,10 +66,9 @@ void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, 
   LaunchConfig claim;
   claim.grid[0] = static_cast<unsigned>((params.num_rows + kNvfp4ClaimThreads - 1) / kNvfp4ClaimThreads);
   claim.block[0] = kNvfp4ClaimThreads;
+  claim.pdl = true;
   launch(handle, claim, params, stream, kNvfp4AppendClaimEntry);
-  LaunchConfig write = row_warps(params.num_rows, kNvfp4RowsPerWarp);
-  write.pdl = true;
-  launch(handle, write, params, stream, kNvfp4AppendWriteEntry);
+  launch(handle, row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream, kNvfp4AppendWriteEntry);
 }
 
 }  // namespace
