@@ -7,9 +7,8 @@
 // (cache poisoned before it, every written scale record's padding checked zero after), then 7
 // replays timed with driver events (>= 5 when replays are long); per-call time = median replay /
 // calls. Pack covers whole pages: its N is rounded up to a multiple of the page size. Append slots
-// fill the call's pages in a random page order, rows in order within a page (what a block table
-// gives a prefill); "dup" maps rows 2j and 2j + 1 to one slot (N / 2 distinct slots, the lower row
-// writes), so half the rows only read. Bytes moved per call are
+// are a random permutation of the call's region; "dup" maps every slot from two rows (N / 2
+// distinct slots, the lowest row writes), so half the rows only read. Bytes moved per call are
 // N x (1024 + 384) in both cases, the metric, against a 1 GiB cuMemcpyDtoDAsync (read +
 // write) at the start and the end of the run (the larger is used).
 #include "tools/bench_writer.h"
@@ -96,20 +95,21 @@ Timing time_config(const WriterConfig& c, KernelService& service, CUstream strea
   }
   bench_check(d.cuMemsetD8(cache.ptr(), kPoison, cache.bytes()), "cuMemsetD8", where + " poison cache");
 
-  // Append: call k's slots fill its own pages in a random page order, rows in order within a page
-  // (a prefill's slot mapping through a block table); dup: rows 2j and 2j + 1 share slot j.
+  // Append: call k's slots are a random permutation within its own region (dup: N / 2 slots, each
+  // from two rows in random positions).
   std::vector<std::int32_t> slots;
   std::unique_ptr<BenchDeviceMemory> map;
   if (c.append) {
     slots.resize(static_cast<std::size_t>(c.rows) * t.calls);
+    const std::int64_t region_slots = pages_per_call * c.page;
     for (int k = 0; k < t.calls; ++k) {
-      std::vector<std::int32_t> pages(static_cast<std::size_t>(pages_per_call));
-      std::iota(pages.begin(), pages.end(), 0);
-      for (std::size_t i = pages.size(); i > 1; --i) std::swap(pages[i - 1], pages[rng.next() % i]);
       std::int32_t* s = &slots[static_cast<std::size_t>(k) * c.rows];
-      for (std::int64_t i = 0; i < c.rows; ++i) {
-        const std::int64_t j = c.dup ? i / 2 : i;
-        s[i] = static_cast<std::int32_t>(pages[static_cast<std::size_t>(j / c.page)] * c.page + j % c.page);
+      std::vector<std::int32_t> perm(static_cast<std::size_t>(region_slots));
+      std::iota(perm.begin(), perm.end(), 0);
+      for (std::size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[rng.next() % i]);
+      for (std::int64_t i = 0; i < c.rows; ++i) s[i] = perm[static_cast<std::size_t>(c.dup ? i / 2 : i)];
+      if (c.dup) {
+        for (std::int64_t i = c.rows; i > 1; --i) std::swap(s[i - 1], s[rng.next() % static_cast<std::uint64_t>(i)]);
       }
     }
     map = std::make_unique<BenchDeviceMemory>(slots.size() * 4, where + " slot_mapping");
@@ -206,7 +206,7 @@ int run_bench_writer(const BenchOptions& options) {
                              kMinCalls, kMaxCalls)},
       {"bytes", "rows * (1024 read + 384 written), also for append+dup, where half the rows write nothing"},
       {"pack_rows", "whole pages: N rounded up to the page size"},
-      {"slots", "append: the call's own pages in a random order, rows in order within a page; append+dup: rows 2j and 2j+1 share slot j"},
+      {"slots", "append: a random permutation of the call's own pages; append+dup: N / 2 slots, each from two rows"},
       {"source", "random bf16 in (-1, 1)"},
       {"quick", options.quick}};
   report["ceilings"] = ceilings.report();

@@ -70,28 +70,23 @@ __device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, i
   }
 }
 
-// Row i -> slot i. The grid is at most one wave (the launcher caps it) and each warp strides over
-// the rows kNvfp4RowsPerWarp at a time, loading them all before encoding any, so their reads
-// overlap and every SM gets the same share.
+// Row i -> slot i. Each warp loads its rows before encoding any, so their reads overlap.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   nvfp4_wait_for_previous_kernel();
   nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
-  const int stride = gridDim.x * kNvfp4WarpsPerBlock * kNvfp4RowsPerWarp;
-  for (int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp; row0 < p.num_rows; row0 += stride) {
-    Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
 #pragma unroll
-    for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-      if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
-    }
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
+  }
 #pragma unroll
-    for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-      if (row0 + i < p.num_rows) {
-        nvfp4_writer_encode(r[i], lane);
-        nvfp4_writer_store<kPageSize>(p, row0 + i, lane, r[i]);
-      }
-    }
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (row0 + i >= p.num_rows) return;
+    nvfp4_writer_encode(r[i], lane);
+    nvfp4_writer_store<kPageSize>(p, row0 + i, lane, r[i]);
   }
 }
 
@@ -149,36 +144,34 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
   }
 }
 
-// After the claim kernel: only each slot's owner writes. Rows are shared out as in the pack kernel;
-// each warp loads and encodes its rows before it waits for the claims.
+// After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
+// before it waits for the claims.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
-  const int stride = gridDim.x * kNvfp4WarpsPerBlock * kNvfp4RowsPerWarp;
-  for (int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp; row0 < p.num_rows; row0 += stride) {
-    Nvfp4WriterRow r[kNvfp4RowsPerWarp];
-    int slot[kNvfp4RowsPerWarp];
+  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+  int slot[kNvfp4RowsPerWarp];
 #pragma unroll
-    for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-      slot[i] = -1;
-      if (row0 + i < p.num_rows) {
-        r[i] = nvfp4_writer_load(p, row0 + i, lane);
-        slot[i] = p.slot_mapping[row0 + i];
-      }
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    slot[i] = -1;
+    if (row0 + i < p.num_rows) {
+      r[i] = nvfp4_writer_load(p, row0 + i, lane);
+      slot[i] = p.slot_mapping[row0 + i];
     }
+  }
 #pragma unroll
-    for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-      if (slot[i] >= 0 && slot[i] < p.num_slots) nvfp4_writer_encode(r[i], lane);
-    }
-    nvfp4_wait_for_previous_kernel();  // the claims (returns at once after the first time)
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (slot[i] >= 0 && slot[i] < p.num_slots) nvfp4_writer_encode(r[i], lane);
+  }
+  nvfp4_wait_for_previous_kernel();  // the claims
 #pragma unroll
-    for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-      if (slot[i] < 0 || slot[i] >= p.num_slots) continue;
-      unsigned owner = 0;
-      if (lane == 0) owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot[i]) + kNvfp4Groups);
-      if (__shfl_sync(0xffffffffu, owner, 0) == static_cast<unsigned>(row0 + i) + 1u) nvfp4_writer_store<kPageSize>(p, slot[i], lane, r[i]);
-    }
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (slot[i] < 0 || slot[i] >= p.num_slots) continue;
+    unsigned owner = 0;
+    if (lane == 0) owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot[i]) + kNvfp4Groups);
+    if (__shfl_sync(0xffffffffu, owner, 0) == static_cast<unsigned>(row0 + i) + 1u) nvfp4_writer_store<kPageSize>(p, slot[i], lane, r[i]);
   }
 }
 

@@ -19,9 +19,6 @@ struct Nvfp4WriterParams {
 inline constexpr int kNvfp4WarpsPerBlock = 8;
 inline constexpr int kNvfp4WriterThreads = 32 * kNvfp4WarpsPerBlock;
 inline constexpr int kNvfp4RowsPerWarp = 2;
-// Pack and the write kernel run at most this many blocks per SM (all resident at once: the kernels
-// use at most 48 registers per thread), each warp looping over rows.
-inline constexpr int kNvfp4WriterBlocksPerSm = 4;
 
 // Appends of at most this many rows resolve duplicate slots in one launch, each row comparing its
 // slot with those of the rows before it (one predicated load per 32 of them, all in flight at once).

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "kernel_templates/common/nvfp4_format.cuh"
 #include "kernel_templates/nvfp4_writer/params.cuh"
 #include "runtime/launch.h"
@@ -49,25 +47,18 @@ void check_rows(const TensorView& rows, std::string_view arg, int rank) {
   check::aligned(rows, arg, 16);
 }
 
-// `max_blocks` 0: one block per kNvfp4WarpsPerBlock * rows_per_warp rows.
-LaunchConfig row_warps(int rows, int rows_per_warp, int max_blocks = 0) {
+LaunchConfig row_warps(int rows, int rows_per_warp) {
   const int per_block = kNvfp4WarpsPerBlock * rows_per_warp;
-  int blocks = (rows + per_block - 1) / per_block;
-  if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
   LaunchConfig config;
-  config.grid[0] = static_cast<unsigned>(blocks);
+  config.grid[0] = static_cast<unsigned>((rows + per_block - 1) / per_block);
   config.block[0] = kNvfp4WriterThreads;
   config.pdl = true;  // the kernels wait for the previous kernel before reading anything
   return config;
 }
 
-// One wave of the looping kernels on the current device.
-int wave_blocks(KernelService& service) { return service.device_sm_count(KernelService::current_device()) * kNvfp4WriterBlocksPerSm; }
-
 // Up to kNvfp4AppendScanRows rows: one launch. More: the claim kernel, then the write kernel, which
 // reads and encodes its rows while the claims run (programmatic dependent launch).
-
-void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, CUstream stream, int max_blocks) {
+void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, CUstream stream) {
   if (params.num_rows <= kNvfp4AppendScanRows) {
     launch(handle, row_warps(params.num_rows, 1), params, stream, kNvfp4AppendScanEntry);
     return;
@@ -77,7 +68,7 @@ void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, 
   claim.block[0] = kNvfp4ClaimThreads;
   claim.pdl = true;
   launch(handle, claim, params, stream, kNvfp4AppendClaimEntry);
-  launch(handle, row_warps(params.num_rows, kNvfp4RowsPerWarp, max_blocks), params, stream, kNvfp4AppendWriteEntry);
+  launch(handle, row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream, kNvfp4AppendWriteEntry);
 }
 
 }  // namespace
@@ -104,7 +95,7 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream, Ke
   if (rows == 0) return;
   const Nvfp4WriterParams params{latent.data, latent.stride(1), cache.data, g.page_stride, nullptr, rows,
                                  static_cast<int>(rows)};
-  launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream), row_warps(params.num_rows, kNvfp4RowsPerWarp, wave_blocks(service)), params, stream);
+  launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream), row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream);
 }
 
 void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,
@@ -125,7 +116,7 @@ void append(const TensorView& rows, const TensorView& slot_mapping, const Tensor
   const Nvfp4WriterParams params{rows.data, rows.stride(0), cache.data, g.page_stride,
                                  static_cast<const int*>(slot_mapping.data), g.pages * g.page_size,
                                  static_cast<int>(rows.size(0))};
-  launch_append(acquire(service, WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, stream), params, stream, wave_blocks(service));
+  launch_append(acquire(service, WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, stream), params, stream);
 }
 
 void warm(const WriterPolicy& policy, const std::vector<int>& devices, KernelService& service) {
