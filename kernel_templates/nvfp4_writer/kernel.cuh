@@ -43,7 +43,7 @@ __device__ __forceinline__ void nvfp4_writer_encode(Nvfp4WriterRow& r, int lane)
   if (lane < kNvfp4Groups) r.scale = nvfp4_encode_group16(r.a, r.b, r.lo, r.hi);
 }
 
-// Slots are non-negative ints (the launcher checks the slot count fits), so 32-bit division.
+// Slots reaching here are in [0, num_slots) and int32 (pack: the launcher caps the rows at 2^31 - 1).
 template <int kPageSize>
 __device__ __forceinline__ u8* nvfp4_page(const Nvfp4WriterParams& p, int slot) {
   return static_cast<u8*>(p.cache) + static_cast<long long>(static_cast<unsigned>(slot) / kPageSize) * p.page_stride;

@@ -21,8 +21,8 @@ inline constexpr int kNvfp4WriterThreads = 32 * kNvfp4WarpsPerBlock;
 inline constexpr int kNvfp4RowsPerWarp = 2;
 
 // Appends of at most this many rows resolve duplicate slots in one launch, each row comparing its
-// slot with those of the rows before it (one predicated load per 32 of them, all in flight at once).
-// Larger appends claim slots first (one thread per row), then write.
+// slot with those of the rows before it (staged in shared memory). Larger appends claim slots first
+// (one thread per row), then write.
 inline constexpr int kNvfp4AppendScanRows = 1024;
 inline constexpr int kNvfp4ClaimThreads = 256;
 
