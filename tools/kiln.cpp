@@ -16,6 +16,7 @@
 #include "tools/bench.h"
 #include "tools/bench_mla.h"
 #include "tools/bench_sparse.h"
+#include "tools/bench_writer.h"
 #include "tools/cache_ops.h"
 
 namespace kiln::tools {
@@ -215,10 +216,10 @@ int main_impl(int argc, char** argv) {
   add_common(stats);
 
   BenchOptions bench_options;
-  auto* bench = app.add_subcommand("bench", "measure on this machine: jit (compile/warm/lookup/launch), mla, sparse (kernels, GPU)");
-  bench->add_option("WHAT", bench_options.what, "jit, mla or sparse")->required();
+  auto* bench = app.add_subcommand("bench", "measure on this machine: jit (compile/warm/lookup/launch), mla, sparse, writer (kernels, GPU)");
+  bench->add_option("WHAT", bench_options.what, "jit, mla, sparse or writer")->required();
   bench->add_option("--out", bench_options.out, "write the JSON report to this file");
-  bench->add_flag("--quick", bench_options.quick, "mla/sparse: a 4-config smoke subset");
+  bench->add_flag("--quick", bench_options.quick, "mla/sparse/writer: a small smoke subset");
   add_common(bench);
 
   if (argc > 1 && argv[1][0] != '-') {
@@ -250,6 +251,7 @@ int main_impl(int argc, char** argv) {
       bench_options.cache_dir = common.cache_dir;
       if (bench_options.what == "mla") return run_bench_mla(bench_options);
       if (bench_options.what == "sparse") return run_bench_sparse(bench_options);
+      if (bench_options.what == "writer") return run_bench_writer(bench_options);
       return run_bench(bench_options);
     }
   } catch (const Error& e) {
