@@ -20,7 +20,7 @@ install(TARGETS kiln_jit kiln_cache kiln_runtime kiln_shared kiln EXPORT kilnTar
         RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT dev)
 install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION "${KILN_CMAKE_DIR}" COMPONENT dev)
 
-configure_package_config_file(cmake/kilnConfig.cmake.in "${PROJECT_BINARY_DIR}/kilnConfig.cmake"
+configure_package_config_file(tools/cmake/kilnConfig.cmake.in "${PROJECT_BINARY_DIR}/kilnConfig.cmake"
                               INSTALL_DESTINATION "${KILN_CMAKE_DIR}")
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake" COMPATIBILITY SameMinorVersion)
 install(FILES "${PROJECT_BINARY_DIR}/kilnConfig.cmake" "${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake"
