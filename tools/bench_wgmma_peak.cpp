@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "jit/compiler.h"
-#include "jit/error.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
 
 namespace kiln::tools {
 

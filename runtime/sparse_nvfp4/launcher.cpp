@@ -1,4 +1,4 @@
-#include "runtime/sparse_nvfp4/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
 
 #include <fmt/format.h>
 
@@ -7,12 +7,13 @@
 #include <climits>
 #include <cmath>
 
-#include "jit/error.h"
-#include "kernel_templates/sparse_nvfp4/params.cuh"
-#include "runtime/launch.h"
-#include "runtime/nvfp4_cache_view.h"
-#include "runtime/sparse_nvfp4/planner.h"
-#include "runtime/validation.h"
+#include "kiln/jit/error.h"
+#include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/nvfp4_cache_view.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
 
@@ -360,11 +361,21 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   const Args a{q, kv_cache, indices, output, out_lse, sm_scale, opt};
   const Checked c = check_static(a);
   if (c.tokens == 0) return finish_plan(a, c, kZeroTokenSms);
-  const int device = KernelService::current_device();
-  const int sms = service.device_sm_count(device);
+  const StreamDevice on(stream);
+  for (const auto& [view, arg] : {std::pair{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {&output, "output"},
+                                  {&out_lse, "out_lse"}}) {
+    on.check(*view, arg);
+  }
+  for (const auto& [view, arg] : {std::pair{&opt.topk_length, "topk_length"}, {&opt.attn_sink, "attn_sink"},
+                                  {&opt.extra_kv_cache, "extra_kv_cache"}, {&opt.extra_indices, "extra_indices"},
+                                  {&opt.extra_topk_length, "extra_topk_length"}, {&opt.mid_out, "mid_out"},
+                                  {&opt.mid_lse, "mid_lse"}}) {
+    on.check(*view, arg);
+  }
+  const int sms = service.device_sm_count(on.device());
   const SplitPlanResult plan = finish_plan(a, c, sms);
   // kiln targets two archs; the cached check keeps device_arch's lock off the launch path.
-  const SparseKernel kernel = choose_kernel(device_is_sm90(service, device) ? "sm_90a" : "sm_120a", static_cast<int>(c.tokens),
+  const SparseKernel kernel = choose_kernel(device_is_sm90(service, on.device()) ? "sm_90a" : "sm_120a", static_cast<int>(c.tokens),
                                             c.heads, plan, sms, opt.kernel);
   const SparseNvfp4Params params = make_params(a, c, plan);
   launch_sparse(sparse_policy(c.heads, c.has_extra, plan, kernel), params, stream, service);
