@@ -47,7 +47,7 @@ constexpr int kBarQ = 1, kBarPReady = 2, kBarPFree = 3, kBarEpilogue = 4;  // na
 constexpr int kConsumers = 256;
 // Register split: setmaxnreg moves registers only within the block's launch allocation (168 x 384,
 // the __launch_bounds__ cap), so the three counts sum to 3 x 168 = 504. WG0 holds O (128), S (32)
-// and P (16); WG1 O (128) and two copies of P (32); the producer one chunk's raw records.
+// and P (16); WG1 O (128) and two copies of P (32); the producer one chunk's codes and scales.
 constexpr int kRegsWg0 = 208, kRegsWg1 = 208, kRegsProducer = 88;
 static_assert(kRegsWg0 + kRegsWg1 + kRegsProducer == 3 * 168, "the warpgroups share the launch allocation");
 

@@ -1,7 +1,7 @@
 #pragma once
 // sm_90a-only building blocks of the Hopper sparse decode: shared-memory matrix descriptors, wgmma
-// (warpgroup MMA) wrappers for the shapes the kernel issues, mbarriers, bulk copies, named barriers
-// and register reallocation. Valid only under --gpu-architecture=sm_90a.
+// (warpgroup MMA) wrappers for the shapes the kernel (and the bench's wgmma peak) issues, mbarriers,
+// named barriers and register reallocation. Valid only under --gpu-architecture=sm_90a.
 #include "common/numeric.cuh"
 
 namespace kiln {
@@ -100,9 +100,6 @@ __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
 // Waits until the phase of parity `parity` has completed.
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
   asm volatile(
@@ -112,15 +109,6 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
       " @!done bra LAB_WAIT;\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
-}
-
-// ---- bulk copies (TMA engine, no tensor map) ----
-// `bytes` (a multiple of 16) from 16-byte aligned global memory to shared memory; completes as
-// transaction bytes on `bar`.
-__device__ __forceinline__ void bulk_copy_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
 }
 
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy reads (wgmma).
