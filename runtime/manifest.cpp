@@ -11,6 +11,7 @@
 #include "jit/arch.h"
 #include "jit/error.h"
 #include "jit/family.h"
+#include "runtime/families.h"
 
 namespace kiln {
 
@@ -84,6 +85,7 @@ std::string read_file(const std::filesystem::path& file) {
 
 std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view source,
                                         const std::optional<std::vector<std::string>>& arch_override) {
+  register_builtin_families();  // manifests name families
   json doc;
   try {
     doc = json::parse(text);

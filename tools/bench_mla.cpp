@@ -84,7 +84,8 @@ struct Timing : BenchReplayTimes {
 };
 
 // One config: distinct Q / O / block tables per captured call, pages at random from the pool.
-Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, std::int64_t pool_pages, CUstream stream, BenchRng& rng) {
+Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, std::int64_t pool_pages, CUstream stream, BenchRng& rng,
+                   KernelService& service) {
   const Driver& d = Driver::get();
   const std::string where = c.name();
   const std::int64_t max_pages = (kMaxSeqLen + kPageSize - 1) / kPageSize;
@@ -125,7 +126,7 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, std::int
           TensorView::contiguous(q.at(set * c.q_bytes()), DType::kBf16, {c.batch, c.sq, c.heads, 576}), cache, ws_view, 512,
           64, TensorView::contiguous(bt.at(call * table_elems * 4), DType::kI32, {c.batch, max_pages}), seq_view, kMaxSeqLen,
           std::nullopt, c.sq, TensorView::contiguous(out.at(set * c.o_bytes()), DType::kBf16, {c.batch, c.sq, c.heads, 512}),
-          kBmm1Scale, 1.0, mla::MaskType::kCausal, DType::kBf16, stream);
+          kBmm1Scale, 1.0, mla::MaskType::kCausal, DType::kBf16, stream, service);
     }
   };
   // After the warm-up replay, a sanity check that the kernels wrote finite outputs (first and last set).
@@ -147,15 +148,13 @@ int run_bench_mla(const BenchOptions& options) {
   const auto t_start = BenchClock::now();
   const Driver& d = Driver::get();
   d.require("kiln bench mla");
-  // The launcher uses the process-wide service; --cache reaches it through its one configuration
-  // source, the environment, before the service is first created.
-  if (!options.cache_dir.empty()) setenv("KILN_CACHE_DIR", options.cache_dir.c_str(), 1);
-  mla::register_mla_family();  // idempotent
+  Config config = Config::from_environment();
+  if (!options.cache_dir.empty()) config.cache_dir = options.cache_dir;
+  KernelService service(config);
   const bool quick = options.quick;
 
   json report = bench_header("mla");
   ScopedDeviceContext context(0);
-  KernelService& service = KernelService::global();
   const std::string arch = service.device_arch(0);
   const int sms = service.device_sm_count(0);
   const BenchStream bench_stream;
@@ -165,7 +164,7 @@ int run_bench_mla(const BenchOptions& options) {
   // Warm every key first: compiles stay out of the timings, and capture never compiles.
   {
     const auto t0 = BenchClock::now();
-    for (const BenchConfig& c : grid) mla::warm_mla(c.policy(), {0});
+    for (const BenchConfig& c : grid) mla::warm_mla(c.policy(), {0}, service);
     std::fprintf(stderr, "warm: %.0f ms (%llu compiles)\n", bench_ms_since(t0),
                  static_cast<unsigned long long>(service.counters().compiles));
   }
@@ -183,7 +182,7 @@ int run_bench_mla(const BenchOptions& options) {
   std::vector<std::pair<BenchConfig, Timing>> rows;
   for (const BenchConfig& c : grid) {
     const auto t0 = BenchClock::now();
-    Timing t = time_config(c, pool, pool_pages, stream, rng);
+    Timing t = time_config(c, pool, pool_pages, stream, rng, service);
     if (t.nan_outputs > 0) {
       throw Error(ErrorCode::kInternal, fmt::format("mla bench {}: {} NaN values in the probed outputs after a replay: the "
                                                     "kernel is broken for this config, its timing would mean nothing",
@@ -204,7 +203,7 @@ int run_bench_mla(const BenchOptions& options) {
   for (const auto& [c, t] : rows) {
     const double tb_s = c.bytes() / (t.us * 1e-6) * 1e-12;
     const double tflop_s = c.flop() / (t.us * 1e-6) * 1e-12;
-    const mla::MlaPlan plan = mla::plan(c.policy().planner_policy(), c.batch, sms);
+    const mla::MlaPlan plan = mla::plan(c.policy().planner_policy(), c.batch, service.device_limits(0));
     json row = {{"B", c.batch},
                 {"L", c.len},
                 {"H", c.heads},

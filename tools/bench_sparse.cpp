@@ -122,7 +122,7 @@ struct Timing : BenchReplayTimes {
 };
 
 Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, std::int64_t pool_pages, int sms, CUstream stream,
-                   BenchRng& rng) {
+                   BenchRng& rng, KernelService& service) {
   const Driver& d = Driver::get();
   const std::string where = c.name();
   const std::int64_t pool_tokens = pool_pages * kPageSize;
@@ -173,7 +173,7 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, std::int
       }
       const sparse::SplitPlanResult plan = sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(
           q_view, cache, TensorView::contiguous(indices.at(base), DType::kI32, {c.tokens, c.topk}), out_view, lse_view, kSmScale, opt,
-          stream);
+          stream, service);
       if (!(plan == t.plan)) {
         throw Error(ErrorCode::kInternal, fmt::format("sparse bench {}: the launcher resolved plan {}/{}/{}, the bench expected {}/{}/{}",
                                                       where, plan.head_tiles, plan.num_splits, plan.chunks_per_block, t.plan.head_tiles,
@@ -199,15 +199,13 @@ int run_bench_sparse(const BenchOptions& options) {
   const auto t_start = BenchClock::now();
   const Driver& d = Driver::get();
   d.require("kiln bench sparse");
-  // The launcher uses the process-wide service; --cache reaches it through the environment before
-  // the service is first created.
-  if (!options.cache_dir.empty()) setenv("KILN_CACHE_DIR", options.cache_dir.c_str(), 1);
-  sparse::register_sparse_family();  // idempotent
+  Config config = Config::from_environment();
+  if (!options.cache_dir.empty()) config.cache_dir = options.cache_dir;
+  KernelService service(config);
   const bool quick = options.quick;
 
   json report = bench_header("sparse");
   ScopedDeviceContext context(0);
-  KernelService& service = KernelService::global();
   const std::string arch = service.device_arch(0);
   const int sms = service.device_sm_count(0);
   const BenchStream bench_stream;
@@ -244,7 +242,7 @@ int run_bench_sparse(const BenchOptions& options) {
   std::vector<std::pair<BenchConfig, Timing>> rows;
   for (const BenchConfig& c : grid) {
     const auto t0 = BenchClock::now();
-    const Timing t = time_config(c, pool, pool_pages, sms, stream, rng);
+    const Timing t = time_config(c, pool, pool_pages, sms, stream, rng, service);
     if (t.bad_outputs > 0) {
       throw Error(ErrorCode::kInternal, fmt::format("sparse bench {}: {} NaN/Inf values in the outputs after a replay: the kernel is "
                                                     "broken for this config, its timing would mean nothing",

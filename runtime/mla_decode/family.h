@@ -12,6 +12,7 @@
 
 #include "jit/semantic_key.h"
 #include "runtime/mla_decode/planner.h"
+#include "runtime/policy_schema.h"
 #include "runtime/tensor_view.h"
 
 namespace kiln::mla {
@@ -21,6 +22,14 @@ inline constexpr const char* kMlaFamily = "mla_decode";
 enum class MaskType { kDense, kCausal };
 
 std::string_view mask_name(MaskType mask);
+
+// The rules of the fields the launcher also reads from its arguments (heads and page_size from
+// tensor shapes), so that both paths share one bound and one error code.
+inline constexpr IntRule kHeadsRule{.expected = "1..128", .min = 1, .supported_max = 128};
+inline constexpr IntRule kPageSizeRule{.expected = "16, 32, 64 or 128", .supported_values = {16, 32, 64, 128}};
+inline constexpr IntRule kMaxSeqLenRule{.expected = "1..2147450880 (2^31 - 32768)", .min = 1,
+                                        .max = (1LL << 31) - 32768};
+inline constexpr IntRule kMaxSeqLenQRule{.expected = "1..8", .min = 1, .supported_max = 8};
 
 // The semantic-key fields of one MLA decode kernel (everything except the target arch).
 struct MlaDecodePolicy {
@@ -46,7 +55,7 @@ struct MlaDecodePolicy {
   std::uint64_t fingerprint() const;
 };
 
-// Registers the family with the JIT; idempotent. The lead calls it from register_builtin_families().
+// Registers the family with the JIT (idempotent). runtime/families.cpp calls it.
 void register_mla_family();
 
 }  // namespace kiln::mla

@@ -7,7 +7,9 @@
 //   1. at start-up, warm_mla(...) every policy it will serve (or `kiln warm --manifest`);
 //   2. size one workspace per in-flight launch / captured graph with mla_workspace_size(..., batch);
 //   3. capture prims_ts_batch_decode_with_kv_cache_mla(..., out, ..., stream) calls: a warm key costs
-//      one hash lookup and one or two cuLaunchKernel calls; nothing is allocated, formatted or read back.
+//      one hash lookup and one or two kernel launches; nothing is allocated, formatted or read back.
+//
+// Every function takes the KernelService to use as its last argument (the process-wide one by default).
 #include <cuda.h>
 
 #include <cstddef>
@@ -15,6 +17,7 @@
 #include <optional>
 #include <vector>
 
+#include "runtime/kernel_service.h"
 #include "runtime/mla_decode/family.h"
 #include "runtime/tensor_view.h"
 
@@ -56,7 +59,8 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
     int qk_rope_head_dim, const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
     const std::optional<TensorView>& qo_indptr = std::nullopt, std::optional<int> max_seq_len_q = std::nullopt,
     const std::optional<TensorView>& out = std::nullopt, double bmm1_scale = 1.0, double bmm2_scale = 1.0,
-    MaskType mask = MaskType::kCausal, DType out_dtype = DType::kBf16, CUstream stream = nullptr);
+    MaskType mask = MaskType::kCausal, DType out_dtype = DType::kBf16, CUstream stream = nullptr,
+    KernelService& service = KernelService::global());
 
 // Workspace bytes for one launch of the policy at `batch` requests: exactly the semantic-key
 // arguments plus batch. 0 means the kernel never splits KV for this (policy, batch) and any (even
@@ -71,8 +75,10 @@ std::size_t mla_workspace_size(const MlaDecodePolicy& policy, int batch);
 // Compiles (or loads from the cache) and loads the policy's module on each device, with function
 // attributes set, so that later launches (and graph capture) only look up a handle.
 void warm_mla(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed, DType dtype,
-              DType out_dtype, MaskType mask, const std::vector<int>& devices);
-void warm_mla(const MlaDecodePolicy& policy, const std::vector<int>& devices);
+              DType out_dtype, MaskType mask, const std::vector<int>& devices,
+              KernelService& service = KernelService::global());
+void warm_mla(const MlaDecodePolicy& policy, const std::vector<int>& devices,
+              KernelService& service = KernelService::global());
 
 // What validation resolved from the arguments (for tests and debugging tools).
 struct MlaProblem {

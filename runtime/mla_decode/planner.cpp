@@ -4,6 +4,7 @@
 #include <string>
 
 #include "jit/error.h"
+#include "runtime/mla_decode/family.h"
 
 namespace kiln::mla {
 namespace {
@@ -12,13 +13,18 @@ namespace {
   throw Error(ErrorCode::kInvalidArgument, what + ": expected " + expected + ", given " + std::to_string(given));
 }
 
-constexpr long long kMaxSeqLenLimit = (1LL << 31) - 32768;
+// The workspace is sized before any device is known, for a GPU at least as large as every supported
+// one: the most SMs and the most shared memory per SM (so the most resident CTAs). On a smaller GPU
+// the plan simply uses fewer of the splits the workspace holds.
+constexpr DeviceLimits kWorkspaceSizingDevice{
+    .sm_count = 264, .smem_per_sm = 233472, .smem_per_block_optin = 232448, .smem_reserved_per_block = 1024};
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
-// Resident CTAs per SM for this policy's tile (the 1 KB is the per-block reservation on sm_90).
-long long ctas_per_sm(const MlaPolicy& policy) {
-  return std::max(1, kMlaSmemPerSm / (mla_decode_smem_bytes(mla_tile_config(policy.heads, policy.max_seq_len_q, policy.fp8), policy.fp8) + 1024));
+// Resident CTAs per SM for this policy's tile on `device`.
+long long ctas_per_sm(const MlaPolicy& policy, const DeviceLimits& device) {
+  const int block = mla_decode_smem_bytes(tile_config(policy), policy.fp8) + device.smem_reserved_per_block;
+  return std::max(1, device.smem_per_sm / block);
 }
 
 int row_tiles(const MlaPolicy& policy) {
@@ -29,12 +35,10 @@ int row_tiles(const MlaPolicy& policy) {
 }  // namespace
 
 void validate_policy(const MlaPolicy& policy) {
-  if (policy.heads < 1 || policy.heads > 128) bad("heads", "1..128", policy.heads);
-  const int ps = policy.page_size;
-  if (ps != 16 && ps != 32 && ps != 64 && ps != 128) bad("page_size", "16, 32, 64 or 128", ps);
-  if (policy.max_seq_len < 1 || policy.max_seq_len > kMaxSeqLenLimit)
-    bad("max_seq_len", "1..2147450880 (2^31 - 32768)", policy.max_seq_len);
-  if (policy.max_seq_len_q < 1 || policy.max_seq_len_q > 8) bad("max_seq_len_q", "1..8", policy.max_seq_len_q);
+  MlaDecodePolicy{policy.heads,  policy.page_size, policy.max_seq_len, policy.max_seq_len_q,
+                  policy.packed, policy.fp8 ? DType::kE4m3 : DType::kBf16, DType::kBf16,
+                  policy.causal ? MaskType::kCausal : MaskType::kDense}
+      .validate();
 }
 
 MlaTileConfig tile_config(const MlaPolicy& policy) {
@@ -45,7 +49,8 @@ int max_splits(const MlaPolicy& policy, int batch) {
   validate_policy(policy);
   if (batch < 1) bad("batch", ">= 1", batch);
   const long long ctas = static_cast<long long>(batch) * row_tiles(policy);
-  const long long by_sms = (kMlaSplitSmBound * ctas_per_sm(policy) + ctas - 1) / ctas;
+  const long long by_sms =
+      (kWorkspaceSizingDevice.sm_count * ctas_per_sm(policy, kWorkspaceSizingDevice) + ctas - 1) / ctas;
   const long long by_len = (policy.max_seq_len + tile_config(policy).tile_tokens - 1) / tile_config(policy).tile_tokens;
   return static_cast<int>(std::max(1LL, std::min({by_sms, by_len, static_cast<long long>(kMlaMaxSplits)})));
 }
@@ -66,8 +71,9 @@ WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch) {
 
 std::size_t workspace_size(const MlaPolicy& policy, int batch) { return workspace_layout(policy, batch).total_bytes; }
 
-MlaPlan plan(const MlaPolicy& policy, int batch, int sm_count) {
-  if (sm_count < 1) bad("sm_count", ">= 1", sm_count);
+MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device) {
+  if (device.sm_count < 1) bad("sm_count", ">= 1", device.sm_count);
+  if (device.smem_per_sm < 1) bad("smem_per_sm", ">= 1", device.smem_per_sm);
   MlaPlan p;
   p.workspace = workspace_layout(policy, batch);  // validates policy and batch
   p.tile = tile_config(policy);
@@ -75,7 +81,7 @@ MlaPlan plan(const MlaPolicy& policy, int batch, int sm_count) {
   const long long ctas = static_cast<long long>(batch) * tiles;
   // Take the largest split count that still fits in one wave of resident CTAs, so no SM runs a
   // second, lonely round.
-  const long long fit = std::max(1LL, sm_count * ctas_per_sm(policy) / ctas);
+  const long long fit = std::max(1LL, device.sm_count * ctas_per_sm(policy, device) / ctas);
   p.num_splits = static_cast<int>(std::min<long long>(fit, p.workspace.max_splits));
   p.needs_combine = p.num_splits > 1;
 

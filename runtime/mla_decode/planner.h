@@ -1,10 +1,13 @@
 #pragma once
-// Pure host planner for paged MLA decode: static policy + batch + SM count -> tile configuration,
-// split count, launch geometry and workspace layout. No CUDA calls; unit-testable anywhere.
+// Pure host planner for paged MLA decode: static policy + batch + device limits -> tile
+// configuration, split count, launch geometry and workspace layout. No CUDA calls; unit-testable
+// anywhere.
 #include <cstddef>
 #include <string>
 
 #include "kernel_templates/mla_decode/params.cuh"
+#include "runtime/device_limits.h"
+#include "runtime/launch_config.h"
 
 namespace kiln::mla {
 
@@ -20,11 +23,7 @@ struct MlaPolicy {
   bool causal = true;
 };
 
-struct LaunchDims {
-  unsigned grid[3] = {1, 1, 1};
-  unsigned block[3] = {1, 1, 1};
-  unsigned smem_bytes = 0;  // dynamic shared memory
-};
+using LaunchDims = LaunchConfig;
 
 // Byte offsets into the caller's workspace (base must be 32-byte aligned; offsets are 256-aligned).
 struct WorkspaceLayout {
@@ -45,12 +44,13 @@ struct MlaPlan {
   WorkspaceLayout workspace;
 };
 
-// Throws kiln::Error(kInvalidArgument) naming the field, expected and given values.
+// The family's policy rules (MlaDecodePolicy::validate): throws kiln::Error naming the field.
 void validate_policy(const MlaPolicy& policy);
 
 MlaTileConfig tile_config(const MlaPolicy& policy);
 
-// Split bound for (policy, batch): independent of the device, so the workspace size is too.
+// Split bound for (policy, batch): independent of the device, so the workspace size is too (it
+// assumes kWorkspaceSizingDevice, which bounds every supported GPU).
 int max_splits(const MlaPolicy& policy, int batch);
 
 WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch);
@@ -58,7 +58,7 @@ WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch);
 // The public helper: exactly the semantic-key fields plus batch size.
 std::size_t workspace_size(const MlaPolicy& policy, int batch);
 
-MlaPlan plan(const MlaPolicy& policy, int batch, int sm_count);
+MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device);
 
 // NVRTC name expressions, e.g. "kiln::mla_decode_kernel<128, 64, 1, false, false, true, 4, 2, 32, 3>".
 std::string decode_kernel_name(const MlaPolicy& policy);

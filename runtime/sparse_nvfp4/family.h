@@ -6,10 +6,14 @@
 #include <string_view>
 
 #include "jit/semantic_key.h"
+#include "runtime/policy_schema.h"
 
 namespace kiln::sparse {
 
 inline constexpr const char* kSparseFamily = "sparse_nvfp4";
+
+// The head-count rule, shared by the policy, the planners and the launcher.
+inline constexpr IntRule kHeadsRule{.expected = "a multiple of 8 in [8, 128]", .min = 8, .max = 128, .multiple_of = 8};
 
 struct SparsePolicy {
   int heads = 64;         // H: a multiple of 8 in [8, 128]
@@ -17,6 +21,8 @@ struct SparsePolicy {
   bool has_extra = false; // a second (extra) pool shares the softmax
   bool split = false;     // num_splits > 1: decode into mid_out/mid_lse, then the merge kernel
 
+  // Throws kiln::Error(kInvalidArgument) naming the field.
+  void validate() const;
   SemanticKey key(std::string_view arch) const;
   // Cheap identity for KernelService::acquire (the arch follows from the device).
   std::uint64_t fingerprint() const;

@@ -7,8 +7,7 @@
 
 #include "jit/error.h"
 #include "kernel_templates/sparse_nvfp4/params.cuh"
-#include "runtime/driver.h"
-#include "runtime/kernel_service.h"
+#include "runtime/launch.h"
 #include "runtime/nvfp4_cache_view.h"
 #include "runtime/sparse_nvfp4/planner.h"
 #include "runtime/validation.h"
@@ -19,12 +18,9 @@ namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 constexpr int kLatentDims = 512;
-constexpr int kMaxHeads = 128;
 // At T == 0 both planners give the same plan for every SM count >= 3 (no CTA reaches any
 // threshold), so the zero-token path resolves its plan with this stand-in and needs no driver.
 constexpr int kZeroTokenSms = 132;
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // int32 [T, k] or [T, 1, k] with unit stride along k; returns k.
 std::int64_t check_indices(const TensorView& idx, const char* arg, std::int64_t tokens, std::int64_t min_topk) {
@@ -106,7 +102,7 @@ Checked check_static(const Args& a) {
   check::dim(a.q, "q", -1, kLatentDims);
   c.tokens = a.q.size(0);
   const std::int64_t heads = a.q.size(1);
-  if (heads < 8 || heads > kMaxHeads || heads % 8 != 0) {
+  if (!kHeadsRule.valid(heads)) {
     check::unsupported("q", "head counts H that are multiples of 8 in [8, 128]", fmt::format("H = {} (shape {})", heads, a.q.shape_string()));
   }
   c.heads = static_cast<int>(heads);
@@ -168,32 +164,13 @@ Checked check_static(const Args& a) {
   }
 
   // Plan overrides and the parts of the plan the device cannot change.
-  if (opt.head_tiles) {
-    if (*opt.head_tiles != 1 && *opt.head_tiles != 2) check::fail("head_tiles", "1 or 2", fmt::format("{}", *opt.head_tiles));
-    if (*opt.head_tiles == 2 && c.heads % 32 != 0) {
-      check::fail("head_tiles", "1 when H % 32 != 0 (2 shares one gather among 32 heads)", fmt::format("2 with H = {}", c.heads));
-    }
-  }
+  if (opt.head_tiles) SparsePolicy{c.heads, *opt.head_tiles}.validate();
   if (opt.max_splits < 1) check::fail("max_splits", ">= 1", fmt::format("{}", opt.max_splits));
-  const std::int64_t chunks = ceil_div(c.topk, kSparseChunk) + ceil_div(c.extra_topk, kSparseChunk);
-  const std::int64_t min_splits = ceil_div(chunks, kSparseMaxChunksPerBlock);
   if (opt.num_splits) {
-    const int n = *opt.num_splits;
-    if (n < 1) check::fail("num_splits", ">= 1", fmt::format("{}", n));
-    if (ceil_div(chunks, n) > kSparseMaxChunksPerBlock) {
-      check::fail("num_splits", fmt::format("at least {} splits so that each block handles <= {} of the {} chunks", min_splits,
-                                            kSparseMaxChunksPerBlock, chunks),
-                  fmt::format("{} ({} chunks per block)", n, ceil_div(chunks, n)));
-    }
-    const std::int64_t cpb = ceil_div(chunks, n);
-    require_scratch(a, c, static_cast<int>(ceil_div(chunks, cpb)), "num_splits makes the plan split");
+    const SplitPlan s = resolve_splits(c.topk, c.extra_topk, *opt.num_splits);
+    require_scratch(a, c, s.num_splits, "num_splits makes the plan split");
   } else {
-    if (min_splits > opt.max_splits) {
-      check::fail("max_splits", fmt::format(">= {} ({} chunks need that many splits of <= {} chunks)", min_splits, chunks,
-                                            kSparseMaxChunksPerBlock),
-                  fmt::format("{}", opt.max_splits));
-    }
-    require_scratch(a, c, static_cast<int>(min_splits), "more than 16 chunks always split");
+    require_scratch(a, c, min_splits(c.topk, c.extra_topk, opt.max_splits), "more than 16 chunks always split");
   }
 
   // Outputs are written while the inputs are read: no byte may be both.
@@ -279,32 +256,19 @@ SparseNvfp4Params make_params(const Args& a, const Checked& c, const SplitPlanRe
   return p;
 }
 
-void launch(const SparsePolicy& policy, const SparseNvfp4Params& params, int heads, CUstream stream) {
-  KernelService& service = KernelService::global();
-  // One captured reference keeps the std::function in its small buffer: no allocation on a hit.
-  const KernelHandle& handle = service.acquire(
-      policy.fingerprint(), [&policy] {
-        KernelService& s = KernelService::global();
-        return policy.key(s.device_arch(KernelService::current_device()));
-      },
-      stream);
-  const unsigned smem = sparse_decode_smem_bytes(policy.head_tiles);
-  const KernelFunction& decode = handle.entry(0);
-  if (decode.max_dynamic_smem_bytes < static_cast<int>(smem)) {
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("sparse_nvfp4 decode needs {} bytes of dynamic shared memory per block; device {} allows {}",
-                            smem, handle.device, decode.max_dynamic_smem_bytes),
-                {.key = handle.key});
-  }
-  const Driver& d = Driver::get();
-  void* args[] = {const_cast<SparseNvfp4Params*>(&params)};
-  const auto grid = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, heads, policy.head_tiles, params.num_splits));
-  d.check(d.cuLaunchKernel(decode.function, grid, 1, 1, static_cast<unsigned>(sparse_block_threads(policy.head_tiles)), 1, 1, smem, stream, args, nullptr),
-          "cuLaunchKernel(sparse_nvfp4_decode)");
+void launch_sparse(const SparsePolicy& policy, const SparseNvfp4Params& params, int heads, CUstream stream,
+                   KernelService& service) {
+  const KernelHandle& handle = acquire(service, policy, stream);
+  LaunchConfig decode;
+  decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, heads, policy.head_tiles, params.num_splits));
+  decode.block[0] = static_cast<unsigned>(sparse_block_threads(policy.head_tiles));
+  decode.smem_bytes = sparse_decode_smem_bytes(policy.head_tiles);
+  launch(handle, decode, params, stream, 0);
   if (policy.split) {
-    const auto merge_grid = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, heads));
-    d.check(d.cuLaunchKernel(handle.entry(1).function, merge_grid, 1, 1, kSparseMergeThreads, 1, 1, 0, stream, args, nullptr),
-            "cuLaunchKernel(sparse_nvfp4_merge)");
+    LaunchConfig merge;
+    merge.grid[0] = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, heads));
+    merge.block[0] = kSparseMergeThreads;
+    launch(handle, merge, params, stream, 1);
   }
 }
 
@@ -337,20 +301,19 @@ SplitPlanResult plan_sparse_decode(const TensorView& q, const TensorView& kv_cac
 SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, const TensorView& kv_cache,
                                                        const TensorView& indices, const TensorView& output,
                                                        const TensorView& out_lse, double sm_scale,
-                                                       const SparseOptions& opt, CUstream stream) {
+                                                       const SparseOptions& opt, CUstream stream,
+                                                       KernelService& service) {
   const Args a{q, kv_cache, indices, output, out_lse, sm_scale, opt};
   const Checked c = check_static(a);
   if (c.tokens == 0) return finish_plan(a, c, kZeroTokenSms);
-  KernelService& service = KernelService::global();
   const SplitPlanResult plan = finish_plan(a, c, service.device_sm_count(KernelService::current_device()));
   const SparseNvfp4Params params = make_params(a, c, plan);
-  launch(sparse_policy(c.heads, c.has_extra, plan), params, c.heads, stream);
+  launch_sparse(sparse_policy(c.heads, c.has_extra, plan), params, c.heads, stream, service);
   return plan;
 }
 
-void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices) {
-  KernelService& service = KernelService::global();
-  for (int device : devices) service.warm(policy.key(service.device_arch(device)), device);
+void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices, KernelService& service) {
+  warm_policy(service, policy, devices);
 }
 
 }  // namespace kiln::sparse

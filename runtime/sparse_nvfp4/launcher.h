@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "runtime/kernel_service.h"
 #include "runtime/sparse_nvfp4/family.h"
 #include "runtime/tensor_view.h"
 
@@ -42,7 +43,8 @@ struct SplitPlanResult {
 SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, const TensorView& kv_cache,
                                                        const TensorView& indices, const TensorView& output,
                                                        const TensorView& out_lse, double sm_scale,
-                                                       const SparseOptions& opt = {}, CUstream stream = nullptr);
+                                                       const SparseOptions& opt = {}, CUstream stream = nullptr,
+                                                       KernelService& service = KernelService::global());
 
 // The same checks and plan resolution as the launcher for a device with `sms` SMs, without a driver
 // and without launching: lets an engine (and the unit tests) validate a call and size mid_out/mid_lse.
@@ -60,6 +62,7 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
 SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan);
 
 // Compiles (or loads from cache) and loads `policy`'s module on each device (arch from the device).
-void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices);
+void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices,
+                 KernelService& service = KernelService::global());
 
 }  // namespace kiln::sparse

@@ -308,7 +308,7 @@ std::string where(const HostProblem& p, std::size_t index) {
   return s.str();
 }
 
-int sm_count() { return kiln::KernelService::global().device_sm_count(0); }
+const kiln::DeviceLimits& device_limits() { return kiln::KernelService::global().device_limits(0); }
 
 double oracle_gmacs(const MlaCase& c) {
   double macs = 0;
@@ -371,7 +371,8 @@ void finish_case(PendingCase& pc) {
   const HostProblem& p = *pc.p;
   const MlaCase& c = pc.c;
   const Comparison cmp = compare(pc.got, ref, c.fp8);
-  const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy().planner_policy(), p.batch, sm_count());
+  const kiln::mla::MlaPlan plan =
+      kiln::mla::plan(c.policy().planner_policy(), p.batch, device_limits());
   std::printf("%s %-96s splits %2d  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu  scales %.3f/%.2f  gpu %.0f ms  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
               cmp.ok ? "PASS" : "FAIL", c.label().c_str(), plan.num_splits, cmp.max_abs_err, cmp.rel_l2, cmp.bad, cmp.nan,
               p.bmm1, p.bmm2, pc.gpu_ms, ref_ms, oracle_gmacs(c), ms_since(pc.t0));
