@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
   const int row0 = blockIdx.y * kRows;
   // The part that holds a request's first block records how many pieces it has, for the combine.
   auto record = [&](const MlaPiece& pc) {
-    if (pc.first && p.num_parts > 1 && blockIdx.y == 0 && threadIdx.x == 0) {
+    if (pc.first && p.split_meta != nullptr && blockIdx.y == 0 && threadIdx.x == 0) {
       int* meta = static_cast<int*>(p.split_meta) + 2 * pc.b;
       meta[0] = pc.first_part;
       meta[1] = pc.num_pieces;
@@ -62,7 +62,8 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     MlaWgState st{0u, 0u};
     mla_for_each_piece<kThreads, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
-      if (row0 >= pc.r.q_len * kHeads) return;  // CTA-uniform
+      // CTA-uniform. A split piece without scratch only follows a length above max_seq_len.
+      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;
       mla_wgmma_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
     });
   } else {
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     long long* scratch = reinterpret_cast<long long*>(smem + kLayout.sched_offset);
     mla_for_each_piece<kThreads, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
-      if (row0 >= pc.r.q_len * kHeads) return;  // CTA-uniform
+      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as above
       __syncthreads();                          // the previous piece is done with shared memory
       mla_mma_piece<kHeads, kPageSize, kMaxSeqLenQ, kFp8, kCausal, kV.tile.row_groups, kV.tile.col_groups,
                     kV.tile.tile_tokens, kV.tile.stages>(p, smem, pc, row0, pc.whole ? -1 : pc.b + part);

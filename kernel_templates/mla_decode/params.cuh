@@ -30,10 +30,6 @@ constexpr int kMlaSmemPitch = kMlaDimQk + 8;
 // Splitting from the real lengths on the device keeps graph replays right when lengths change.
 constexpr int kMlaBlockTokens = 64;
 constexpr int kMlaPieceCost = 5;
-// SM count assumed when bounding the parts for workspace sizing (>= every supported GPU's count).
-constexpr int kMlaSmBound = 264;
-// Shared memory per SM bound (sm_90: 228 KB), for the same purpose.
-constexpr int kMlaSmemPerSmBound = 233472;
 
 // Kernel choice carried in the policy ("kernel" field): auto lets the planner decide per arch;
 // mma_sync forces the portable mma.sync kernel in the configuration that fits ~99 KB of shared memory
@@ -57,10 +53,10 @@ struct MlaDecodeParams {
   void* out;                 // bf16 [tokens][H][512]
   void* lse_partial;         // fp32 [slots][max_rows]; log2-domain LSE of a piece, -inf = saw nothing
   void* o_partial;           // fp32 [slots][max_rows][512]; normalised per piece
-  void* split_meta;          // int32 [B][2]: first part, number of pieces (written when num_parts > 1)
+  void* split_meta;          // int32 [B][2]: first part, number of pieces; null when no request can split
   long long block_table_stride;  // elements between block-table rows
   int batch;
-  int num_parts;             // grid x; 1 = every request in one piece: `out` written directly, no combine
+  int num_parts;             // grid x; 1 = every request in one piece: `out` written directly
   float scale_log2;          // bmm1_scale * log2(e)
   float out_scale;           // bmm2_scale
 };
