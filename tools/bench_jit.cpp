@@ -184,6 +184,7 @@ json launch_overheads(const std::string& base) {
     params.block_table_stride = 1;
     params.batch = 1;
     params.num_parts = plan.num_parts;
+    params.piece_cost = plan.piece_cost;
     params.scale_log2 = 1.0f;
     params.out_scale = 1.0f;
     CUlaunchConfig bc = bare_config(plan.decode, stream);

@@ -101,32 +101,30 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     const unsigned char* q_rows =
         static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
 
-    // Tile `j` of the piece into stage `stage`, this warpgroup's columns: consecutive threads take
-    // consecutive 16-byte chunks of one token row (512 B per warp instruction).
-    auto load_tile = [&](int j, u32 stage) {
+    // Two threads per token row: thread wt loads token wt / 2 of a tile, 16-byte chunks wt % 2,
+    // wt % 2 + 2, ... of its warpgroup's columns (warpgroup 0: chunks 0-31 = columns 0-255,
+    // warpgroup 1: chunks 32-71 = columns 256-575). Its row address comes from the block table one
+    // tile ahead, so the table read is off the issue path.
+    const int ld_tok = wt >> 1;
+    const int ld_chunk0 = (wg == 0 ? 0 : 32) + (wt & 1);
+    auto row_of = [&](int j) -> const unsigned char* {
+      const int t = t0 + j * kMlaWgTileTokens + ld_tok;
+      if (j >= n_tiles || t >= t1) return nullptr;  // zero-filled
+      const int page = __ldg(bt_row + t / kPageSize);
+      return kv + (static_cast<long long>(page) * kPageSize + t % kPageSize) * kRowBytes;
+    };
+    auto load_tile = [&](const unsigned char* row, u32 stage) {
       const u32 dst0 = stage_smem + stage * kMlaWgStageBytes;
-      const int tile_t0 = t0 + j * kMlaWgTileTokens;
-      constexpr int kChunks0 = 32;  // warpgroup 0: chunks 0..31 (columns 0-255)
-      constexpr int kChunks1 = 40;  // warpgroup 1: chunks 32..71 (columns 256-575)
-      auto one = [&](int idx, int chunks, int chunk0) {
-        const int tok = idx / chunks;
-        const int ch = chunk0 + idx % chunks;
-        const int t = tile_t0 + tok;
-        const bool valid = t < t1;
-        const unsigned char* src = kv;
-        if (valid) {
-          const int page = __ldg(bt_row + t / kPageSize);
-          src = kv + (static_cast<long long>(page) * kPageSize + t % kPageSize) * kRowBytes + ch * 16;
-        }
-        // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
-        cp_async_16_addr(dst0 + (ch >> 3) * 8192 + sw128(tok, ch & 7), src, valid ? 16u : 0u);
-      };
+      // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
+      const unsigned char* src = row != nullptr ? row : kv;
+      const u32 bytes = row != nullptr ? 16u : 0u;
+      auto one = [&](int ch) { cp_async_16_addr(dst0 + (ch >> 3) * 8192 + sw128(ld_tok, ch & 7), src + ch * 16, bytes); };
       if (wg == 0) {
-#pragma unroll 4
-        for (int i = 0; i < kMlaWgTileTokens * kChunks0 / 128; ++i) one(i * 128 + wt, kChunks0, 0);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) one(ld_chunk0 + 2 * k);
       } else {
-#pragma unroll 4
-        for (int i = 0; i < kMlaWgTileTokens * kChunks1 / 128; ++i) one(i * 128 + wt, kChunks1, 32);
+#pragma unroll
+        for (int k = 0; k < 20; ++k) one(ld_chunk0 + 2 * k);
       }
       cp_async_mbar_arrive(bar_full + 8 * stage);
     };
@@ -142,7 +140,8 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
                        valid ? 16u : 0u);
     }
     cp_async_mbar_arrive(bar_q);
-    load_tile(0, st.tiles & 1);
+    load_tile(row_of(0), st.tiles & 1);
+    const unsigned char* next_row = row_of(1);
 
     // Q's RoPE columns as register A fragments (k-steps 0..3 of the last 64 columns).
     u32 q_rope[4][4];
@@ -174,7 +173,6 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
 
     for (int j = 0; j < n_tiles; ++j) {
       const u32 stage = st.tiles & 1;
-      if (j + 1 < n_tiles) load_tile(j + 1, stage ^ 1u);
       mbar_wait(bar_full + 8 * stage, (st.tiles >> 1) & 1);
       ++st.tiles;
       // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.
@@ -199,6 +197,12 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         WgmmaBf16<32>::rs<0>(s, q_rope[ks], db, true);
       }
       wgmma_commit();
+      // Tile j + 1 streams into the other stage while S runs: this warpgroup's P V of tile j - 1
+      // (the only reader of the columns it refills, besides both S of tile j - 1) is complete.
+      if (j + 1 < n_tiles) {
+        load_tile(next_row, stage ^ 1u);
+        next_row = row_of(j + 2);
+      }
       wgmma_wait<0>();
       wgmma_fence_operand(s);
 

@@ -23,13 +23,16 @@ constexpr int kMlaSmemPitch = kMlaDimQk + 8;
 
 // ---- Scheduling (both kernels) ----
 // The batch's KV work is cut into blocks of kMlaBlockTokens tokens. Request b costs
-// kMlaPieceCost + ceil(L_b / 64) units (no units when it has no query rows); the units of the whole
+// piece_cost + ceil(L_b / 64) units (no units when it has no query rows); the units of the whole
 // batch, in request order, are split into num_parts equal contiguous ranges, one per CTA column of
 // the grid. A part takes every block whose unit falls in its range; the fixed charge keeps a part
 // from taking a sliver of a request (a piece costs a Q load and a partial write besides its blocks).
 // Splitting from the real lengths on the device keeps graph replays right when lengths change.
 constexpr int kMlaBlockTokens = 64;
-constexpr int kMlaPieceCost = 5;
+// The planner's fixed charge per piece, in blocks, per kernel: what a piece's set-up and partial
+// write cost against one block of that kernel's main loop.
+constexpr int kMlaPieceCostMma = 1;
+constexpr int kMlaPieceCostWgmma = 2;
 
 // Kernel choice carried in the policy ("kernel" field): auto lets the planner decide per arch;
 // mma_sync forces the portable mma.sync kernel in the configuration that fits ~99 KB of shared memory
@@ -57,6 +60,7 @@ struct MlaDecodeParams {
   long long block_table_stride;  // elements between block-table rows
   int batch;
   int num_parts;             // grid x; 1 = every request in one piece: `out` written directly
+  int piece_cost;            // scheduling units charged per piece (see "Scheduling")
   float scale_log2;          // bmm1_scale * log2(e)
   float out_scale;           // bmm2_scale
 };

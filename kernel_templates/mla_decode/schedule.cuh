@@ -3,7 +3,7 @@
 // "Scheduling"). Every CTA derives its own pieces from seq_lens (and qo_indptr) at run time, so a
 // captured graph stays right when the lengths change between replays, and mixed lengths spread
 // evenly: part p takes the blocks whose units fall in [p W, (p + 1) W), W = ceil(total / parts) +
-// kMlaPieceCost.
+// piece_cost.
 #include "common/numeric.cuh"
 #include "mla_decode/params.cuh"
 
@@ -44,8 +44,8 @@ __device__ __forceinline__ MlaRequest mla_request(const MlaDecodeParams& p, int 
   return r;
 }
 
-__device__ __forceinline__ long long mla_cost(const MlaRequest& r) {
-  return r.blocks > 0 ? static_cast<long long>(kMlaPieceCost) + r.blocks : 0;
+__device__ __forceinline__ long long mla_cost(const MlaRequest& r, int piece_cost) {
+  return r.blocks > 0 ? static_cast<long long>(piece_cost) + r.blocks : 0;
 }
 
 // Sum over the CTA of one value per thread; every thread gets the total. `scratch`: >= kThreads / 32
@@ -112,9 +112,9 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
   }
   const int tid = threadIdx.x;
   long long mine = 0;
-  for (int b = tid; b < p.batch; b += kThreads) mine += mla_cost(mla_request<kMaxSeqLenQ, kPacked>(p, b));
+  for (int b = tid; b < p.batch; b += kThreads) mine += mla_cost(mla_request<kMaxSeqLenQ, kPacked>(p, b), p.piece_cost);
   const long long total = block_sum<kThreads>(mine, scratch);
-  c.width = (total + p.num_parts - 1) / p.num_parts + kMlaPieceCost;
+  c.width = (total + p.num_parts - 1) / p.num_parts + p.piece_cost;
   c.lo = part * c.width;
   c.hi = c.lo + c.width;
 
@@ -124,7 +124,7 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
   long long carry = 0;
   for (int base = 0; base < p.batch; base += kThreads) {
     const int b = base + tid;
-    const long long cost = b < p.batch ? mla_cost(mla_request<kMaxSeqLenQ, kPacked>(p, b)) : 0;
+    const long long cost = b < p.batch ? mla_cost(mla_request<kMaxSeqLenQ, kPacked>(p, b), p.piece_cost) : 0;
     long long chunk_total;
     const long long start = carry + block_exclusive_scan<kThreads>(cost, scratch, chunk_total);
     if (b < p.batch && cost > 0 && start + cost > c.lo) atomicMin(reinterpret_cast<unsigned long long*>(found),
@@ -162,7 +162,7 @@ __device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int
   for (int b = c.b; b < p.batch; ++b) {
     const MlaRequest r = mla_request<kMaxSeqLenQ, kPacked>(p, b);
     if (r.blocks == 0) continue;  // no query rows, no units
-    const long long first_unit = start + kMlaPieceCost;
+    const long long first_unit = start + p.piece_cost;
     if (first_unit >= c.hi) break;
     const long long k0 = c.lo > first_unit ? c.lo - first_unit : 0;
     const long long k1 = c.hi - first_unit < r.blocks ? c.hi - first_unit : r.blocks;
@@ -180,7 +180,7 @@ __device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int
       piece.num_pieces = static_cast<int>((first_unit + r.blocks - 1) / c.width - part) + 1;
       fn(piece);
     }
-    start += mla_cost(r);
+    start += mla_cost(r, p.piece_cost);
   }
 }
 

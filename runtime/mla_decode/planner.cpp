@@ -101,6 +101,7 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
   const int tiles = row_tiles(policy, p.variant);
   p.num_parts = std::min(parts_for(policy, p.variant, device), p.workspace.max_parts);
   p.needs_combine = p.num_parts > 1 && can_split(policy);
+  p.piece_cost = p.variant.wgmma ? kMlaPieceCostWgmma : kMlaPieceCostMma;
 
   p.decode.grid[0] = static_cast<unsigned>(p.num_parts);
   p.decode.grid[1] = static_cast<unsigned>(tiles);

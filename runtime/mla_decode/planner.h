@@ -39,6 +39,7 @@ struct WorkspaceLayout {
 struct MlaPlan {
   MlaVariant variant{};
   int num_parts = 1;            // -> MlaDecodeParams::num_parts (grid x)
+  int piece_cost = 1;           // -> MlaDecodeParams::piece_cost
   bool needs_combine = false;   // num_parts > 1: launch the combine kernel (PDL) after the decode kernel
   LaunchConfig decode;
   LaunchConfig combine;
