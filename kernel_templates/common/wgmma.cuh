@@ -25,7 +25,8 @@ __device__ __forceinline__ u64 wgmma_desc_sw128(u32 addr, u32 lbo_bytes, u32 sbo
   return d;
 }
 
-// A descriptor moved by `bytes` (a multiple of 16) inside the same swizzle pattern.
+// A descriptor moved by `bytes` (a multiple of 16) inside the same swizzle pattern (the start
+// address field holds any shared address >> 4 without carrying into the next field).
 __device__ __forceinline__ u64 wgmma_desc_advance(u64 desc, u32 bytes) { return desc + (bytes >> 4); }
 
 // Orders register accesses before the next wgmma (needed before the first wgmma of a batch and

@@ -101,30 +101,38 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     const unsigned char* q_rows =
         static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
 
-    // Two threads per token row: thread wt loads token wt / 2 of a tile, 16-byte chunks wt % 2,
-    // wt % 2 + 2, ... of its warpgroup's columns (warpgroup 0: chunks 0-31 = columns 0-255,
-    // warpgroup 1: chunks 32-71 = columns 256-575). Its row address comes from the block table one
-    // tile ahead, so the table read is off the issue path.
-    const int ld_tok = wt >> 1;
-    const int ld_chunk0 = (wg == 0 ? 0 : 32) + (wt & 1);
-    auto row_of = [&](int j) -> const unsigned char* {
-      const int t = t0 + j * kMlaWgTileTokens + ld_tok;
-      if (j >= n_tiles || t >= t1) return nullptr;  // zero-filled
-      const int page = __ldg(bt_row + t / kPageSize);
-      return kv + (static_cast<long long>(page) * kPageSize + t % kPageSize) * kRowBytes;
+    // Each warp instruction copies 4 token rows x 8 chunks (one 128-byte swizzled row of one 64-column
+    // block each): conflict-free shared stores and 128-byte global segments. Thread (warp w, lane l)
+    // owns tokens 16 q + 4 w + l / 8 (q = 0..3) and chunk l % 8 of each of its warpgroup's column
+    // blocks (warpgroup 0: blocks 0-3 = columns 0-255; warpgroup 1: blocks 4-8 = columns 256-575).
+    // The block-table entries are read one tile ahead, off the issue path.
+    const int ld_tok = 4 * warp + (lane >> 3);  // + 16 q
+    const int ld_chunk = lane & 7;
+    const u32 ld_dst = static_cast<u32>(ld_tok * 128 + ((ld_chunk ^ (ld_tok & 7)) << 4));
+    auto pages_of = [&](int j, int (&pages)[4]) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int t = t0 + j * kMlaWgTileTokens + 16 * q + ld_tok;
+        pages[q] = j < n_tiles && t < t1 ? __ldg(bt_row + t / kPageSize) : -1;  // -1: zero-filled
+      }
     };
-    auto load_tile = [&](const unsigned char* row, u32 stage) {
-      const u32 dst0 = stage_smem + stage * kMlaWgStageBytes;
-      // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
-      const unsigned char* src = row != nullptr ? row : kv;
-      const u32 bytes = row != nullptr ? 16u : 0u;
-      auto one = [&](int ch) { cp_async_16_addr(dst0 + (ch >> 3) * 8192 + sw128(ld_tok, ch & 7), src + ch * 16, bytes); };
-      if (wg == 0) {
+    auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
+      const u32 dst0 = stage_smem + stage * kMlaWgStageBytes + ld_dst;
 #pragma unroll
-        for (int k = 0; k < 16; ++k) one(ld_chunk0 + 2 * k);
-      } else {
+      for (int q = 0; q < 4; ++q) {
+        const int t = t0 + j * kMlaWgTileTokens + 16 * q + ld_tok;
+        // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
+        const bool valid = pages[q] >= 0;
+        const unsigned char* src =
+            valid ? kv + (static_cast<long long>(pages[q]) * kPageSize + t % kPageSize) * kRowBytes + ld_chunk * 16 : kv;
+        const u32 bytes = valid ? 16u : 0u;
+        if (wg == 0) {
 #pragma unroll
-        for (int k = 0; k < 20; ++k) one(ld_chunk0 + 2 * k);
+          for (int blk = 0; blk < 4; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
+        } else {
+#pragma unroll
+          for (int blk = 4; blk < 9; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
+        }
       }
       cp_async_mbar_arrive(bar_full + 8 * stage);
     };
@@ -140,8 +148,10 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
                        valid ? 16u : 0u);
     }
     cp_async_mbar_arrive(bar_q);
-    load_tile(row_of(0), st.tiles & 1);
-    const unsigned char* next_row = row_of(1);
+    int pages[4];
+    pages_of(0, pages);
+    load_tile(0, pages, st.tiles & 1);
+    pages_of(1, pages);
 
     // Q's RoPE columns as register A fragments (k-steps 0..3 of the last 64 columns).
     u32 q_rope[4][4];
@@ -168,6 +178,10 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     const u32 p_row_lo = r_lo * 128 + 4 * c4;
     const u32 p_row_hi = r_hi * 128 + 4 * c4;
 
+    const u64 dq = wgmma_desc_sw128(q_smem, 16, 1024);
+    const u64 dp_hi = wgmma_desc_sw128(p_hi, 16, 1024);
+    const u64 dp_lo = wgmma_desc_sw128(p_lo, 16, 1024);
+
     mbar_wait(bar_q, st.pieces & 1);
     ++st.pieces;
 
@@ -178,6 +192,9 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.
       fence_proxy_async_smem();
       const u32 k_smem = stage_smem + stage * kMlaWgStageBytes;
+      // Descriptors of this tile's operands; every step below adds a constant byte offset.
+      const u64 dk = wgmma_desc_sw128(k_smem + wg * 4096, 16, 1024);
+      const u64 dv = wgmma_desc_sw128(k_smem + wg * 4 * 8192, 8192, 1024);
 
       // ---- S = Q K^T for tokens [32 wg, 32 wg + 32) ----
       float s[16];
@@ -186,22 +203,18 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       for (int kb = 0; kb < 8; ++kb) {
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
-          const u64 da = wgmma_desc_sw128(q_smem + kb * 8192 + ks * 32, 16, 1024);
-          const u64 db = wgmma_desc_sw128(k_smem + kb * 8192 + wg * 4096 + ks * 32, 16, 1024);
-          WgmmaBf16<32>::ss<0>(s, da, db, kb + ks > 0);
+          WgmmaBf16<32>::ss<0>(s, wgmma_desc_advance(dq, kb * 8192 + ks * 32), wgmma_desc_advance(dk, kb * 8192 + ks * 32),
+                               kb + ks > 0);
         }
       }
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const u64 db = wgmma_desc_sw128(k_smem + 8 * 8192 + wg * 4096 + ks * 32, 16, 1024);
-        WgmmaBf16<32>::rs<0>(s, q_rope[ks], db, true);
-      }
+      for (int ks = 0; ks < 4; ++ks) WgmmaBf16<32>::rs<0>(s, q_rope[ks], wgmma_desc_advance(dk, 8 * 8192 + ks * 32), true);
       wgmma_commit();
       // Tile j + 1 streams into the other stage while S runs: this warpgroup's P V of tile j - 1
       // (the only reader of the columns it refills, besides both S of tile j - 1) is complete.
       if (j + 1 < n_tiles) {
-        load_tile(next_row, stage ^ 1u);
-        next_row = row_of(j + 2);
+        load_tile(j + 1, pages, stage ^ 1u);
+        pages_of(j + 2, pages);
       }
       wgmma_wait<0>();
       wgmma_fence_operand(s);
@@ -261,8 +274,11 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       }
       l_lo = l_lo * alpha_lo + sum_lo;
       l_hi = l_hi * alpha_hi + sum_hi;
+      // Once a row's max settles its alpha is exactly 1: skip the 128 multiplies when the whole warp's are.
+      if (__any_sync(0xffffffffu, alpha_lo != 1.f || alpha_hi != 1.f)) {
 #pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= ((i >> 1) & 1) ? alpha_hi : alpha_lo;
+        for (int i = 0; i < 128; ++i) o[i] *= ((i >> 1) & 1) ? alpha_hi : alpha_lo;
+      }
       // P was written through the generic proxy; both warpgroups' wgmmas read it.
       fence_proxy_async_smem();
       named_barrier_sync(3, kMlaWgThreads);
@@ -271,9 +287,9 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const u64 dv = wgmma_desc_sw128(k_smem + wg * 4 * 8192 + ks * 2048, 8192, 1024);
-        WgmmaBf16<256>::ss<1>(o, wgmma_desc_sw128(p_hi + ks * 32, 16, 1024), dv, true);
-        WgmmaBf16<256>::ss<1>(o, wgmma_desc_sw128(p_lo + ks * 32, 16, 1024), dv, true);
+        const u64 dvk = wgmma_desc_advance(dv, ks * 2048);
+        WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_hi, ks * 32), dvk, true);
+        WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
       }
       wgmma_commit();
       wgmma_wait<0>();
