@@ -170,16 +170,17 @@ std::vector<BenchConfig> extra_configs(bool quick, const std::string& arch) {
       c.page_size = page;
       x.push_back(c);
     }
-  // Small head counts: the grid's rows with the other kernel forced (sm_90a only).
+  // Small head counts (H * SQ <= 32): the grid's rows with the kernel the planner does not pick
+  // forced (sm_90a only): the planner's choice rests on these.
   if (mla::is_sm90a(arch)) {
     for (int b : {1, 8, 32, 64, 128})
       for (int l : {1024, 4096, 16384})
         for (int h : {16, 32})
           for (int sq : {1, 2}) {
-            if (h * sq >= kMlaWgmmaMinRows) continue;
+            if (h * sq > 32) continue;
             BenchConfig c = uniform(b, l, h, sq);
             c.group = "kernel";
-            c.kernel = mla::MlaKernel::kWgmma;
+            c.kernel = h * sq >= kMlaWgmmaMinRows ? mla::MlaKernel::kMmaSync : mla::MlaKernel::kWgmma;
             x.push_back(c);
           }
   }

@@ -109,16 +109,18 @@ __device__ __forceinline__ int ld_s32(const int* p) {
 
 // Merges the pieces of a split request: out = bmm2_scale * sum_s w_s O_s / sum_s w_s with
 // w_s = 2^(lse_s - max lse). Pieces that saw no key (lse -inf) are skipped without reading their O,
-// which the decode kernel never wrote. One CTA per output row; warp c owns columns 128 c ..
-// 128 c + 127, lane 4 columns of them, and 8 pieces' loads are in flight at once. Requests in one
-// piece were written by the decode kernel itself.
+// which the decode kernel never wrote. One CTA per output row: warp w takes pieces w, w + 4, ...
+// (all 512 columns, 16 per lane, up to 4 pieces' loads in flight), then the four warps' sums meet in
+// shared memory. Requests in one piece were written by the decode kernel itself.
 template <int kHeads, int kMaxSeqLenQ, bool kPacked>
 __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
-  static_assert(kMlaCombineThreads == 32 * (kMlaDimV / 128), "one warp per 128-column slice of one row");
+  constexpr int kWarps = kMlaCombineThreads / 32;
+  static_assert(kWarps == 4 && kMlaDimV == 512, "four warps, 16 columns per lane");
   constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
+  __shared__ __align__(16) float part_sum[kWarps][kMlaDimV];
   const int lane = threadIdx.x & 31;
-  const int col = (threadIdx.x >> 5) * 128 + lane * 4;
+  const int warp = threadIdx.x >> 5;
   const int b = blockIdx.y;
   const int row = blockIdx.x;
   int tok0, q_len;
@@ -129,61 +131,79 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
     tok0 = b * kMaxSeqLenQ;
     q_len = kMaxSeqLenQ;
   }
-  if (row >= q_len * kHeads) return;  // CTA-uniform; no block barrier below
+  if (row >= q_len * kHeads) return;  // CTA-uniform
 
   pdl_wait();  // the decode kernel's pieces and split records are complete and visible
   const int* meta = static_cast<const int*>(p.split_meta) + 2 * b;
   const int first = ld_s32(meta);
   const int n = ld_s32(meta + 1);
-  if (n <= 1) return;
+  if (n <= 1) return;  // CTA-uniform
 
   const long long slot0 = static_cast<long long>(b) + first;
   const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
+  constexpr long long kSlotStride = static_cast<long long>(kMaxRows) * kMlaDimV;
+  // Every warp finds the max and the weight sum over all pieces (n is small: one lse per piece).
   float mx = neg_inf();
-  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, ld_f32(lse + static_cast<long long>(s) * kMaxRows));
+  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, ld_f32(lse + s * kMaxRows));
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
   float wsum = 0.f;
-  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + col;
-  constexpr long long kSlotStride = static_cast<long long>(kMaxRows) * kMlaDimV;
-  constexpr int kBatch = 8;
-  for (int s0 = 0; s0 < n; s0 += 32) {
-    // Weights of pieces s0 .. s0 + 31, held by lane s - s0; empty pieces (lse -inf) weigh 0.
-    float wl = 0.f;
-    if (s0 + lane < n) {
-      const float l = ld_f32(lse + static_cast<long long>(s0 + lane) * kMaxRows);
-      wl = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+  for (int s = lane; s < n; s += 32) {
+    const float l = ld_f32(lse + s * kMaxRows);
+    wsum += l == neg_inf() ? 0.f : fast_exp2(l - mx);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
+
+  float acc[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
+  constexpr int kBatch = 4;
+  for (int s0 = warp; s0 < n; s0 += kWarps * kBatch) {
+    float w[kBatch];
+    U32x4 v[kBatch][4];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int s = s0 + u * kWarps;
+      const float l = s < n ? ld_f32(lse + s * kMaxRows) : neg_inf();
+      w[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[u][k] = ld128_if(o + s * kSlotStride + 128 * k, w[u] > 0.f);
     }
-    float ws = wl;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, off);
-    wsum += ws;
-    const int cnt = n - s0 < 32 ? n - s0 : 32;
-    for (int u0 = 0; u0 < cnt; u0 += kBatch) {
-      float w[kBatch];
-      U32x4 v[kBatch];
+    for (int u = 0; u < kBatch; ++u) {
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        w[u] = __shfl_sync(0xffffffffu, wl, (u0 + u) & 31);
-        w[u] = u0 + u < cnt ? w[u] : 0.f;
-        v[u] = ld128_if(o + (s0 + u0 + u) * kSlotStride, w[u] > 0.f);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        acc[0] += w[u] * __uint_as_float(v[u].x);
-        acc[1] += w[u] * __uint_as_float(v[u].y);
-        acc[2] += w[u] * __uint_as_float(v[u].z);
-        acc[3] += w[u] * __uint_as_float(v[u].w);
+      for (int k = 0; k < 4; ++k) {
+        acc[4 * k + 0] += w[u] * __uint_as_float(v[u][k].x);
+        acc[4 * k + 1] += w[u] * __uint_as_float(v[u][k].y);
+        acc[4 * k + 2] += w[u] * __uint_as_float(v[u][k].z);
+        acc[4 * k + 3] += w[u] * __uint_as_float(v[u][k].w);
       }
     }
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    *reinterpret_cast<float4*>(&part_sum[warp][128 * k + 4 * lane]) =
+        make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
+  }
+  __syncthreads();
+  // Thread t writes columns 4 t .. 4 t + 3.
+  const int col = 4 * threadIdx.x;
+  float r[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int w2 = 0; w2 < kWarps; ++w2) {
+    const float4 x = *reinterpret_cast<const float4*>(&part_sum[w2][col]);
+    r[0] += x.x;
+    r[1] += x.y;
+    r[2] += x.z;
+    r[3] += x.w;
   }
   const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
   u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col;
   uint2 packed;
-  packed.x = pack_bf16x2(acc[0] * inv, acc[1] * inv);
-  packed.y = pack_bf16x2(acc[2] * inv, acc[3] * inv);
+  packed.x = pack_bf16x2(r[0] * inv, r[1] * inv);
+  packed.y = pack_bf16x2(r[2] * inv, r[3] * inv);
   *reinterpret_cast<uint2*>(out) = packed;
 }
 

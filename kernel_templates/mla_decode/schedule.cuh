@@ -2,8 +2,8 @@
 // Paged MLA decode: the device-side split of a batch's KV work over the grid's parts (params.cuh,
 // "Scheduling"). Every CTA derives its own pieces from seq_lens (and qo_indptr) at run time, so a
 // captured graph stays right when the lengths change between replays, and mixed lengths spread
-// evenly: part p takes the blocks whose units fall in [p W, (p + 1) W), W = ceil(total / parts) +
-// piece_cost.
+// evenly: part p takes the blocks whose units fall in [p W, (p + 1) W), W = max(ceil(total / parts),
+// ceil(longest request's blocks / kMlaMaxPieces)).
 #include "common/numeric.cuh"
 #include "mla_decode/params.cuh"
 
@@ -48,20 +48,31 @@ __device__ __forceinline__ long long mla_cost(const MlaRequest& r, int piece_cos
   return r.blocks > 0 ? static_cast<long long>(piece_cost) + r.blocks : 0;
 }
 
-// Sum over the CTA of one value per thread; every thread gets the total. `scratch`: >= kThreads / 32
-// + 1 slots; the caller must not touch it until the function returns.
+// Sum and max over the CTA of one value per thread; every thread gets both. `scratch`: >= kThreads /
+// 16 slots; the caller must not touch it until the function returns.
 template <int kThreads>
-__device__ __forceinline__ long long block_sum(long long v, long long* scratch) {
+__device__ __forceinline__ void block_sum_max(long long v, long long m, long long* scratch, long long& sum,
+                                              long long& max) {
   constexpr int kWarps = kThreads / 32;
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  for (int off = 16; off > 0; off >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, off);
+    const long long o = __shfl_xor_sync(0xffffffffu, m, off);
+    m = o > m ? o : m;
+  }
   __syncthreads();  // a previous use of scratch is over
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  if ((threadIdx.x & 31) == 0) {
+    scratch[threadIdx.x >> 5] = v;
+    scratch[kWarps + (threadIdx.x >> 5)] = m;
+  }
   __syncthreads();
-  long long total = 0;
+  sum = 0;
+  max = 0;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  return total;
+  for (int w = 0; w < kWarps; ++w) {
+    sum += scratch[w];
+    max = scratch[kWarps + w] > max ? scratch[kWarps + w] : max;
+  }
 }
 
 // Exclusive prefix sum over the CTA's threads (thread order); `total` gets the sum of all.
@@ -99,7 +110,8 @@ struct MlaPartCursor {
 
 template <int kThreads, int kMaxSeqLenQ, bool kPacked>
 __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p, int part, long long* scratch) {
-  static_assert(kThreads % 32 == 0 && kThreads / 32 + 3 <= kMlaSchedScratchBytes / 8, "scheduler scratch too small");
+  static_assert(kThreads % 32 == 0 && 2 * (kThreads / 32) <= kMlaSchedScratchBytes / 8 && kThreads / 32 + 2 <= kMlaSchedScratchBytes / 8,
+                "scheduler scratch too small");
   MlaPartCursor c;
   if (p.num_parts == 1) {
     // One part: every request whole, in order.
@@ -111,10 +123,20 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
     return c;
   }
   const int tid = threadIdx.x;
-  long long mine = 0;
-  for (int b = tid; b < p.batch; b += kThreads) mine += mla_cost(mla_request<kMaxSeqLenQ, kPacked>(p, b), p.piece_cost);
-  const long long total = block_sum<kThreads>(mine, scratch);
-  c.width = (total + p.num_parts - 1) / p.num_parts + p.piece_cost;
+  long long mine = 0, my_blocks = 0;
+  for (int b = tid; b < p.batch; b += kThreads) {
+    const MlaRequest r = mla_request<kMaxSeqLenQ, kPacked>(p, b);
+    mine += mla_cost(r, p.piece_cost);
+    my_blocks = r.blocks > my_blocks ? r.blocks : my_blocks;
+  }
+  long long total, max_blocks;
+  block_sum_max<kThreads>(mine, my_blocks, scratch, total, max_blocks);
+  // An even share of the units, but never so narrow that a request splits into more than
+  // kMlaMaxPieces pieces (each costs the combine a partial row).
+  const long long even = (total + p.num_parts - 1) / p.num_parts;
+  const long long narrowest = (max_blocks + kMlaMaxPieces - 1) / kMlaMaxPieces;
+  c.width = even > narrowest ? even : narrowest;
+  if (c.width < 1) c.width = 1;
   c.lo = part * c.width;
   c.hi = c.lo + c.width;
 
