@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "runtime/kernel_handle.h"
-#include "runtime/launch_config.h"
 #include "runtime/kernel_service.h"
+#include "runtime/launch_config.h"
 
 namespace kiln {
 

@@ -1,7 +1,7 @@
-// kiln bench sparse: sparse NVFP4 MLA decode over the issue-4 grid, L2-cold, against ceilings
+// kiln bench sparse: sparse NVFP4 MLA decode over the DeepSeek-V4 decode grid, L2-cold, against ceilings
 // measured in the same run.
 //
-// Method (issue 4, point 6): one 4.5 GiB pool in the 384-byte format (page 64; the extra pool of the
+// Method: one 4.5 GiB pool in the 384-byte format (page 64; the extra pool of the
 // "main 128 + extra 512" candidates is a second view of it, as its gathers are as random). For each
 // config, N launcher calls are captured in ONE CUDA graph, each with its own random index set over
 // the whole pool, so one replay gathers >= 1 GiB (at most 1024 calls) that the 50 MB L2 cannot hold
@@ -58,7 +58,7 @@ struct BenchConfig {
     return extra_topk ? fmt::format("T={} H={} topk={}+{}", tokens, heads, topk, extra_topk)
                       : fmt::format("T={} H={} topk={}", tokens, heads, topk);
   }
-  // The issue's metrics: gathered cache bytes (the index reads are not counted) and MMA FLOP.
+  // The reported metrics: gathered cache bytes (the index reads are not counted) and MMA FLOP.
   double gathered_bytes() const { return static_cast<double>(tokens) * candidates() * kTokenBytes; }
   double flop() const { return 2.0 * tokens * heads * static_cast<double>(candidates()) * 1024; }
 };

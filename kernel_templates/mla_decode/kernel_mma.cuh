@@ -11,7 +11,6 @@
 // fp8 (e4m3) inputs are widened to f16 in shared memory (exact: every e4m3 value is an f16) and run
 // on the f16 MMA with P in f16. The bf16 path splits P into bf16 hi + lo (two MMAs per V fragment).
 #include "common/mma.cuh"
-#include "common/mma_sm90.cuh"
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
 #include "mla_decode/params.cuh"

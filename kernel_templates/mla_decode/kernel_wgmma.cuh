@@ -16,7 +16,6 @@
 // beyond the per-tile barriers, and tile j + 1 streams in while tile j computes.
 #include "common/mbarrier.cuh"
 #include "common/mma.cuh"
-#include "common/mma_sm90.cuh"
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
 #include "common/wgmma.cuh"

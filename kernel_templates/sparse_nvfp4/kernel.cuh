@@ -12,7 +12,6 @@
 // Q RoPE dims are pre-multiplied by 2^-7 too, so every logit is 2^-7 * s and the 2^7 is folded into
 // the softmax scale. NoPE output columns are multiplied back by 2^7 at the end.
 #include "common/mma.cuh"
-#include "common/mma_sm90.cuh"
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
 #include "common/nvfp4.cuh"

@@ -398,7 +398,7 @@ PendingCase launch_case(const MlaCase& c, std::uint64_t seed) {
   return pc;
 }
 
-// Waits for the oracle, compares, prints one line per launch (the lead's log) and CHECKs with the
+// Waits for the oracle, compares, prints one line per launch (the run's log) and CHECKs with the
 // details on failure. Runs on the test's thread (Catch2 assertions are not thread-safe).
 void finish_case(PendingCase& pc) {
   const auto [ref, ref_ms] = pc.ref.get();

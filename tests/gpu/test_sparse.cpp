@@ -12,7 +12,7 @@
 // magnitude ~30 make the split path exceed the tolerance on a few elements because the spec stores
 // mid_out in bf16 (a property of the contract, not a kernel bug), so this suite does not use them.
 //
-// The matrix touches every value of every axis of issue 4 point 4 at least once without building
+// The matrix touches every value of every conformance axis at least once without building
 // the cross product; the first test asserts that coverage. Every key the matrix launches is warmed
 // up front in parallel (as a server would), so compiles stay out of the per-case times.
 #include <catch2/catch.hpp>
@@ -680,7 +680,7 @@ void warm_all(const std::vector<SparseCase>& cases) {
 
 }  // namespace
 
-TEST_CASE("sparse: the conformance matrix covers every value of every axis of issue 4", "[gpu][sparse]") {
+TEST_CASE("sparse: the conformance matrix covers every value of every conformance axis", "[gpu][sparse]") {
   const auto m = conformance_matrix();
   std::set<int> heads, topk_main_only, topk_with_extra, main_pages, extra_pages;
   std::set<std::pair<int, int>> page_pairs;

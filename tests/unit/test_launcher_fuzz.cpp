@@ -1,4 +1,4 @@
-// Launcher argument fuzz (issue 5, point 3), host only. For each launcher a seeded generator builds a
+// Launcher argument fuzz, host only. For each launcher a seeded generator builds a
 // random VALID argument set (fake, aligned, disjoint device addresses: nothing is dereferenced), then
 // applies 0..3 mutations from a catalogue. Each mutation is labelled from the spec (not from the
 // launcher's code): it keeps the set valid, breaks a named rule, or is "spec-silent" (the spec does
