@@ -7,6 +7,7 @@ namespace kiln {
 using u8 = unsigned char;
 using u16 = unsigned short;
 using u32 = unsigned int;
+using u64 = unsigned long long;
 
 #ifdef __CUDACC__
 
