@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     }
     __syncthreads();
     MlaWgState st{0u, 0u};
-    mla_for_each_piece<kThreads, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+    mla_for_each_piece<kThreads, kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
       // CTA-uniform. A split piece without scratch only follows a length above max_seq_len.
       if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
   } else {
     constexpr MlaSmemLayout kLayout = mla_smem_layout(kV.tile, kFp8);
     long long* scratch = reinterpret_cast<long long*>(smem + kLayout.sched_offset);
-    mla_for_each_piece<kThreads, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+    mla_for_each_piece<kThreads, kV.tile.tile_tokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
       if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as above
       __syncthreads();                          // the previous piece is done with shared memory

@@ -22,20 +22,20 @@ constexpr int kMlaMaxSeqLenQ = 64;
 constexpr int kMlaSmemPitch = kMlaDimQk + 8;
 
 // ---- Scheduling (both kernels) ----
-// The batch's KV work is cut into blocks of kMlaBlockTokens tokens. Request b costs
-// piece_cost + ceil(L_b / 64) units (no units when it has no query rows); the units of the whole
-// batch, in request order, are split into num_parts equal contiguous ranges (at least
-// ceil(max blocks / kMlaMaxPieces) units wide), one per CTA column of the grid. A part takes every
-// block whose unit falls in its range; the fixed charge makes a part that starts a request do less
-// of its blocks (a piece costs a Q load and a partial write besides its blocks).
-// Splitting from the real lengths on the device keeps graph replays right when lengths change.
-constexpr int kMlaBlockTokens = 64;
-// The planner's fixed charge per request, in blocks, per kernel: what a piece's set-up and partial
-// write cost against one block of that kernel's main loop.
-constexpr int kMlaPieceCostMma = 1;
+// The batch's KV work is cut into blocks of the kernel's KV tile (64 tokens wgmma, 32 mma.sync).
+// Request b costs piece_cost + ceil(L_b / block) units (no units when it has no query rows); the
+// units of the whole batch, in request order, are split into num_parts equal contiguous ranges (at
+// least ceil(max blocks / kMlaMaxPieces) units wide), one per CTA column of the grid. A part takes
+// every block whose unit falls in its range. With piece_cost 0 and equal lengths the parts are
+// equal slices of the requests; the charge, where used, moves a part's boundary by the set-up a
+// piece costs besides its blocks. Splitting from the real lengths on the device keeps graph
+// replays right when lengths change.
+constexpr int kMlaPieceCostMma = 0;
 constexpr int kMlaPieceCostWgmma = 1;
 // Most pieces one request is cut into (bounds the combine's work per row).
 constexpr int kMlaMaxPieces = 64;
+// The smallest block of any variant: a request no longer than this is never split.
+constexpr int kMlaMinBlockTokens = 32;
 
 // Kernel choice carried in the policy ("kernel" field): auto lets the planner decide per arch;
 // mma_sync forces the portable mma.sync kernel in the configuration that fits ~99 KB of shared memory
@@ -133,8 +133,8 @@ struct MlaSmemLayout {
 KILN_MLA_HD constexpr int mla_align16(int x) { return (x + 15) / 16 * 16; }
 
 // Scratch of the block-wide reductions and scan that find a part's range and first request: two
-// 8-byte slots per warp (8 warps at most).
-constexpr int kMlaSchedScratchBytes = 8 * 16;
+// 8-byte slots per warp (8 warps at most) and the two results.
+constexpr int kMlaSchedScratchBytes = 8 * (2 * 8 + 2);
 
 KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
   MlaSmemLayout l{};

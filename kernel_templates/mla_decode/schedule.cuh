@@ -19,14 +19,14 @@ struct MlaRequest {
   int tok0;     // first query token
   int q_len;    // query rows per head
   int seq_len;  // live KV length
-  int blocks;   // KV blocks of kMlaBlockTokens (0 when the request has no query rows)
+  int blocks;   // KV blocks of kBlockTokens (0 when the request has no query rows)
 };
 
 __device__ __forceinline__ int load_i32(const void* base, long long index) {
   return __ldg(static_cast<const int*>(base) + index);
 }
 
-template <int kMaxSeqLenQ, bool kPacked>
+template <int kBlockTokens, int kMaxSeqLenQ, bool kPacked>
 __device__ __forceinline__ MlaRequest mla_request(const MlaDecodeParams& p, int b) {
   MlaRequest r;
   if constexpr (kPacked) {
@@ -39,7 +39,7 @@ __device__ __forceinline__ MlaRequest mla_request(const MlaDecodeParams& p, int 
   r.seq_len = load_i32(p.seq_lens, b);
   // A request with rows always gets a block, even at a (contract-breaking) length <= 0: its rows
   // then see no key and are written as zeros instead of being left unwritten.
-  const int blocks = r.seq_len > 0 ? (r.seq_len + kMlaBlockTokens - 1) / kMlaBlockTokens : 1;
+  const int blocks = r.seq_len > 0 ? (r.seq_len + kBlockTokens - 1) / kBlockTokens : 1;
   r.blocks = r.q_len > 0 ? blocks : 0;
   return r;
 }
@@ -108,10 +108,9 @@ struct MlaPartCursor {
   long long lo, hi, width;
 };
 
-template <int kThreads, int kMaxSeqLenQ, bool kPacked>
+template <int kThreads, int kBlockTokens, int kMaxSeqLenQ, bool kPacked>
 __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p, int part, long long* scratch) {
-  static_assert(kThreads % 32 == 0 && 2 * (kThreads / 32) <= kMlaSchedScratchBytes / 8 && kThreads / 32 + 2 <= kMlaSchedScratchBytes / 8,
-                "scheduler scratch too small");
+  static_assert(kThreads % 32 == 0 && 2 * (kThreads / 32) + 2 <= kMlaSchedScratchBytes / 8, "scheduler scratch too small");
   MlaPartCursor c;
   if (p.num_parts == 1) {
     // One part: every request whole, in order.
@@ -125,7 +124,7 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
   const int tid = threadIdx.x;
   long long mine = 0, my_blocks = 0;
   for (int b = tid; b < p.batch; b += kThreads) {
-    const MlaRequest r = mla_request<kMaxSeqLenQ, kPacked>(p, b);
+    const MlaRequest r = mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, b);
     mine += mla_cost(r, p.piece_cost);
     my_blocks = r.blocks > my_blocks ? r.blocks : my_blocks;
   }
@@ -141,12 +140,12 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
   c.hi = c.lo + c.width;
 
   // The first request that ends after lo (ends are non-decreasing in b).
-  long long* found = scratch + kThreads / 32;  // [0]: first b, [1]: its start
+  long long* found = scratch + 2 * (kThreads / 32);  // [0]: first b, [1]: its start (past the reductions' slots)
   if (tid == 0) found[0] = p.batch;
   long long carry = 0;
   for (int base = 0; base < p.batch; base += kThreads) {
     const int b = base + tid;
-    const long long cost = b < p.batch ? mla_cost(mla_request<kMaxSeqLenQ, kPacked>(p, b), p.piece_cost) : 0;
+    const long long cost = b < p.batch ? mla_cost(mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, b), p.piece_cost) : 0;
     long long chunk_total;
     const long long start = carry + block_exclusive_scan<kThreads>(cost, scratch, chunk_total);
     if (b < p.batch && cost > 0 && start + cost > c.lo) atomicMin(reinterpret_cast<unsigned long long*>(found),
@@ -164,7 +163,7 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
   return c;
 }
 
-// One piece: request b, its KV blocks [k0, k1) (tokens [k0 * 64, min(k1 * 64, L))).
+// One piece: request b, its KV blocks [k0, k1) (tokens [k0 * kBlockTokens, min(k1 * kBlockTokens, L))).
 struct MlaPiece {
   int b;
   MlaRequest r;
@@ -177,12 +176,12 @@ struct MlaPiece {
 
 // Calls fn(piece) for each piece of `part`, in request order. Every thread of the CTA runs the same
 // sequence (the lengths are re-read per request, from L1 after the first thread).
-template <int kThreads, int kMaxSeqLenQ, bool kPacked, typename Fn>
+template <int kThreads, int kBlockTokens, int kMaxSeqLenQ, bool kPacked, typename Fn>
 __device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int part, long long* scratch, Fn&& fn) {
-  const MlaPartCursor c = mla_part_begin<kThreads, kMaxSeqLenQ, kPacked>(p, part, scratch);
+  const MlaPartCursor c = mla_part_begin<kThreads, kBlockTokens, kMaxSeqLenQ, kPacked>(p, part, scratch);
   long long start = c.start;
   for (int b = c.b; b < p.batch; ++b) {
-    const MlaRequest r = mla_request<kMaxSeqLenQ, kPacked>(p, b);
+    const MlaRequest r = mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, b);
     if (r.blocks == 0) continue;  // no query rows, no units
     const long long first_unit = start + p.piece_cost;
     if (first_unit >= c.hi) break;
@@ -192,8 +191,8 @@ __device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int
       MlaPiece piece;
       piece.b = b;
       piece.r = r;
-      piece.t0 = static_cast<int>(k0) * kMlaBlockTokens;
-      const long long t1 = k1 * kMlaBlockTokens;
+      piece.t0 = static_cast<int>(k0) * kBlockTokens;
+      const long long t1 = k1 * kBlockTokens;
       piece.t1 = static_cast<int>(t1 < r.seq_len ? t1 : (r.seq_len > 0 ? r.seq_len : 0));
       if (piece.t1 < piece.t0) piece.t1 = piece.t0;
       piece.first = k0 == 0;

@@ -35,7 +35,7 @@ int parts_for(const MlaPolicy& policy, const MlaVariant& v, const DeviceLimits& 
 }
 
 // A request of one KV block lies in one part: it is never split, whatever the parts.
-bool can_split(const MlaPolicy& policy) { return policy.max_seq_len > kMlaBlockTokens; }
+bool can_split(const MlaPolicy& policy) { return policy.max_seq_len > kMlaMinBlockTokens; }
 
 MlaVariant variant_for(const MlaPolicy& policy, bool sm90a) {
   return mla_variant(policy.kernel, policy.heads, policy.max_seq_len_q, policy.fp8, sm90a);

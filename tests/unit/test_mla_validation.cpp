@@ -766,7 +766,7 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
 
   // One KV block per request can never split: no combine, no workspace.
   MlaPolicy one_block = p;
-  one_block.max_seq_len = 64;
+  one_block.max_seq_len = 32;
   CHECK(kiln::mla::workspace_size(one_block, 8) == 0);
   CHECK_FALSE(kiln::mla::plan(one_block, 8, h200, "sm_90a").needs_combine);
 
