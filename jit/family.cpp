@@ -1,4 +1,4 @@
-#include "jit/family.h"
+#include "kiln/jit/family.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln {
 

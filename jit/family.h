@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "jit/kernel_source.h"
+#include "kiln/jit/kernel_source.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "jit/template_bundle.h"
+#include "kiln/jit/template_bundle.h"
 
 #include <cstdint>
 #include <string>

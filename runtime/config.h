@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "jit/log.h"
+#include "kiln/jit/log.h"
 
 namespace kiln {
 

@@ -1,8 +1,8 @@
-#include "runtime/families.h"
+#include "kiln/runtime/families.h"
 
-#include "runtime/mla_decode/family.h"
-#include "runtime/nvfp4_writer/writer.h"
-#include "runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
 
 namespace kiln {
 

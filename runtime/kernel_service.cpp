@@ -1,4 +1,4 @@
-#include "runtime/kernel_service.h"
+#include "kiln/runtime/kernel_service.h"
 
 #include <fmt/format.h>
 
@@ -7,13 +7,13 @@
 #include <fstream>
 #include <thread>
 
-#include "jit/arch.h"
-#include "jit/build_request.h"
-#include "jit/compiler.h"
-#include "jit/error.h"
-#include "jit/log.h"
-#include "runtime/driver.h"
-#include "runtime/manifest.h"
+#include "kiln/jit/arch.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/log.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/manifest.h"
 
 namespace kiln {
 
@@ -291,7 +291,13 @@ int KernelService::current_device() {
   const Driver& d = Driver::get();
   d.require("find the current device");
   CUdevice dev = 0;
-  if (d.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;  // no current context: device 0's primary context
+  const CUresult r = d.cuCtxGetDevice(&dev);
+  if (r == CUDA_ERROR_INVALID_CONTEXT) {
+    throw Error(ErrorCode::kDriver,
+                "the calling thread has no current CUDA context, so there is no current device; launch on a stream of "
+                "the target device (launchers make its context current) or make a device's context current first");
+  }
+  d.check(r, "cuCtxGetDevice");
   return static_cast<int>(dev);
 }
 

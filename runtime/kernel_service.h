@@ -16,11 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cache/cubin_store.h"
-#include "jit/semantic_key.h"
-#include "runtime/config.h"
-#include "runtime/device_limits.h"
-#include "runtime/kernel_handle.h"
+#include "kiln/cache/cubin_store.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/config.h"
+#include "kiln/runtime/device_limits.h"
+#include "kiln/runtime/kernel_handle.h"
 
 namespace kiln {
 
@@ -78,7 +78,8 @@ class KernelService {
   // Lookup only: nullptr when `fingerprint` is not warm on `device`.
   const KernelHandle* find(std::uint64_t fingerprint, int device) const noexcept;
 
-  // Device ordinal of the calling thread's current context (for launchers).
+  // Device ordinal of the calling thread's current context (launchers make their stream's context
+  // current first, runtime/stream_device.h); throws kDriver when the thread has no context.
   static int current_device();
   // Exact arch and limits of a device, read from the driver on first use; later calls are one
   // atomic load (launchers ask on every call).

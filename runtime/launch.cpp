@@ -1,9 +1,9 @@
-#include "runtime/launch.h"
+#include "kiln/runtime/launch.h"
 
 #include <fmt/format.h>
 
-#include "jit/error.h"
-#include "runtime/driver.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/driver.h"
 
 namespace kiln {
 

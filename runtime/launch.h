@@ -12,9 +12,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "runtime/kernel_handle.h"
-#include "runtime/kernel_service.h"
-#include "runtime/launch_config.h"
+#include "kiln/runtime/kernel_handle.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/launch_config.h"
 
 namespace kiln {
 

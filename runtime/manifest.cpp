@@ -1,4 +1,4 @@
-#include "runtime/manifest.h"
+#include "kiln/runtime/manifest.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -7,11 +7,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "cache/file_lock.h"
-#include "jit/arch.h"
-#include "jit/error.h"
-#include "jit/family.h"
-#include "runtime/families.h"
+#include "kiln/cache/file_lock.h"
+#include "kiln/jit/arch.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
+#include "kiln/runtime/families.h"
 
 namespace kiln {
 

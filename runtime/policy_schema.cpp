@@ -1,8 +1,8 @@
-#include "runtime/policy_schema.h"
+#include "kiln/runtime/policy_schema.h"
 
 #include <fmt/format.h>
 
-#include "runtime/validation.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln {
 

@@ -19,9 +19,9 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
-#include "jit/error.h"
-#include "jit/family.h"
-#include "jit/semantic_key.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
+#include "kiln/jit/semantic_key.h"
 
 namespace kiln {
 

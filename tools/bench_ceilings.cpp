@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "jit/compiler.h"
-#include "jit/error.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
 
 namespace kiln::tools {
 

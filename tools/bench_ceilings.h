@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/driver.h"
+#include "kiln/runtime/driver.h"
 
 namespace kiln::tools {
 

@@ -9,17 +9,17 @@
 #include <filesystem>
 #include <thread>
 
-#include "jit/compiler.h"
-#include "jit/error.h"
-#include "kernel_templates/mla_decode/params.cuh"
-#include "kernel_templates/nvfp4_writer/params.cuh"
-#include "kernel_templates/sparse_nvfp4/params.cuh"
-#include "runtime/driver.h"
-#include "runtime/kernel_service.h"
-#include "runtime/launch.h"
-#include "runtime/mla_decode/launcher.h"
-#include "runtime/nvfp4_writer/writer.h"
-#include "runtime/sparse_nvfp4/launcher.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
+#include "kiln/kernel_templates/mla_decode/params.cuh"
+#include "kiln/kernel_templates/nvfp4_writer/params.cuh"
+#include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "tools/bench.h"
 #include "tools/bench_report.h"
 

@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include "jit/error.h"
-#include "runtime/driver.h"
-#include "runtime/kernel_service.h"
-#include "runtime/mla_decode/family.h"
-#include "runtime/mla_decode/launcher.h"
-#include "runtime/mla_decode/planner.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/mla_decode/planner.h"
 #include "tools/bench_ceilings.h"
 #include "tools/bench_report.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/mla_decode/family.h"
+#include "kiln/runtime/mla_decode/family.h"
 
 #include <string>
 

@@ -15,10 +15,10 @@
 #include <cstdint>
 #include <string_view>
 
-#include "jit/semantic_key.h"
-#include "runtime/mla_decode/planner.h"
-#include "runtime/policy_schema.h"
-#include "runtime/tensor_view.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/mla_decode/planner.h"
+#include "kiln/runtime/policy_schema.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::mla {
 

@@ -1,16 +1,17 @@
-#include "runtime/mla_decode/launcher.h"
+#include "kiln/runtime/mla_decode/launcher.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdint>
 
-#include "jit/error.h"
-#include "kernel_templates/mla_decode/params.cuh"
-#include "runtime/driver.h"
-#include "runtime/launch.h"
-#include "runtime/mla_decode/planner.h"
-#include "runtime/validation.h"
+#include "kiln/jit/error.h"
+#include "kiln/kernel_templates/mla_decode/params.cuh"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/mla_decode/planner.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::mla {
 
@@ -272,6 +273,13 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   // No query rows: nothing to compute and nothing to allocate, so no driver is needed either.
   if (problem.total_q == 0) return problem.out;
 
+  const StreamDevice on(stream);
+  for (const auto& [view, arg] : {std::pair{&query, "query"}, {&kv_cache, "kv_cache"}, {&workspace_buffer, "workspace_buffer"},
+                                  {&block_tables, "block_tables"}, {&seq_lens, "seq_lens"}}) {
+    on.check(*view, arg);
+  }
+  on.check(qo_indptr, "qo_indptr");
+  on.check(out, "out");
   const MlaDecodePolicy& policy = problem.policy;
   const KernelHandle& handle = acquire(service, policy, stream);
   const MlaPlan p = plan(policy.planner_policy(), problem.batch, service.device_limits(handle.device),

@@ -17,9 +17,9 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/kernel_service.h"
-#include "runtime/mla_decode/family.h"
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::mla {
 
@@ -59,9 +59,8 @@ namespace kiln::mla {
 TensorView prims_ts_batch_decode_with_kv_cache_mla(
     const TensorView& query, const TensorView& kv_cache, const TensorView& workspace_buffer, int kv_lora_rank,
     int qk_rope_head_dim, const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
-    const std::optional<TensorView>& qo_indptr = std::nullopt, std::optional<int> max_seq_len_q = std::nullopt,
-    const std::optional<TensorView>& out = std::nullopt, double bmm1_scale = 1.0, double bmm2_scale = 1.0,
-    MaskType mask = MaskType::kCausal, DType out_dtype = DType::kBf16, CUstream stream = nullptr,
+    const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q, const std::optional<TensorView>& out,
+    double bmm1_scale, double bmm2_scale, MaskType mask, DType out_dtype, CUstream stream,
     KernelService& service = KernelService::global(), MlaKernel kernel = MlaKernel::kAuto);
 
 // Workspace bytes for one launch of the policy at `batch` requests: exactly the semantic-key

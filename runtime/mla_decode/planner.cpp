@@ -1,10 +1,10 @@
-#include "runtime/mla_decode/planner.h"
+#include "kiln/runtime/mla_decode/planner.h"
 
 #include <algorithm>
 #include <string>
 
-#include "jit/error.h"
-#include "runtime/mla_decode/family.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/mla_decode/family.h"
 
 namespace kiln::mla {
 namespace {

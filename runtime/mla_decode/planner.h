@@ -6,9 +6,9 @@
 #include <string>
 #include <string_view>
 
-#include "kernel_templates/mla_decode/params.cuh"
-#include "runtime/device_limits.h"
-#include "runtime/launch_config.h"
+#include "kiln/kernel_templates/mla_decode/params.cuh"
+#include "kiln/runtime/device_limits.h"
+#include "kiln/runtime/launch_config.h"
 
 namespace kiln::mla {
 

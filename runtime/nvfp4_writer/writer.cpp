@@ -1,13 +1,14 @@
-#include "runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
 
 #include <fmt/format.h>
 
-#include "kernel_templates/common/nvfp4_format.cuh"
-#include "kernel_templates/nvfp4_writer/params.cuh"
-#include "runtime/launch.h"
-#include "runtime/nvfp4_cache_view.h"
-#include "runtime/policy_schema.h"
-#include "runtime/validation.h"
+#include "kiln/kernel_templates/common/nvfp4_format.cuh"
+#include "kiln/kernel_templates/nvfp4_writer/params.cuh"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/nvfp4_cache_view.h"
+#include "kiln/runtime/policy_schema.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::nvfp4 {
 
@@ -15,9 +16,12 @@ namespace {
 
 constexpr int kMaxPageSize = 1024;
 
+// pack: one entry. append: the scan, claim and write kernels (kNvfp4Append*Entry order).
 KernelSource render(const WriterPolicy& p) {
+  if (p.op == WriterOp::kPack) return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n", {fmt::format("kiln::nvfp4_pack_kernel<{}>", p.page_size)}};
   return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n",
-                      {fmt::format("kiln::nvfp4_writer_kernel<{}, {}>", p.page_size, p.op == WriterOp::kAppend)}};
+                      {fmt::format("kiln::nvfp4_append_scan_kernel<{}>", p.page_size), fmt::format("kiln::nvfp4_append_claim_kernel<{}>", p.page_size),
+                       fmt::format("kiln::nvfp4_append_write_kernel<{}>", p.page_size)}};
 }
 
 const PolicySchema<WriterPolicy>& schema() {
@@ -44,12 +48,28 @@ void check_rows(const TensorView& rows, std::string_view arg, int rank) {
   check::aligned(rows, arg, 16);
 }
 
-void launch_writer(const WriterPolicy& policy, const Nvfp4WriterParams& params, CUstream stream, KernelService& service) {
-  const KernelHandle& handle = acquire(service, policy, stream);
+LaunchConfig row_warps(int rows, int rows_per_warp) {
+  const int per_block = kNvfp4WarpsPerBlock * rows_per_warp;
   LaunchConfig config;
-  config.grid[0] = static_cast<unsigned>((params.num_rows + kNvfp4WriterRowsPerBlock - 1) / kNvfp4WriterRowsPerBlock);
+  config.grid[0] = static_cast<unsigned>((rows + per_block - 1) / per_block);
   config.block[0] = kNvfp4WriterThreads;
-  launch(handle, config, params, stream);
+  config.pdl = true;  // the kernels wait for the previous kernel before reading anything
+  return config;
+}
+
+// Up to kNvfp4AppendScanRows rows: one launch. More: the claim kernel, then the write kernel, which
+// reads and encodes its rows while the claims run (programmatic dependent launch).
+void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, CUstream stream) {
+  if (params.num_rows <= kNvfp4AppendScanRows) {
+    launch(handle, row_warps(params.num_rows, 1), params, stream, kNvfp4AppendScanEntry);
+    return;
+  }
+  LaunchConfig claim;
+  claim.grid[0] = static_cast<unsigned>((params.num_rows + kNvfp4ClaimThreads - 1) / kNvfp4ClaimThreads);
+  claim.block[0] = kNvfp4ClaimThreads;
+  claim.pdl = true;
+  launch(handle, claim, params, stream, kNvfp4AppendClaimEntry);
+  launch(handle, row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream, kNvfp4AppendWriteEntry);
 }
 
 }  // namespace
@@ -74,9 +94,12 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream, Ke
   const std::int64_t rows = g.pages * g.page_size;
   if (rows > INT32_MAX) check::fail("cache", "at most 2^31-1 token slots", fmt::format("{}", rows));
   if (rows == 0) return;
+  const StreamDevice on(stream);
+  on.check(latent, "latent");
+  on.check(cache, "cache");
   const Nvfp4WriterParams params{latent.data, latent.stride(1), cache.data, g.page_stride, nullptr, rows,
                                  static_cast<int>(rows)};
-  launch_writer(WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, params, stream, service);
+  launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream), row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream);
 }
 
 void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,
@@ -94,10 +117,14 @@ void append(const TensorView& rows, const TensorView& slot_mapping, const Tensor
   check::disjoint(slot_mapping, "slot_mapping", cache, "cache");
   if (rows.size(0) > INT32_MAX) check::fail("rows", "at most 2^31-1 rows", fmt::format("{}", rows.size(0)));
   if (rows.size(0) == 0) return;
+  const StreamDevice on(stream);
+  on.check(rows, "rows");
+  on.check(slot_mapping, "slot_mapping");
+  on.check(cache, "cache");
   const Nvfp4WriterParams params{rows.data, rows.stride(0), cache.data, g.page_stride,
                                  static_cast<const int*>(slot_mapping.data), g.pages * g.page_size,
                                  static_cast<int>(rows.size(0))};
-  launch_writer(WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, params, stream, service);
+  launch_append(acquire(service, WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, stream), params, stream);
 }
 
 void warm(const WriterPolicy& policy, const std::vector<int>& devices, KernelService& service) {

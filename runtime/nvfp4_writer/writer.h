@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "jit/semantic_key.h"
-#include "runtime/kernel_service.h"
-#include "runtime/tensor_view.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::nvfp4 {
 
@@ -38,7 +38,9 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream,
           KernelService& service = KernelService::global());
 
 // rows: bf16 [N, 512]; slot_mapping: int32 [N] (slot = page * page_size + row; negative or
-// >= P * page_size skipped; duplicates: the lowest input row wins). cache as above.
+// >= P * page_size skipped; duplicates: the lowest input row wins). cache as above. One launch up to
+// 1024 rows, two above (O(N) whatever the duplicates; no scratch: a target slot's 4 padding bytes
+// carry its claim between them and are zero again afterwards).
 void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,
             KernelService& service = KernelService::global());
 

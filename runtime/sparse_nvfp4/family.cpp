@@ -1,8 +1,8 @@
-#include "runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
 
 #include <fmt/format.h>
 
-#include "runtime/validation.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "jit/semantic_key.h"
-#include "runtime/policy_schema.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/policy_schema.h"
 
 namespace kiln::sparse {
 

@@ -1,16 +1,17 @@
-#include "runtime/sparse_nvfp4/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
 
 #include <fmt/format.h>
 
 #include <climits>
 #include <cmath>
 
-#include "jit/error.h"
-#include "kernel_templates/sparse_nvfp4/params.cuh"
-#include "runtime/launch.h"
-#include "runtime/nvfp4_cache_view.h"
-#include "runtime/sparse_nvfp4/planner.h"
-#include "runtime/validation.h"
+#include "kiln/jit/error.h"
+#include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/nvfp4_cache_view.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
 
@@ -306,7 +307,18 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   const Args a{q, kv_cache, indices, output, out_lse, sm_scale, opt};
   const Checked c = check_static(a);
   if (c.tokens == 0) return finish_plan(a, c, kZeroTokenSms);
-  const SplitPlanResult plan = finish_plan(a, c, service.device_sm_count(KernelService::current_device()));
+  const StreamDevice on(stream);
+  for (const auto& [view, arg] : {std::pair{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {&output, "output"},
+                                  {&out_lse, "out_lse"}}) {
+    on.check(*view, arg);
+  }
+  for (const auto& [view, arg] : {std::pair{&opt.topk_length, "topk_length"}, {&opt.attn_sink, "attn_sink"},
+                                  {&opt.extra_kv_cache, "extra_kv_cache"}, {&opt.extra_indices, "extra_indices"},
+                                  {&opt.extra_topk_length, "extra_topk_length"}, {&opt.mid_out, "mid_out"},
+                                  {&opt.mid_lse, "mid_lse"}}) {
+    on.check(*view, arg);
+  }
+  const SplitPlanResult plan = finish_plan(a, c, service.device_sm_count(on.device()));
   const SparseNvfp4Params params = make_params(a, c, plan);
   launch_sparse(sparse_policy(c.heads, c.has_extra, plan), params, c.heads, stream, service);
   return plan;

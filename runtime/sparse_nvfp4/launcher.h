@@ -6,9 +6,9 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/kernel_service.h"
-#include "runtime/sparse_nvfp4/family.h"
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::sparse {
 
@@ -35,15 +35,15 @@ struct SplitPlanResult {
   bool operator==(const SplitPlanResult&) const = default;
 };
 
-// Writes output [T, H, 512] bf16 and out_lse [T, H] fp32 in place on `stream` (the calling thread's
-// current context) and returns the resolved plan. Every argument is checked on the host before any
+// Writes output [T, H, 512] bf16 and out_lse [T, H] fp32 in place on `stream` (on the stream's
+// device; every tensor must live there) and returns the resolved plan. Every argument is checked on the host before any
 // driver call (kiln::Error naming the argument); T == 0 returns the plan without touching the driver.
 // Allocates nothing and formats nothing unless it throws, so it can run inside CUDA graph capture
 // once the plan's key is warm (warm_sparse).
 SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, const TensorView& kv_cache,
                                                        const TensorView& indices, const TensorView& output,
                                                        const TensorView& out_lse, double sm_scale,
-                                                       const SparseOptions& opt = {}, CUstream stream = nullptr,
+                                                       const SparseOptions& opt, CUstream stream,
                                                        KernelService& service = KernelService::global());
 
 // The same checks and plan resolution as the launcher for a device with `sms` SMs, without a driver

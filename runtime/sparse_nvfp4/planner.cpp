@@ -1,13 +1,13 @@
-#include "runtime/sparse_nvfp4/planner.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
 
 #include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
 
-#include "kernel_templates/sparse_nvfp4/params.cuh"
-#include "runtime/sparse_nvfp4/family.h"
-#include "runtime/validation.h"
+#include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
 

@@ -35,12 +35,12 @@
 #include <thread>
 #include <vector>
 
-#include "jit/error.h"
-#include "runtime/driver.h"
-#include "runtime/kernel_service.h"
-#include "runtime/sparse_nvfp4/family.h"
-#include "runtime/sparse_nvfp4/launcher.h"
-#include "runtime/sparse_nvfp4/planner.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
 #include "tests/support/device_buffer.h"
 #include "tests/support/nvfp4_reference.h"
 #include "tests/support/rng.h"

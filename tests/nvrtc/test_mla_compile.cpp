@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
-#include "runtime/kernel_service.h"
-#include "runtime/mla_decode/family.h"
+#include "kiln/runtime/config.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/mla_decode/family.h"
 #include "tests/support/expect_compiled.h"
 #include "tests/support/temp_dir.h"
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
-#include "runtime/kernel_service.h"
-#include "runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/config.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
 #include "tests/support/expect_compiled.h"
 #include "tests/support/temp_dir.h"
 

@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "jit/error.h"
-#include "runtime/mla_decode/launcher.h"
-#include "runtime/nvfp4_writer/writer.h"
-#include "runtime/sparse_nvfp4/launcher.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
 
 namespace {
 

@@ -9,12 +9,12 @@
 #include <optional>
 #include <string>
 
-#include "jit/error.h"
-#include "jit/family.h"
-#include "jit/semantic_key.h"
-#include "runtime/mla_decode/family.h"
-#include "runtime/mla_decode/launcher.h"
-#include "runtime/mla_decode/planner.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/mla_decode/planner.h"
 
 namespace {
 

@@ -1,8 +1,8 @@
 // Planners of the sparse NVFP4 MLA decode: the spec's reference points and input checks.
 #include <catch2/catch.hpp>
 
-#include "jit/error.h"
-#include "runtime/sparse_nvfp4/planner.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
 
 using kiln::sparse::SplitPlan;
 namespace sp = kiln::sparse;

@@ -9,11 +9,11 @@
 #include <initializer_list>
 #include <string>
 
-#include "jit/error.h"
-#include "jit/family.h"
-#include "jit/semantic_key.h"
-#include "runtime/sparse_nvfp4/launcher.h"
-#include "runtime/sparse_nvfp4/planner.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
 
 namespace {
 
