@@ -44,7 +44,7 @@ constexpr int kMlaKernelAuto = 0;
 constexpr int kMlaKernelMmaSync = 1;
 constexpr int kMlaKernelWgmma = 2;
 
-// Combine: one CTA per output row, one warp per 128-column slice of it.
+// Combine: one CTA of four warps per output row (kernel.cuh).
 constexpr int kMlaCombineThreads = 128;
 
 // One launch of either kernel takes this block by value (__grid_constant__).
