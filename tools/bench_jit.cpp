@@ -173,7 +173,7 @@ json launch_overheads(const std::string& base) {
     const TensorView v_lens = TensorView::contiguous(ptr(lens), DType::kI32, {1});
     const TensorView v_out = TensorView::contiguous(ptr(o), DType::kBf16, {1, 1, 16, 512});
     const TensorView v_ws = TensorView::contiguous(ptr(ws), DType::kU8, {256});
-    const mla::MlaPlan plan = mla::plan(policy.planner_policy(), 1, service.device_limits(0));
+    const mla::MlaPlan plan = mla::plan(policy.planner_policy(), 1, service.device_limits(0), service.device_arch(0));
     if (plan.needs_combine) throw Error(ErrorCode::kInternal, "bench jit: the MLA launch-overhead problem should not split");
     MlaDecodeParams params{};
     params.q = ptr(q);
@@ -182,7 +182,9 @@ json launch_overheads(const std::string& base) {
     params.seq_lens = ptr(lens);
     params.out = ptr(o);
     params.block_table_stride = 1;
-    params.num_splits = 1;
+    params.batch = 1;
+    params.num_parts = plan.num_parts;
+    params.piece_cost = plan.piece_cost;
     params.scale_log2 = 1.0f;
     params.out_scale = 1.0f;
     CUlaunchConfig bc = bare_config(plan.decode, stream);

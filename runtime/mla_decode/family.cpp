@@ -7,8 +7,8 @@ namespace kiln::mla {
 namespace {
 
 // One module, two entry points in a fixed order: 0 = decode, 1 = combine (the launcher relies on it).
-// The tile configuration is a pure function of the policy, so it rides in the template arguments and
-// thus in the cache key, not in the semantic key.
+// The kernel variant is a pure function of the policy and the target arch (the device code picks it
+// from the arch it is compiled for), so it needs no field of its own in the semantic key.
 KernelSource render(const MlaDecodePolicy& policy) {
   const MlaPolicy p = policy.planner_policy();
   return KernelSource{"#include \"mla_decode/kernel.cuh\"\n", {decode_kernel_name(p), combine_kernel_name(p)}};
@@ -18,6 +18,14 @@ std::string describe_dtype(std::int64_t v) { return std::string(dtype_name(stati
 
 constexpr std::int64_t value(DType t) { return static_cast<std::int64_t>(t); }
 constexpr std::int64_t value(MaskType m) { return static_cast<std::int64_t>(m); }
+constexpr std::int64_t value(MlaKernel k) { return static_cast<std::int64_t>(k); }
+
+void cross_check(const MlaDecodePolicy& p) {
+  if (p.kernel == MlaKernel::kWgmma && p.dtype != DType::kBf16) {
+    throw Error(ErrorCode::kUnsupported, "argument 'kernel': \"wgmma\" takes dtype bf16 only; use \"auto\" or "
+                                         "\"mma_sync\" for fp8_e4m3");
+  }
+}
 
 const PolicySchema<MlaDecodePolicy>& schema() {
   // No default head count or length: no value fits every model, and a silently defaulted one would
@@ -35,8 +43,14 @@ const PolicySchema<MlaDecodePolicy>& schema() {
        enum_field<&MlaDecodePolicy::out_dtype>("out_dtype", {{"bf16", value(DType::kBf16)}}, value(DType::kBf16),
                                                ErrorCode::kUnsupported, "bfloat16", &describe_dtype),
        enum_field<&MlaDecodePolicy::mask>("mask", {{"dense", value(MaskType::kDense)}, {"causal", value(MaskType::kCausal)}},
-                                          value(MaskType::kCausal), ErrorCode::kInvalidArgument, "kDense or kCausal")},
-      &render);
+                                          value(MaskType::kCausal), ErrorCode::kInvalidArgument, "kDense or kCausal"),
+       enum_field<&MlaDecodePolicy::kernel>("kernel",
+                                            {{"auto", value(MlaKernel::kAuto)},
+                                             {"mma_sync", value(MlaKernel::kMmaSync)},
+                                             {"wgmma", value(MlaKernel::kWgmma)}},
+                                            value(MlaKernel::kAuto), ErrorCode::kInvalidArgument,
+                                            "kAuto, kMmaSync or kWgmma")},
+      &render, &cross_check);
   return s;
 }
 
@@ -55,6 +69,7 @@ MlaPolicy MlaDecodePolicy::planner_policy() const {
   p.packed = packed;
   p.fp8 = dtype == DType::kE4m3;
   p.causal = mask == MaskType::kCausal;
+  p.kernel = static_cast<int>(kernel);
   return p;
 }
 

@@ -84,7 +84,7 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
                                   const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
                                   const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q,
                                   const std::optional<TensorView>& out, double bmm1_scale, double bmm2_scale,
-                                  MaskType mask, DType out_dtype) {
+                                  MaskType mask, DType out_dtype, MlaKernel kernel) {
   // Every check below formats only when it fails: the success path allocates nothing.
   if (kv_lora_rank != kMlaDimV) check::unsupported("kv_lora_rank", "512", num(kv_lora_rank));
   if (qk_rope_head_dim != kMlaDimQk - kMlaDimV) check::unsupported("qk_rope_head_dim", "64", num(qk_rope_head_dim));
@@ -186,9 +186,9 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
   } else {
     sq = query.size(1);
     if (!kMaxSeqLenQRule.valid(sq)) {
-      check::fail("query", "SQ (dimension 1) in 1..8", fmt::format("shape {}", query.shape_string()));
+      check::fail("query", "SQ (dimension 1) in 1..64", fmt::format("shape {}", query.shape_string()));
     }
-    if (!kMaxSeqLenQRule.supported(sq)) check::unsupported("query", "SQ (dimension 1) 1..8", fmt::format("SQ {}", sq));
+    if (!kMaxSeqLenQRule.supported(sq)) check::unsupported("query", "SQ (dimension 1) 1..64", fmt::format("SQ {}", sq));
     if (max_seq_len_q && *max_seq_len_q != sq) {
       check::fail("max_seq_len_q", fmt::format("SQ = query.size(1) = {} in fixed mode (or no value)", sq),
                   num(*max_seq_len_q));
@@ -205,7 +205,7 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
 
   MlaProblem problem;
   problem.policy = MlaDecodePolicy{static_cast<int>(heads), static_cast<int>(page_size), max_seq_len, static_cast<int>(sq),
-                                   packed,  query.dtype, out_dtype, mask};
+                                   packed,  query.dtype, out_dtype, mask, kernel};
   problem.policy.validate();  // the family's rules; the checks above only name the argument they came from
   problem.batch = static_cast<int>(batch);
   problem.total_q = total_q;
@@ -265,10 +265,11 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
     const TensorView& query, const TensorView& kv_cache, const TensorView& workspace_buffer, int kv_lora_rank,
     int qk_rope_head_dim, const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
     const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q, const std::optional<TensorView>& out,
-    double bmm1_scale, double bmm2_scale, MaskType mask, DType out_dtype, CUstream stream, KernelService& service) {
+    double bmm1_scale, double bmm2_scale, MaskType mask, DType out_dtype, CUstream stream, KernelService& service,
+    MlaKernel kernel) {
   MlaProblem problem =
       validate_mla_arguments(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
-                             max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask, out_dtype);
+                             max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask, out_dtype, kernel);
   // No query rows: nothing to compute and nothing to allocate, so no driver is needed either.
   if (problem.total_q == 0) return problem.out;
 
@@ -281,7 +282,8 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   on.check(out, "out");
   const MlaDecodePolicy& policy = problem.policy;
   const KernelHandle& handle = acquire(service, policy, stream);
-  const MlaPlan p = plan(policy.planner_policy(), problem.batch, service.device_limits(handle.device));
+  const MlaPlan p = plan(policy.planner_policy(), problem.batch, service.device_limits(handle.device),
+                         service.device_arch(handle.device));
 
   const Driver& d = Driver::get();
   bool allocated = false;
@@ -310,8 +312,11 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   params.out = problem.out.data;
   params.lse_partial = p.needs_combine ? ws_base + ws.lse_offset : nullptr;
   params.o_partial = p.needs_combine ? ws_base + ws.o_offset : nullptr;
+  params.split_meta = p.needs_combine ? ws_base + ws.meta_offset : nullptr;
   params.block_table_stride = block_tables.stride(0);
-  params.num_splits = p.num_splits;
+  params.batch = problem.batch;
+  params.num_parts = p.num_parts;
+  params.piece_cost = p.piece_cost;
   // The kernel's softmax runs on exp2; callers give the natural-exponent scale (spec "Math").
   params.scale_log2 = static_cast<float>(bmm1_scale * 1.4426950408889634);
   params.out_scale = static_cast<float>(bmm2_scale);

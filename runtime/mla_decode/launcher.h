@@ -54,19 +54,20 @@ namespace kiln::mla {
 // argument, what was expected and what was given. A launch with no query rows (packed total_q == 0,
 // or B == 0) returns without touching the driver. A launch whose key is not warm compiles and
 // loads it, except while `stream` is capturing (then kNotWarm naming the key).
+// `kernel` (the policy's "kernel" field) forces a kernel variant, e.g. for tests and benchmarks;
+// the workspace must then be sized for that policy (mla_workspace_size(policy, batch)).
 TensorView prims_ts_batch_decode_with_kv_cache_mla(
     const TensorView& query, const TensorView& kv_cache, const TensorView& workspace_buffer, int kv_lora_rank,
     int qk_rope_head_dim, const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
     const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q, const std::optional<TensorView>& out,
     double bmm1_scale, double bmm2_scale, MaskType mask, DType out_dtype, CUstream stream,
-    KernelService& service = KernelService::global());
+    KernelService& service = KernelService::global(), MlaKernel kernel = MlaKernel::kAuto);
 
 // Workspace bytes for one launch of the policy at `batch` requests: exactly the semantic-key
-// arguments plus batch. 0 means the kernel never splits KV for this (policy, batch) and any (even
-// empty) workspace will do. dtype: kBf16 or kE4m3 (q and cache). Independent of the device (the
-// split bound assumes the largest SM count), so a CPU-only process can size buffers. Not monotonic
-// in batch (fewer requests get more splits each): a buffer shared by graphs of several batch sizes
-// needs the maximum over those sizes.
+// arguments plus batch. 0 means the kernel never splits KV for this policy and any (even empty)
+// workspace will do. dtype: kBf16 or kE4m3 (q and cache). Independent of the device (the bound on
+// parts assumes the largest SM count) and of the lengths, so a CPU-only process can size buffers;
+// it grows with batch (one split record and one partial slot per request, plus one per part).
 std::size_t mla_workspace_size(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed,
                                DType dtype, DType out_dtype, MaskType mask, int batch);
 std::size_t mla_workspace_size(const MlaDecodePolicy& policy, int batch);
@@ -94,6 +95,6 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
                                   const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
                                   const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q,
                                   const std::optional<TensorView>& out, double bmm1_scale, double bmm2_scale,
-                                  MaskType mask, DType out_dtype);
+                                  MaskType mask, DType out_dtype, MlaKernel kernel = MlaKernel::kAuto);
 
 }  // namespace kiln::mla
