@@ -14,7 +14,7 @@
 // then 7 replays timed with driver events (>= 5 when replays are long); per-call time = median
 // replay / N. Ceilings: a 1 GiB cuMemcpyDtoDAsync (read + write) and the mma.sync bf16 peak kernel
 // (tools/bench_ceilings.h), each at the start and the end of the run, the larger used; on sm_90a
-// also the wgmma bf16 peak (tools/bench_wgmma_peak.h), read with them.
+// also the wgmma bf16 peak, read with them.
 #include "tools/bench_sparse.h"
 
 #include <fmt/format.h>
@@ -37,7 +37,6 @@
 #include "kiln/runtime/sparse_nvfp4/planner.h"
 #include "tools/bench_ceilings.h"
 #include "tools/bench_report.h"
-#include "tools/bench_wgmma_peak.h"
 
 namespace kiln::tools {
 
@@ -290,13 +289,6 @@ int run_bench_sparse(const BenchOptions& options) {
   }
 
   BenchCeilings ceilings(arch, sms, stream);
-  std::optional<BenchWgmmaPeak> wgmma;
-  double wgmma_start = 0, wgmma_end = 0;
-  if (arch == "sm_90a") {
-    wgmma.emplace(sms);
-    wgmma_start = wgmma->measure(stream);
-    std::fprintf(stderr, "ceilings (start): wgmma bf16 peak %.0f TFLOP/s\n", wgmma_start);
-  }
 
   Pools pools(stream);
   BenchRng rng(0x73706172);
@@ -333,8 +325,7 @@ int run_bench_sparse(const BenchOptions& options) {
   ceilings.read_end(stream);
   const double copy_ceiling = ceilings.copy_tb_s();
   const double mma_ceiling = ceilings.mma_tflop_s();
-  if (wgmma) wgmma_end = wgmma->measure(stream);
-  const double wgmma_ceiling = std::max(wgmma_start, wgmma_end);
+  const double wgmma_ceiling = ceilings.wgmma_tflop_s();
 
   json results = json::array(), extended = json::array();
   json bars = {{"h128_2048_t64plus_vs_flashmla", json::array()}, {"t1_latency_12us", json::array()}};
@@ -366,7 +357,7 @@ int run_bench_sparse(const BenchOptions& options) {
               {"replays_timed", t.replays},
               {"gathered_mib_per_replay", t.gathered_mib_per_replay}};
     if (c.length > 0) r["topk_length"] = c.length;
-    if (wgmma) r["pct_wgmma_peak"] = 100 * tflop_s / wgmma_ceiling;
+    if (wgmma_ceiling > 0) r["pct_wgmma_peak"] = 100 * tflop_s / wgmma_ceiling;
     for (std::size_t k = 0; k < kernels.size(); ++k) r[fmt::format("us_{}", sparse::sparse_kernel_name(kernels[k]))] = row.t[k].us;
     (c.extended ? extended : results).push_back(r);
     if (c.extended) continue;
@@ -398,10 +389,6 @@ int run_bench_sparse(const BenchOptions& options) {
       {"indices", "uniform random over the pool, all valid; no sink; topk_length only where a row has one"},
       {"quick", quick}};
   report["ceilings"] = ceilings.report();
-  if (wgmma) {
-    report["ceilings"]["wgmma_peak_tflop_s"] = {
-        {"start", wgmma_start}, {"end", wgmma_end}, {"used", wgmma_ceiling}, {"method", BenchWgmmaPeak::method()}};
-  }
   report["bars"] = bars;
   report["bar_summary"] = bar_summary;
   report["results"] = results;
@@ -412,7 +399,6 @@ int run_bench_sparse(const BenchOptions& options) {
 
   // The compact table last, on stderr (stdout carries the JSON).
   ceilings.print();
-  if (wgmma) std::fprintf(stderr, "wgmma bf16 peak %.0f TFLOP/s (start %.0f, end %.0f)\n", wgmma_ceiling, wgmma_start, wgmma_end);
   std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %s\n", "T", "H", "cands", "page", "len", "us/call",
                "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us sm90", "us mma", "tiles/splits/cpb");
   for (const json* list : {&results, &extended}) {
