@@ -230,14 +230,14 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       mbar_init(bar_full + 8 * b, 128);
       mbar_init(bar_empty + 8 * b, kConsumers);
     }
-    mbar_init_fence();
+    mbar_fence_init();
   }
   __syncthreads();
 
   const int lane = tid & 31;
   if (tid >= kConsumers) {
     // ------------------------------ producer warpgroup ------------------------------
-    regs_decrease<kRegsProducer>();
+    setmaxnreg_dec<kRegsProducer>();
     if (n_iter == 0) return;
     const int ptid = tid - kConsumers, pw = ptid >> 5;
     // Warps 0-1 take record half 0, warps 2-3 half 1 (no divergence); candidate `tok` of the chunk.
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         for (int u = 7; u < 14; ++u) decode_unit(code[u - 7], words[(u >> 1) - 3] >> (16 * (u & 1)), tile, u);
       }
       if (half == 0 && lane == 0) sts32(sbase + kMaskOff + 8 * b + 4 * pw, valid32);
-      fence_async_shared();
+      fence_proxy_async_smem();
       mbar_arrive(bar_full + 8 * b);
     }
     return;
@@ -295,11 +295,11 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   const int wg = tid >> 7;
   const int wtid = tid & 127, w = wtid >> 5, g = lane >> 2, q4 = lane & 3;
   const u32 q_smem = sbase + kQOff;
-  if (wg == 0) regs_increase<kRegsWg0>();
-  else regs_increase<kRegsWg1>();
+  if (wg == 0) setmaxnreg_inc<kRegsWg0>();
+  else setmaxnreg_inc<kRegsWg1>();
   stage_q<kHeads>(p, t, head0, q_smem, tid);
-  fence_async_shared();
-  named_sync(kBarQ, kConsumers);
+  fence_proxy_async_smem();
+  named_barrier_sync(kBarQ, kConsumers);
 
   const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
   const float* sink = static_cast<const float*>(p.attn_sink);
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 
     auto issue_s = [&](int i) {
       const u32 kt = sbase + kTileOff + u32(i & 1) * kTileBytes;
-      pin(s);
+      wgmma_fence_operand(s);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 28; ++ks)
@@ -338,8 +338,8 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       mbar_wait(bar_full + 8 * b, u32((i >> 1) & 1));
       issue_s(i);
       wgmma_wait<0>();
-      pin(s);
-      pin(o);
+      wgmma_fence_operand(s);
+      wgmma_fence_operand(o);
       pin_u32(pf);
       if (i > 0) mbar_arrive(bar_empty + 8 * (b ^ 1));
       const u64 mask = lds64(sbase + kMaskOff + 8 * b);
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 #pragma unroll
       for (int e = 0; e < 128; ++e) o[e] *= alpha[(e >> 1) & 1];
 
-      if (i > 0) named_sync(kBarPFree, kConsumers);  // WG1 holds chunk i - 1's P and alphas
+      if (i > 0) named_barrier_sync(kBarPFree, kConsumers);  // WG1 holds chunk i - 1's P and alphas
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) sts128(sbase + kPOff + (kk * 128 + wtid) * 16, U32x4{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]});
       if (q4 == 0) {
@@ -384,14 +384,14 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       }
       named_arrive(kBarPReady, kConsumers);
 
-      pin(o);
+      wgmma_fence_operand(o);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_f16(o, pf[kk], smem_desc(kt + kk * 256, 128, 1024));
       wgmma_commit();
     }
     wgmma_wait<0>();
-    pin(o);
+    wgmma_fence_operand(o);
     pin_u32(pf);
     if (n_iter > 0) mbar_arrive(bar_empty + 8 * ((n_iter - 1) & 1));
 
@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       }
       if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
     }
-    named_sync(kBarEpilogue, kConsumers);
+    named_barrier_sync(kBarEpilogue, kConsumers);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int head = head0 + row_lo + 8 * hr;
@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
       const u32 kt = sbase + kTileOff + u32(b) * kTileBytes;
-      named_sync(kBarPReady, kConsumers);
+      named_barrier_sync(kBarPReady, kConsumers);
       const float alpha[2] = {lds_f32(sbase + kAlphaOff + row_lo * 4), lds_f32(sbase + kAlphaOff + (row_lo + 8) * 4)};
       u32 pf[4][4], pb[4][4];
 #pragma unroll
@@ -468,8 +468,8 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 #pragma unroll
       for (int e = 0; e < 32; ++e) o_rope[e] *= alpha[(e >> 1) & 1];
       mbar_wait(bar_full + 8 * b, u32((i >> 1) & 1));  // orders the producer's tile writes before the reads below
-      pin(o_nope);
-      pin(o_rope);
+      wgmma_fence_operand(o_nope);
+      wgmma_fence_operand(o_rope);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -478,13 +478,13 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       }
       wgmma_commit();
       wgmma_wait<0>();
-      pin(o_nope);
-      pin(o_rope);
+      wgmma_fence_operand(o_nope);
+      wgmma_fence_operand(o_rope);
       pin_u32(pf);
       pin_u32(pb);
       mbar_arrive(bar_empty + 8 * b);
     }
-    named_sync(kBarEpilogue, kConsumers);
+    named_barrier_sync(kBarEpilogue, kConsumers);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int head = head0 + row_lo + 8 * hr;

@@ -1,8 +1,10 @@
 #pragma once
-// sm_90a-only building blocks of the Hopper sparse decode: shared-memory matrix descriptors, wgmma
-// (warpgroup MMA) wrappers for the shapes the kernel (and the bench's wgmma peak) issues, mbarriers,
-// named barriers and register reallocation. Valid only under --gpu-architecture=sm_90a.
+// sm_90a-only building blocks of the Hopper sparse decode that common/wgmma.cuh and
+// common/mbarrier.cuh do not provide: no-swizzle shared-memory descriptors, the f16 wgmma shapes the
+// kernel issues and a non-blocking named-barrier arrive. Valid only under --gpu-architecture=sm_90a.
+#include "common/mbarrier.cuh"
 #include "common/numeric.cuh"
+#include "common/wgmma.cuh"
 
 namespace kiln {
 
@@ -18,19 +20,7 @@ __device__ __forceinline__ u64 smem_desc(u32 smem_addr, u32 lbo, u32 sbo) {
   return u64((smem_addr >> 4) & 0x3fffu) | (u64((lbo >> 4) & 0x3fffu) << 16) | (u64((sbo >> 4) & 0x3fffu) << 32);
 }
 
-// ---- wgmma ----
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Keeps the compiler from moving accesses of an accumulator across the fence/commit/wait above.
-template <int kN>
-__device__ __forceinline__ void pin(float (&d)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
+// ---- wgmma (the shapes common/wgmma.cuh lacks: f16 operands, N = 192) ----
 
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B K-major in shared memory (f16).
 __device__ __forceinline__ void wgmma_m64n64k16_ss_f16(float (&d)[32], u64 a_desc, u64 b_desc, int accumulate) {
@@ -74,7 +64,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs_bf16(float (&d)[32], const u3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
 }
 
-
 // D[64 x 256] += A[64 x 16] * B[16 x 256], A from registers, B K-major in shared memory (bf16).
 __device__ __forceinline__ void wgmma_m64n256k16_rs_bf16_kmajor(float (&d)[128], const u32 (&a)[4], u64 b_desc) {
   asm volatile(
@@ -83,7 +72,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_bf16_kmajor(float (&d)[128],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
 }
 
-// The same for registers holding A fragments of an in-flight wgmma.
+// Keeps the compiler from moving accesses of A-fragment registers across an in-flight wgmma.
 template <int kM, int kN>
 __device__ __forceinline__ void pin_u32(u32 (&a)[kM][kN]) {
 #pragma unroll
@@ -92,42 +81,8 @@ __device__ __forceinline__ void pin_u32(u32 (&a)[kM][kN]) {
     for (int j = 0; j < kN; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
 }
 
-// ---- mbarriers (CTA scope) ----
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "LAB_WAIT:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra LAB_WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-// Orders this thread's generic-proxy shared-memory writes before later async-proxy reads (wgmma).
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// ---- named barriers, register reallocation ----
-__device__ __forceinline__ void named_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
 __device__ __forceinline__ void named_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-template <int kRegs>
-__device__ __forceinline__ void regs_increase() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void regs_decrease() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
 }  // namespace sm90
