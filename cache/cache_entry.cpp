@@ -1,4 +1,4 @@
-#include "cache/cache_entry.h"
+#include "kiln/cache/cache_entry.h"
 
 #include <xxhash.h>
 
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln {
 

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "jit/cache_key.h"
+#include "kiln/jit/cache_key.h"
 
 namespace kiln {
 

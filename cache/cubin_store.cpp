@@ -1,4 +1,4 @@
-#include "cache/cubin_store.h"
+#include "kiln/cache/cubin_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,10 +11,10 @@
 
 #include <fmt/format.h>
 
-#include "cache/file_lock.h"
-#include "cache/remote_store.h"
-#include "jit/error.h"
-#include "jit/log.h"
+#include "kiln/cache/file_lock.h"
+#include "kiln/cache/remote_store.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/log.h"
 
 namespace kiln {
 

@@ -23,9 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "cache/cache_entry.h"
-#include "cache/store_reports.h"
-#include "jit/cache_key.h"
+#include "kiln/cache/cache_entry.h"
+#include "kiln/cache/store_reports.h"
+#include "kiln/jit/cache_key.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "cache/redis_client.h"
+#include "kiln/cache/redis_client.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "cache/remote_store.h"
+#include "kiln/cache/remote_store.h"
 
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -14,9 +14,9 @@
 
 #include <fmt/format.h>
 
-#include "cache/remote_value.h"
-#include "jit/error.h"
-#include "jit/log.h"
+#include "kiln/cache/remote_value.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/log.h"
 
 namespace kiln {
 

@@ -21,9 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cache/cache_entry.h"
-#include "cache/redis_client.h"
-#include "jit/cache_key.h"
+#include "kiln/cache/cache_entry.h"
+#include "kiln/cache/redis_client.h"
+#include "kiln/jit/cache_key.h"
 
 namespace kiln {
 

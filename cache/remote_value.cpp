@@ -1,4 +1,4 @@
-#include "cache/remote_value.h"
+#include "kiln/cache/remote_value.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln {
 

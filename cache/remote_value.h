@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "cache/cache_entry.h"
+#include "kiln/cache/cache_entry.h"
 
 namespace kiln {
 

@@ -1,11 +1,11 @@
-#include "jit/arch.h"
+#include "kiln/jit/arch.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln {
 

@@ -1,8 +1,8 @@
-#include "jit/build_request.h"
+#include "kiln/jit/build_request.h"
 
-#include "jit/compiler.h"
-#include "jit/family.h"
-#include "jit/template_bundle.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/family.h"
+#include "kiln/jit/template_bundle.h"
 
 namespace kiln {
 

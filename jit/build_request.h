@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
-#include "jit/cache_key.h"
-#include "jit/kernel_source.h"
-#include "jit/semantic_key.h"
+#include "kiln/jit/cache_key.h"
+#include "kiln/jit/kernel_source.h"
+#include "kiln/jit/semantic_key.h"
 
 namespace kiln {
 

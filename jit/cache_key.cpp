@@ -1,4 +1,4 @@
-#include "jit/cache_key.h"
+#include "kiln/jit/cache_key.h"
 
 #include <xxhash.h>
 

@@ -1,4 +1,4 @@
-#include "jit/compiler.h"
+#include "kiln/jit/compiler.h"
 
 #include <fmt/format.h>
 #include <nvrtc.h>
@@ -6,8 +6,8 @@
 #include <chrono>
 #include <memory>
 
-#include "jit/error.h"
-#include "jit/template_bundle.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/template_bundle.h"
 
 namespace kiln {
 

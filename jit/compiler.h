@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "jit/kernel_source.h"
+#include "kiln/jit/kernel_source.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "jit/family.h"
+#include "kiln/jit/family.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln {
 
@@ -40,17 +40,11 @@ const Family& find_family(std::string_view name) {
     std::vector<std::string> known;
     for (const auto& [n, f] : r.families) known.push_back(n);
     throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("unknown kernel family '{}'; known families: {}", name, fmt::join(known, ", ")));
+                fmt::format("unknown kernel family '{}'; known families: {} (the families kiln ships are registered by "
+                            "kiln::register_builtin_families(), runtime/families.h)",
+                            name, fmt::join(known, ", ")));
   }
   return *it->second;
-}
-
-std::vector<std::string> family_names() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto& [n, f] : r.families) names.push_back(n);
-  return names;
 }
 
 }  // namespace kiln

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "jit/kernel_source.h"
+#include "kiln/jit/kernel_source.h"
 
 namespace kiln {
 
@@ -32,6 +32,5 @@ std::string json_text(const nlohmann::json& value);
 // Families register once at start-up (explicit calls, not static initialisers, which static linking drops).
 void register_family(std::unique_ptr<Family> family);
 const Family& find_family(std::string_view name);  // throws Error(kInvalidArgument) listing known names
-std::vector<std::string> family_names();
 
 }  // namespace kiln

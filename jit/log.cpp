@@ -1,4 +1,4 @@
-#include "jit/log.h"
+#include "kiln/jit/log.h"
 
 #include <atomic>
 #include <cstdio>

@@ -1,13 +1,13 @@
-#include "jit/semantic_key.h"
+#include "kiln/jit/semantic_key.h"
 
 #include <fmt/format.h>
 #include <xxhash.h>
 
 #include <charconv>
 
-#include "jit/arch.h"
-#include "jit/error.h"
-#include "jit/family.h"
+#include "kiln/jit/arch.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
 
 namespace kiln {
 

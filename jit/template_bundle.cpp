@@ -1,4 +1,4 @@
-#include "jit/template_bundle.h"
+#include "kiln/jit/template_bundle.h"
 
 #include <cstdint>
 #include <string>
@@ -6,7 +6,7 @@
 namespace kiln {
 
 namespace generated {
-// Defined in the file that CMake generates from kernel_templates/ (cmake/embed_templates.cmake).
+// Defined in the file that CMake generates from kernel_templates/ (jit/embed_templates.cmake).
 extern const EmbeddedFile kTemplates[];
 extern const std::size_t kTemplateCount;
 }  // namespace generated

@@ -1,10 +1,10 @@
-#include "runtime/config.h"
+#include "kiln/runtime/config.h"
 
 #include <fmt/format.h>
 
 #include <cstdlib>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "cache/remote_store.h"
-#include "jit/log.h"
+#include "kiln/cache/remote_store.h"
+#include "kiln/jit/log.h"
 
 namespace kiln {
 

@@ -1,9 +1,9 @@
-#include "runtime/driver.h"
+#include "kiln/runtime/driver.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln {
 

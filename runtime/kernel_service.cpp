@@ -1,4 +1,4 @@
-#include "runtime/kernel_service.h"
+#include "kiln/runtime/kernel_service.h"
 
 #include <unistd.h>
 
@@ -11,14 +11,13 @@
 #include <random>
 #include <thread>
 
-#include "jit/arch.h"
-#include "jit/build_request.h"
-#include "jit/compiler.h"
-#include "jit/error.h"
-#include "jit/log.h"
-#include "runtime/driver.h"
-#include "runtime/families.h"
-#include "runtime/manifest.h"
+#include "kiln/jit/arch.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/log.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/manifest.h"
 
 namespace kiln {
 
@@ -78,7 +77,6 @@ KernelService::~KernelService() = default;
 
 KernelService& KernelService::global() {
   static KernelService service([] {
-    register_builtin_families();
     Config c = Config::from_environment();
     set_log_level(c.log_level);
     return c;
@@ -172,11 +170,7 @@ std::unique_ptr<KernelHandle> KernelService::load(const SemanticKey& key, const 
   handle->key = key.str();
   handle->device = device;
   d.check(d.cuModuleLoadData(&handle->module, entry.cubin.data()), "cuModuleLoadData");
-  CUdevice dev = 0;
-  d.check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
-  int max_optin = 0;
-  d.check(d.cuDeviceGetAttribute(&max_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
-          "cuDeviceGetAttribute");
+  const int max_optin = device_limits(device).smem_per_block_optin;
   for (const auto& name : entry.metadata.at("lowered_names")) {
     KernelFunction f;
     f.lowered_name = name.get<std::string>();
@@ -228,6 +222,20 @@ const KernelHandle& KernelService::warm(const SemanticKey& key, int device) {
     slot->ready.store(slot->owned.get(), std::memory_order_release);
   });
   return *slot->ready.load(std::memory_order_acquire);
+}
+
+const KernelHandle& KernelService::warm(const SemanticKey& key, int device, std::uint64_t fingerprint) {
+  const KernelHandle& handle = warm(key, device);
+  enter_fast_path(fingerprint, device, handle);
+  return handle;
+}
+
+void KernelService::enter_fast_path(std::uint64_t fingerprint, int device, const KernelHandle& handle) {
+  std::unique_lock<std::shared_mutex> lock(fast_mutex_);
+  auto [it, inserted] = fast_.emplace(FastKey{fingerprint, device}, &handle);
+  if (!inserted && it->second != &handle) {
+    throw Error(ErrorCode::kInternal, fmt::format("fingerprint collision between {} and {}", it->second->key, handle.key));
+  }
 }
 
 void KernelService::warm(const std::vector<SemanticKey>& keys, const std::vector<int>& devices) {
@@ -288,24 +296,28 @@ const KernelHandle& KernelService::acquire(std::uint64_t fingerprint, const std:
                             device),
                 {.key = key.str()});
   }
-  const KernelHandle& handle = warm(key, device);
-  std::unique_lock<std::shared_mutex> lock(fast_mutex_);
-  auto [it, inserted] = fast_.emplace(FastKey{fingerprint, device}, &handle);
-  if (!inserted && it->second != &handle) {
-    throw Error(ErrorCode::kInternal, fmt::format("fingerprint collision between {} and {}", it->second->key, key.str()));
-  }
-  return handle;
+  return warm(key, device, fingerprint);
 }
 
 int KernelService::current_device() {
   const Driver& d = Driver::get();
   d.require("find the current device");
   CUdevice dev = 0;
-  if (d.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;  // no current context: device 0's primary context
+  const CUresult r = d.cuCtxGetDevice(&dev);
+  if (r == CUDA_ERROR_INVALID_CONTEXT) {
+    throw Error(ErrorCode::kDriver,
+                "the calling thread has no current CUDA context, so there is no current device; launch on a stream of "
+                "the target device (launchers make its context current) or make a device's context current first");
+  }
+  d.check(r, "cuCtxGetDevice");
   return static_cast<int>(dev);
 }
 
-std::string KernelService::device_arch(int device) {
+const KernelService::DeviceInfo& KernelService::device_info(int device) {
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached) {
+    if (const DeviceInfo* info = device_cache_[device].load(std::memory_order_acquire)) return *info;
+  }
   std::lock_guard<std::mutex> lock(device_mutex_);
   auto it = devices_.find(device);
   if (it == devices_.end()) {
@@ -313,26 +325,27 @@ std::string KernelService::device_arch(int device) {
     d.require(fmt::format("query device {}", device));
     CUdevice dev = 0;
     d.check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
-    int major = 0, minor = 0, sms = 0;
-    d.check(d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute");
-    d.check(d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute");
-    d.check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
-    it = devices_.emplace(device, std::make_pair(arch_for_compute_capability(major, minor), sms)).first;
+    const auto attribute = [&](CUdevice_attribute a) {
+      int v = 0;
+      d.check(d.cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute");
+      return v;
+    };
+    auto info = std::make_unique<DeviceInfo>();
+    info->arch = arch_for_compute_capability(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                                             attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+    info->limits.sm_count = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    info->limits.smem_per_sm = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+    info->limits.smem_per_block_optin = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    info->limits.smem_reserved_per_block = attribute(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
+    it = devices_.emplace(device, std::move(info)).first;
+    if (cached) device_cache_[device].store(it->second.get(), std::memory_order_release);
   }
-  return it->second.first;
+  return *it->second;
 }
 
-int KernelService::device_sm_count(int device) {
-  // Launchers ask on every call: after the first query this is one atomic load.
-  if (device >= 0 && device < kMaxDevices) {
-    if (const int sms = sm_counts_[device].load(std::memory_order_acquire)) return sms;
-  }
-  device_arch(device);
-  std::lock_guard<std::mutex> lock(device_mutex_);
-  const int sms = devices_.at(device).second;
-  if (device >= 0 && device < kMaxDevices) sm_counts_[device].store(sms, std::memory_order_release);
-  return sms;
-}
+const std::string& KernelService::device_arch(int device) { return device_info(device).arch; }
+
+const DeviceLimits& KernelService::device_limits(int device) { return device_info(device).limits; }
 
 ServiceCounters KernelService::counters() const {
   ServiceCounters c;

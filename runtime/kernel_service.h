@@ -16,10 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cache/cubin_store.h"
-#include "jit/semantic_key.h"
-#include "runtime/config.h"
-#include "runtime/kernel_handle.h"
+#include "kiln/cache/cubin_store.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/config.h"
+#include "kiln/runtime/device_limits.h"
+#include "kiln/runtime/kernel_handle.h"
 
 namespace kiln {
 
@@ -52,7 +53,8 @@ class KernelService {
   KernelService(const KernelService&) = delete;
   KernelService& operator=(const KernelService&) = delete;
 
-  // The process-wide service, configured from the environment on first use.
+  // The process-wide service, configured from the environment on first use. Launchers and warm
+  // functions use it unless they are handed another service.
   static KernelService& global();
 
   // Cubin for `key` (no GPU): memory, read-only layers, disk, else compile and publish.
@@ -62,6 +64,9 @@ class KernelService {
 
   // Loads `key` on `device` (building first when needed) and sets its attributes.
   const KernelHandle& warm(const SemanticKey& key, int device);
+  // The same, and enters the handle in acquire()'s fast-path table under `fingerprint`, so that the
+  // first launch after warm-up (often inside graph capture) is one hash lookup.
+  const KernelHandle& warm(const SemanticKey& key, int device, std::uint64_t fingerprint);
 
   // Warms every key on every device over a thread pool; rethrows the first failure after all finish.
   void warm(const std::vector<SemanticKey>& keys, const std::vector<int>& devices);
@@ -74,11 +79,14 @@ class KernelService {
   // Lookup only: nullptr when `fingerprint` is not warm on `device`.
   const KernelHandle* find(std::uint64_t fingerprint, int device) const noexcept;
 
-  // Device ordinal of the calling thread's current context (for launchers).
+  // Device ordinal of the calling thread's current context (launchers make their stream's context
+  // current first, runtime/stream_device.h); throws kDriver when the thread has no context.
   static int current_device();
-  // Exact arch and SM count of a device (cached).
-  std::string device_arch(int device);
-  int device_sm_count(int device);
+  // Exact arch and limits of a device, read from the driver on first use; later calls are one
+  // atomic load (launchers ask on every call).
+  const std::string& device_arch(int device);
+  const DeviceLimits& device_limits(int device);
+  int device_sm_count(int device) { return device_limits(device).sm_count; }
 
   void seal() { sealed_.store(true); }
   void unseal() { sealed_.store(false); }
@@ -119,10 +127,17 @@ class KernelService {
   mutable std::shared_mutex fast_mutex_;
   std::unordered_map<FastKey, const KernelHandle*, FastKeyHash> fast_;
 
+  struct DeviceInfo {
+    std::string arch;
+    DeviceLimits limits;
+  };
+  const DeviceInfo& device_info(int device);
+  void enter_fast_path(std::uint64_t fingerprint, int device, const KernelHandle& handle);
+
   static constexpr int kMaxDevices = 64;
-  std::array<std::atomic<int>, kMaxDevices> sm_counts_{};
+  std::array<std::atomic<const DeviceInfo*>, kMaxDevices> device_cache_{};
   std::mutex device_mutex_;
-  std::unordered_map<int, std::pair<std::string, int>> devices_;  // arch, SM count
+  std::unordered_map<int, std::unique_ptr<const DeviceInfo>> devices_;
 
   struct AtomicCounters;
   std::unique_ptr<AtomicCounters> counters_;

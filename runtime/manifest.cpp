@@ -1,4 +1,4 @@
-#include "runtime/manifest.h"
+#include "kiln/runtime/manifest.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -7,10 +7,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "cache/file_lock.h"
-#include "jit/arch.h"
-#include "jit/error.h"
-#include "jit/family.h"
+#include "kiln/cache/file_lock.h"
+#include "kiln/jit/arch.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
+#include "kiln/runtime/families.h"
 
 namespace kiln {
 
@@ -84,6 +85,7 @@ std::string read_file(const std::filesystem::path& file) {
 
 std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view source,
                                         const std::optional<std::vector<std::string>>& arch_override) {
+  register_builtin_families();  // manifests name families
   json doc;
   try {
     doc = json::parse(text);

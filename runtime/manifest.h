@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "jit/semantic_key.h"
+#include "kiln/jit/semantic_key.h"
 
 namespace kiln {
 

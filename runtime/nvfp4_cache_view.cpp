@@ -1,8 +1,8 @@
-#include "runtime/nvfp4_cache_view.h"
+#include "kiln/runtime/nvfp4_cache_view.h"
 
 #include <fmt/format.h>
 
-#include "runtime/validation.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln {
 

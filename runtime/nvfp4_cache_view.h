@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "kernel_templates/common/nvfp4_format.cuh"
-#include "runtime/tensor_view.h"
+#include "kiln/kernel_templates/common/nvfp4_format.cuh"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln {
 

@@ -1,8 +1,8 @@
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/tensor_view.h"
 
 #include <fmt/format.h>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln {
 
@@ -46,6 +46,13 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
 
 TensorView TensorView::from_dlpack(const DLTensor& t, std::string_view name) {
   TensorView v;
+  if (t.device.device_type != kDLCUDA && t.device.device_type != kDLCUDAManaged) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: expected CUDA device memory (DLPack device type kDLCUDA = {}), got device type {}; "
+                            "move the tensor to the GPU",
+                            name, static_cast<int>(kDLCUDA), static_cast<int>(t.device.device_type)));
+  }
+  v.device = t.device.device_id;
   if (t.ndim < 0 || t.ndim > kMaxRank) {
     throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: rank {} is not supported (at most {})", name, t.ndim, kMaxRank));
   }

@@ -1,6 +1,6 @@
 #pragma once
-// A non-owning view of a device tensor: pointer, dtype, shape and strides (in elements).
-// Converts from DLPack's DLTensor so engines can pass framework tensors directly.
+// A non-owning view of a device tensor: pointer, dtype, shape, strides (in elements) and the CUDA
+// device it lives on. Converts from DLPack's DLTensor so engines can pass framework tensors directly.
 #include <dlpack/dlpack.h>
 
 #include <array>
@@ -24,10 +24,15 @@ struct TensorView {
   int rank = 0;
   std::array<std::int64_t, kMaxRank> shape{};
   std::array<std::int64_t, kMaxRank> strides{};  // elements
+  // CUDA device ordinal, or kAnyDevice for views built by hand (contiguous()): launchers check every
+  // view that names a device against the device of the stream they launch on.
+  static constexpr int kAnyDevice = -1;
+  int device = kAnyDevice;
 
   // Contiguous (row-major) view.
   static TensorView contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape);
-  // Throws Error(kInvalidArgument) naming `name` for unsupported dtypes, ranks or byte offsets.
+  // Throws Error(kInvalidArgument) naming `name` for memory a GPU cannot address (device types other
+  // than kDLCUDA and kDLCUDAManaged), unsupported dtypes, ranks or byte offsets.
   static TensorView from_dlpack(const DLTensor& t, std::string_view name);
 
   std::int64_t size(int dim) const { return shape[dim < 0 ? dim + rank : dim]; }

@@ -1,4 +1,4 @@
-#include "runtime/validation.h"
+#include "kiln/runtime/validation.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln::check {
 

@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <string_view>
 
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::check {
 

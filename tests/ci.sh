@@ -13,6 +13,10 @@
 #   4. fuzzers       from build-asan: fuzz_entry, fuzz_manifest, fuzz_semantic_key, the three at
 #                    once, each for KILN_FUZZ_SECONDS (default 60) from a scratch copy of
 #                    tests/fuzz/corpus/<target>.
+#   5. python        the pip package (pyproject.toml) in a venv, linked against stage 1's tree
+#                    installed into build/install (-DKILN_PREBUILT: kiln is not compiled again, only
+#                    the binding), then pytest over tools/python/tests. No torch here (a multi-GB
+#                    download): its tests skip with the reason; they run on the GPU machine.
 #
 # The NVRTC-bound tests (every default-manifest key, the MLA and sparse template sets) spend nearly
 # all their time inside NVRTC, which is the same uninstrumented library in every tree and gives
@@ -26,13 +30,13 @@
 # gcc's ASan/TSan runtimes come with g++.
 #
 # Knobs: KILN_CI_JOBS (default 2), KILN_FUZZ_SECONDS (default 60), KILN_CI_STAGES (default
-# "normal asan tsan fuzz": run a subset locally).
+# "normal asan tsan fuzz python": run a subset locally).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 jobs=${KILN_CI_JOBS:-2}
 fuzz_seconds=${KILN_FUZZ_SECONDS:-60}
-stages=${KILN_CI_STAGES:-normal asan tsan fuzz}
+stages=${KILN_CI_STAGES:-normal asan tsan fuzz python}
 failed=()
 summary=()
 
@@ -135,10 +139,19 @@ stage_fuzz() {
   return $rc
 }
 
+stage_python() {
+  cmake --install build --prefix build/install > /dev/null || return 1
+  python3 -m venv build/venv && build/venv/bin/pip install -q nanobind scikit-build-core pytest || return 1
+  build/venv/bin/pip install -q --no-build-isolation -C build-dir=build/python -C build.tool-args=-j"$jobs" \
+    -C cmake.define.KILN_PREBUILT=ON -C cmake.define.kiln_DIR="$PWD/build/install/lib/cmake/kiln" . || return 1
+  build/venv/bin/python -m pytest -q -rs tools/python/tests
+}
+
 run_stage normal stage_normal
 run_stage asan stage_asan
 run_stage tsan stage_tsan
 run_stage fuzz stage_fuzz
+run_stage python stage_python
 
 echo
 echo "=================== summary"

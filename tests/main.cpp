@@ -1,5 +1,5 @@
 // main for the unit and nvrtc suites.
-#include "runtime/families.h"
+#include "kiln/runtime/families.h"
 #include "tests/support/catch_session.h"
 
 int main(int argc, char** argv) {

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "jit/compiler.h"
-#include "jit/error.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
 
 namespace kiln::tools {
 
@@ -49,6 +49,45 @@ constexpr int kMmaChains = 8;
 constexpr int kMmaThreads = 256;
 constexpr int kMmaBlocksPerSm = 4;
 constexpr int kMmaIters = 32768;
+
+// Hopper's bf16 tensor-core ceiling (sm_90a): two warpgroups per SM each stream m64n256k16 wgmmas
+// with both operands in shared memory (128-byte swizzle, the layout the MLA kernel uses), 4 per
+// commit group, keeping one group in flight behind the one being issued.
+constexpr const char* kWgmmaPeakSource = R"(
+#include "common/wgmma.cuh"
+namespace kiln_bench {
+using namespace kiln;
+__global__ void __launch_bounds__(256, 1) wgmma_peak(float* out, int iters) {
+  __shared__ __align__(1024) unsigned char smem[8192 + 32768];
+  const u32 base = static_cast<u32>(__cvta_generic_to_shared(smem));
+  // Non-zero bf16 near 2^-7, different per word (no overflow over any iteration count used).
+  for (int i = threadIdx.x; i < (8192 + 32768) / 4; i += blockDim.x) {
+    reinterpret_cast<u32*>(smem)[i] = 0x3c003c00u ^ ((i * 2654435761u) & 0x007f007fu);
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+  float d[128];
+  for (int i = 0; i < 128; ++i) d[i] = 0.f;
+  wgmma_fence();
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      WgmmaBf16<256>::ss<0>(d, wgmma_desc_sw128(base + ks * 32, 16, 1024),
+                            wgmma_desc_sw128(base + 8192 + ks * 32, 16, 1024), true);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+  }
+  wgmma_wait<0>();
+  wgmma_fence_operand(d);
+  float s = 0.f;
+  for (int i = 0; i < 128; ++i) s += d[i];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+}  // namespace kiln_bench
+)";
+constexpr int kWgmmaThreads = 256;
+constexpr int kWgmmaIters = 4096;
 
 }  // namespace
 
@@ -153,34 +192,89 @@ std::string BenchMmaPeak::method() {
                      kMmaChains, kMmaThreads / 32 * kMmaBlocksPerSm, kMmaIters);
 }
 
+BenchWgmmaPeak::BenchWgmmaPeak(const std::string& arch, int sm_count) : blocks_(sm_count) {
+  const Driver& d = Driver::get();
+  const CompileResult r =
+      Compiler().compile(KernelSource{kWgmmaPeakSource, {"kiln_bench::wgmma_peak"}}, arch, "bench:wgmma_peak");
+  bench_check(d.cuModuleLoadData(&module_, r.cubin.data()), "cuModuleLoadData", "wgmma peak kernel");
+  bench_check(d.cuModuleGetFunction(&function_, module_, r.lowered_names.at(0).c_str()), "cuModuleGetFunction",
+              "wgmma peak kernel");
+  out_ = std::make_unique<BenchDeviceMemory>(static_cast<std::size_t>(blocks_) * kWgmmaThreads * 4, "wgmma peak output");
+}
+
+BenchWgmmaPeak::~BenchWgmmaPeak() {
+  if (module_) Driver::get().cuModuleUnload(module_);
+}
+
+double BenchWgmmaPeak::measure(CUstream stream) const {
+  const Driver& d = Driver::get();
+  CUdeviceptr out = out_->ptr();
+  int iters = kWgmmaIters;
+  void* args[] = {&out, &iters};
+  std::vector<double> ms;
+  for (int i = 0; i < 8; ++i) {
+    const double t = bench_time_ms(stream, "wgmma peak", [&] {
+      bench_check(d.cuLaunchKernel(function_, blocks_, 1, 1, kWgmmaThreads, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel",
+                  "wgmma peak kernel");
+    });
+    if (i > 0) ms.push_back(t);
+  }
+  float probe[4] = {};
+  bench_check(d.cuMemcpyDtoH(probe, out, sizeof probe), "cuMemcpyDtoH", "wgmma peak output");
+  for (float f : probe) {
+    if (!std::isfinite(f) || f == 0.f) {
+      throw Error(ErrorCode::kInternal, fmt::format("wgmma peak kernel produced {} (expected finite, non-zero)", f));
+    }
+  }
+  const double flop = 2.0 * 64 * 256 * 16 * 4 * static_cast<double>(iters) * blocks_ * (kWgmmaThreads / 128);
+  return flop / (bench_median(ms) * 1e-3) * 1e-12;
+}
+
+std::string BenchWgmmaPeak::method() {
+  return fmt::format("NVRTC-compiled kernel (sm_90a): {} warpgroups per SM each issue wgmma.m64n256k16 bf16->fp32 with both "
+                     "operands in shared memory (128-byte swizzle), 4 per commit group, one group in flight; {} iterations; "
+                     "median of 7 after a warm-up",
+                     kWgmmaThreads / 128, kWgmmaIters);
+}
+
 BenchCeilings::BenchCeilings(const std::string& arch, int sm_count, CUstream stream)
     : copy_src_(1024 * kBenchMiB, "copy ceiling source"),
       copy_dst_(1024 * kBenchMiB, "copy ceiling destination") {
   bench_fill_bf16(copy_src_.ptr(), copy_src_.bytes(), 7, "copy ceiling source");
   bench_check(Driver::get().cuCtxSynchronize(), "cuCtxSynchronize", "copy ceiling upload");
   mma_.emplace(arch, sm_count);
+  if (arch == "sm_90a") wgmma_.emplace(arch, sm_count);
   copy_start_ = measure_copy_tb_s(copy_src_, copy_dst_, stream);
   mma_start_ = mma_->measure(stream);
-  std::fprintf(stderr, "ceilings (start): copy %.2f TB/s (read+write), mma.sync bf16 peak %.0f TFLOP/s\n", copy_start_, mma_start_);
+  if (wgmma_) wgmma_start_ = wgmma_->measure(stream);
+  std::fprintf(stderr, "ceilings (start): copy %.2f TB/s (read+write), mma.sync bf16 peak %.0f TFLOP/s, wgmma bf16 peak %.0f TFLOP/s\n",
+               copy_start_, mma_start_, wgmma_start_);
 }
 
 void BenchCeilings::read_end(CUstream stream) {
   copy_end_ = measure_copy_tb_s(copy_src_, copy_dst_, stream);
   mma_end_ = mma_->measure(stream);
+  if (wgmma_) wgmma_end_ = wgmma_->measure(stream);
 }
 
 nlohmann::json BenchCeilings::report() const {
   return {{"copy_tb_s", {{"start", copy_start_}, {"end", copy_end_}, {"used", copy_tb_s()},
                          {"method", "1 GiB cuMemcpyDtoDAsync, (read + write) bytes / time, median of 7 after a warm-up"}}},
           {"mma_sync_peak_tflop_s", {{"start", mma_start_}, {"end", mma_end_}, {"used", mma_tflop_s()}, {"method", BenchMmaPeak::method()}}},
+          {"wgmma_peak_tflop_s",
+           {{"start", wgmma_start_}, {"end", wgmma_end_}, {"used", wgmma_tflop_s()},
+            {"method", wgmma_ ? BenchWgmmaPeak::method() : std::string("not measured: wgmma needs sm_90a")}}},
           {"wgmma_peak_tflop_s_reference",
            {{"value", kWgmmaReferenceTflops},
             {"note", "bf16 wgmma rate measured elsewhere on an H200 of this workplace, NOT in this run; pct_wgmma_790 is relative to it"}}}};
 }
 
 void BenchCeilings::print() const {
-  std::fprintf(stderr, "\nceilings: copy %.2f TB/s (start %.2f, end %.2f); mma.sync peak %.0f TFLOP/s (start %.0f, end %.0f); wgmma ref %.0f\n",
-               copy_tb_s(), copy_start_, copy_end_, mma_tflop_s(), mma_start_, mma_end_, kWgmmaReferenceTflops);
+  std::fprintf(stderr,
+               "\nceilings: copy %.2f TB/s (start %.2f, end %.2f); mma.sync peak %.0f TFLOP/s (start %.0f, end %.0f); wgmma "
+               "peak %.0f TFLOP/s (start %.0f, end %.0f)\n",
+               copy_tb_s(), copy_start_, copy_end_, mma_tflop_s(), mma_start_, mma_end_, wgmma_tflop_s(), wgmma_start_,
+               wgmma_end_);
 }
 
 BenchReplayTimes bench_graph_replays(CUstream stream, const std::string& where, int calls, double long_replay_ms,
@@ -270,6 +364,30 @@ void bench_fill_bf16(CUdeviceptr dst, std::size_t bytes, std::size_t rotation, c
   for (std::size_t off = 0; off < bytes;) {
     const std::size_t n = std::min(bytes - off, pattern_bytes - start);
     bench_check(d.cuMemcpyHtoD(dst + off, reinterpret_cast<const char*>(pattern.data()) + start, n), "cuMemcpyHtoD", where);
+    off += n;
+    start = 0;
+  }
+}
+
+void bench_fill_e4m3(CUdeviceptr dst, std::size_t bytes, std::size_t rotation, const std::string& where) {
+  static const std::vector<std::uint8_t> pattern = [] {
+    std::vector<std::uint8_t> w(32 * kBenchMiB);
+    BenchRng rng(0x65346d33);
+    for (std::size_t i = 0; i < w.size(); i += 8) {
+      const std::uint64_t r = rng.next();
+      for (std::size_t k = 0; k < 8; ++k) {
+        const unsigned byte = static_cast<unsigned>(r >> (8 * k));
+        // Either sign, exponent 3..7 (2^-4 .. 1.875), any mantissa: finite, never NaN.
+        w[i + k] = static_cast<std::uint8_t>((byte & 0x80) | ((3 + (byte >> 3) % 5) << 3) | (byte & 7));
+      }
+    }
+    return w;
+  }();
+  const Driver& d = Driver::get();
+  std::size_t start = (rotation * 4099) % pattern.size();
+  for (std::size_t off = 0; off < bytes;) {
+    const std::size_t n = std::min(bytes - off, pattern.size() - start);
+    bench_check(d.cuMemcpyHtoD(dst + off, pattern.data() + start, n), "cuMemcpyHtoD", where);
     off += n;
     start = 0;
   }

@@ -1,9 +1,10 @@
 #pragma once
 // Shared pieces of the device benchmarks (`kiln bench mla`, `kiln bench sparse`): checked driver
 // calls that say what failed and where, device memory, a stream, event timing, a CUDA-graph replay
-// timer, and the two ceilings every kernel row is compared with, measured in the same run:
+// timer, and the ceilings every kernel row is compared with, measured in the same run:
 //   - device-to-device copy bandwidth (a large cuMemcpyDtoDAsync, bytes read + written);
-//   - a bf16 tensor-core peak: an NVRTC-compiled kernel of independent mma.sync.m16n8k16 chains.
+//   - bf16 tensor-core peaks: an NVRTC-compiled kernel of independent mma.sync.m16n8k16 chains, and
+//     on sm_90a one of wgmma.m64n256k16 from shared memory.
 #include <cuda.h>
 #include <nlohmann/json.hpp>
 
@@ -17,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/driver.h"
+#include "kiln/runtime/driver.h"
 
 namespace kiln::tools {
 
@@ -116,6 +117,23 @@ class BenchMmaPeak {
   std::unique_ptr<BenchDeviceMemory> out_;
 };
 
+// The wgmma bf16 peak kernel (sm_90a only), compiled with NVRTC and loaded in the current context.
+class BenchWgmmaPeak {
+ public:
+  BenchWgmmaPeak(const std::string& arch, int sm_count);
+  ~BenchWgmmaPeak();
+  BenchWgmmaPeak(const BenchWgmmaPeak&) = delete;
+  BenchWgmmaPeak& operator=(const BenchWgmmaPeak&) = delete;
+  double measure(CUstream stream) const;  // TFLOP/s, as BenchMmaPeak::measure
+  static std::string method();
+
+ private:
+  int blocks_;
+  CUmodule module_ = nullptr;
+  CUfunction function_ = nullptr;
+  std::unique_ptr<BenchDeviceMemory> out_;
+};
+
 // Both ceilings, read when constructed (1 GiB copies from a bench_fill_bf16 source, the peak
 // kernel) and again by read_end(): clocks and power may move over a sweep, so the larger is used.
 // The constructor prints the first reading on stderr.
@@ -127,6 +145,7 @@ class BenchCeilings {
   void read_end(CUstream stream);
   double copy_tb_s() const { return std::max(copy_start_, copy_end_); }
   double mma_tflop_s() const { return std::max(mma_start_, mma_end_); }
+  double wgmma_tflop_s() const { return std::max(wgmma_start_, wgmma_end_); }  // 0 off sm_90a
   // The report's "ceilings" object: both readings, the ones used, the methods, the wgmma reference.
   nlohmann::json report() const;
   // The "ceilings: ..." line above the compact table.
@@ -135,7 +154,8 @@ class BenchCeilings {
  private:
   BenchDeviceMemory copy_src_, copy_dst_;
   std::optional<BenchMmaPeak> mma_;  // compiled once the copy source is filled
-  double copy_start_ = 0, mma_start_ = 0, copy_end_ = 0, mma_end_ = 0;
+  std::optional<BenchWgmmaPeak> wgmma_;  // sm_90a only
+  double copy_start_ = 0, mma_start_ = 0, copy_end_ = 0, mma_end_ = 0, wgmma_start_ = 0, wgmma_end_ = 0;
 };
 
 // Per-call times of a captured graph of `calls` launcher calls.
@@ -164,6 +184,8 @@ std::string bench_power_state();
 // Host-side fill: `bytes` (even) of random bf16 in (-1, 1) at `dst`, from a 32 MiB pattern rotated
 // by `rotation`, uploaded in pieces (random-looking, never zeros: zeros can run faster than real data).
 void bench_fill_bf16(CUdeviceptr dst, std::size_t bytes, std::size_t rotation, const std::string& where);
+// The same for e4m3 bytes: random signs and magnitudes 2^-4 .. 1.875 (finite, never NaN).
+void bench_fill_e4m3(CUdeviceptr dst, std::size_t bytes, std::size_t rotation, const std::string& where);
 
 // ---- template definition ----
 template <typename F>

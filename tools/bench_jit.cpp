@@ -1,5 +1,6 @@
-// kiln bench jit: cold NVRTC compile, disk-hit warm, remote-hit warm and fleet start (with
-// KILN_REMOTE_CACHE), in-memory lookup, launch overhead, prebuild -j.
+// kiln bench jit: cold NVRTC compile (writer, MLA and sparse keys), disk-hit warm (first and median),
+// remote-hit warm and a fleet start (with KILN_REMOTE_CACHE), in-memory lookup, host time per launch
+// of each launcher beside a bare cuLaunchKernelEx, prebuild -j.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -9,12 +10,17 @@
 #include <filesystem>
 #include <thread>
 
-#include "jit/compiler.h"
-#include "jit/error.h"
-#include "kernel_templates/nvfp4_writer/params.cuh"
-#include "runtime/driver.h"
-#include "runtime/kernel_service.h"
-#include "runtime/nvfp4_writer/writer.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
+#include "kiln/kernel_templates/mla_decode/params.cuh"
+#include "kiln/kernel_templates/nvfp4_writer/params.cuh"
+#include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "tools/bench.h"
 #include "tools/bench_remote.h"
 #include "tools/bench_report.h"
@@ -56,6 +62,194 @@ std::vector<SemanticKey> writer_keys(const std::string& arch) {
     for (const int page : {2, 32, 64, 128}) keys.push_back(nvfp4::WriterPolicy{op, page}.key(arch));
   }
   return keys;
+}
+
+// The production MLA key (DeepSeek: 128 heads, page 64) and a sparse key with the extra pool.
+mla::MlaDecodePolicy mla_bench_policy() { return mla::MlaDecodePolicy{128, 64, 163840, 1, false, DType::kBf16, DType::kBf16, mla::MaskType::kCausal}; }
+sparse::SparsePolicy sparse_bench_policy() { return sparse::SparsePolicy{64, 1, true, false}; }
+
+// Cold compiles of one key, each into a fresh cache (so each is one NVRTC run plus publish).
+json cold_compile(const SemanticKey& key, const std::string& base, int runs) {
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    KernelService service(bench_config(fresh_dir(base, fmt::format("cold-{}-{}", key.family(), i))));
+    const auto t0 = Clock::now();
+    service.build(key);
+    ms.push_back(ms_since(t0));
+  }
+  std::fprintf(stderr, "cold compile %-60s median %8.1f ms of %d\n", key.str().c_str(), median(ms), runs);
+  return {{"key", key.str()}, {"runs_ms", ms}, {"median_ms", median(ms)}};
+}
+
+CUdeviceptr device_zeros(std::size_t bytes) {
+  const Driver& d = Driver::get();
+  CUdeviceptr p = 0;
+  d.check(d.cuMemAlloc(&p, bytes), "cuMemAlloc");
+  d.check(d.cuMemsetD8(p, 0, bytes), "cuMemsetD8");
+  return p;
+}
+
+void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
+
+CUlaunchConfig bare_config(const LaunchConfig& c, CUstream stream) {
+  CUlaunchConfig b{};
+  b.gridDimX = c.grid[0];
+  b.gridDimY = c.grid[1];
+  b.gridDimZ = c.grid[2];
+  b.blockDimX = c.block[0];
+  b.blockDimY = c.block[1];
+  b.blockDimZ = c.block[2];
+  b.sharedMemBytes = c.smem_bytes;
+  b.hStream = stream;
+  return b;
+}
+
+// Host time per call of `bare` and of `full`, in us: each timed over kBatch back-to-back calls with
+// the stream drained before and after (outside the timing), so the loop measures the enqueue and
+// never waits on a full queue; batches alternate between the two, median of kBatches each.
+template <class Bare, class Full>
+json launch_overhead(CUstream stream, Bare&& bare, Full&& full, const char* name) {
+  constexpr int kBatch = 200;
+  constexpr int kBatches = 51;
+  const Driver& d = Driver::get();
+  std::vector<double> b, f;
+  const auto timed = [&](auto&& call) {
+    d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+    const auto t = Clock::now();
+    for (int i = 0; i < kBatch; ++i) call();
+    const double us = ms_since(t) * 1e3 / kBatch;
+    d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+    return us;
+  };
+  for (int i = 0; i < kBatches; ++i) {
+    b.push_back(timed(bare));
+    f.push_back(timed(full));
+  }
+  std::fprintf(stderr, "launch %-8s bare cuLaunchKernelEx %.2f us, launcher %.2f us, overhead %.2f us\n", name, median(b),
+               median(f), median(f) - median(b));
+  return {{"bare_cuLaunchKernelEx_us", median(b)}, {"launcher_us", median(f)}, {"overhead_us", median(f) - median(b)},
+          {"target_overhead_us", 1.0}};
+}
+
+// Host time per launch of the three launchers with a warm key, each beside a bare cuLaunchKernelEx
+// of the same function, geometry and Params. The problems are tiny (one block) so that the GPU
+// keeps up with the enqueues.
+json launch_overheads(const std::string& base) {
+  const Driver& d = Driver::get();
+  KernelService service(bench_config(fresh_dir(base, "launch")));
+  CUstream stream = nullptr;
+  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  json out = json::object();
+
+  {  // writer: one append row to slot -1, so the kernel returns at once
+    const CUdeviceptr cache = device_zeros(64 * 384), rows = device_zeros(512 * 2), slots = device_zeros(4);
+    d.check(d.cuMemsetD8(slots, 0xff, 4), "cuMemsetD8");
+    const nvfp4::WriterPolicy policy{nvfp4::WriterOp::kAppend, 64};
+    nvfp4::warm(policy, {0}, service);
+    const TensorView v_rows = TensorView::contiguous(ptr(rows), DType::kBf16, {1, 512});
+    const TensorView v_slots = TensorView::contiguous(ptr(slots), DType::kI32, {1});
+    const TensorView v_cache = TensorView::contiguous(ptr(cache), DType::kU8, {1, 64, 384});
+    Nvfp4WriterParams params{ptr(rows), 512, ptr(cache), 64 * 384, reinterpret_cast<const int*>(ptr(slots)), 64, 1};
+    LaunchConfig lc;
+    lc.block[0] = kNvfp4WriterThreads;
+    CUlaunchConfig bc = bare_config(lc, stream);
+    void* args[] = {&params};
+    const CUfunction fn = acquire(service, policy, stream).entry(0).function;
+    out["writer_append"] = launch_overhead(
+        stream, [&] { d.cuLaunchKernelEx(&bc, fn, args, nullptr); },
+        [&] { nvfp4::append(v_rows, v_slots, v_cache, stream, service); }, "writer");
+    d.cuMemFree(cache);
+    d.cuMemFree(rows);
+    d.cuMemFree(slots);
+  }
+
+  {  // MLA decode: B 1, SQ 1, H 16, 32 tokens (one split: no combine launch)
+    const mla::MlaDecodePolicy policy{16, 64, 32, 1, false, DType::kBf16, DType::kBf16, mla::MaskType::kCausal};
+    mla::warm_mla(policy, {0}, service);
+    const CUdeviceptr q = device_zeros(16 * 576 * 2), kv = device_zeros(64 * 576 * 2), tables = device_zeros(4),
+                      lens = device_zeros(4), o = device_zeros(16 * 512 * 2), ws = device_zeros(256);
+    const std::int32_t len = 32;
+    d.check(d.cuMemcpyHtoD(lens, &len, 4), "cuMemcpyHtoD");
+    const TensorView v_q = TensorView::contiguous(ptr(q), DType::kBf16, {1, 1, 16, 576});
+    const TensorView v_kv = TensorView::contiguous(ptr(kv), DType::kBf16, {1, 64, 576});
+    const TensorView v_tables = TensorView::contiguous(ptr(tables), DType::kI32, {1, 1});
+    const TensorView v_lens = TensorView::contiguous(ptr(lens), DType::kI32, {1});
+    const TensorView v_out = TensorView::contiguous(ptr(o), DType::kBf16, {1, 1, 16, 512});
+    const TensorView v_ws = TensorView::contiguous(ptr(ws), DType::kU8, {256});
+    const mla::MlaPlan plan = mla::plan(policy.planner_policy(), 1, service.device_limits(0), service.device_arch(0));
+    if (plan.needs_combine) throw Error(ErrorCode::kInternal, "bench jit: the MLA launch-overhead problem should not split");
+    MlaDecodeParams params{};
+    params.q = ptr(q);
+    params.kv = ptr(kv);
+    params.block_tables = ptr(tables);
+    params.seq_lens = ptr(lens);
+    params.out = ptr(o);
+    params.block_table_stride = 1;
+    params.batch = 1;
+    params.num_parts = plan.num_parts;
+    params.piece_cost = plan.piece_cost;
+    params.scale_log2 = 1.0f;
+    params.out_scale = 1.0f;
+    CUlaunchConfig bc = bare_config(plan.decode, stream);
+    void* args[] = {&params};
+    const CUfunction fn = acquire(service, policy, stream).entry(0).function;
+    out["mla_decode"] = launch_overhead(
+        stream, [&] { d.cuLaunchKernelEx(&bc, fn, args, nullptr); },
+        [&] {
+          mla::prims_ts_batch_decode_with_kv_cache_mla(v_q, v_kv, v_ws, 512, 64, v_tables, v_lens, 32, std::nullopt, 1, v_out,
+                                                       1.0, 1.0, mla::MaskType::kCausal, DType::kBf16, stream, service);
+        },
+        "mla");
+    for (CUdeviceptr p : {q, kv, tables, lens, o, ws}) d.cuMemFree(p);
+  }
+
+  {  // sparse decode: T 1, H 16, topk 64 (one chunk: no split), every index slot 0 of a zero page
+    const CUdeviceptr q = device_zeros(16 * 512 * 2), kv = device_zeros(64 * 384), idx = device_zeros(64 * 4),
+                      o = device_zeros(16 * 512 * 2), lse = device_zeros(16 * 4);
+    const TensorView v_q = TensorView::contiguous(ptr(q), DType::kBf16, {1, 16, 512});
+    const TensorView v_kv = TensorView::contiguous(ptr(kv), DType::kU8, {1, 64, 384});
+    const TensorView v_idx = TensorView::contiguous(ptr(idx), DType::kI32, {1, 64});
+    const TensorView v_out = TensorView::contiguous(ptr(o), DType::kBf16, {1, 16, 512});
+    const TensorView v_lse = TensorView::contiguous(ptr(lse), DType::kF32, {1, 16});
+    const sparse::SparseOptions opt;
+    const sparse::SplitPlanResult plan =
+        sparse::plan_sparse_decode(v_q, v_kv, v_idx, v_out, v_lse, 0.1, opt, service.device_sm_count(0));
+    const sparse::SparsePolicy policy = sparse::sparse_policy(16, false, plan);
+    if (policy.split) throw Error(ErrorCode::kInternal, "bench jit: the sparse launch-overhead problem should not split");
+    sparse::warm_sparse(policy, {0}, service);
+    SparseNvfp4Params params{};
+    params.q = ptr(q);
+    params.kv = ptr(kv);
+    params.kv_page_stride = 64 * 384;
+    params.kv_page_size = 64;
+    params.topk = 64;
+    params.indices = ptr(idx);
+    params.indices_row_stride = 64;
+    params.output = ptr(o);
+    params.out_lse = ptr(lse);
+    params.sm_scale_log2 = 0.1f * 1.4426950408889634f;
+    params.lse_scale = 1.0f;
+    params.num_tokens = 1;
+    params.num_splits = plan.num_splits;
+    params.chunks_per_block = plan.chunks_per_block;
+    LaunchConfig lc;
+    lc.grid[0] = static_cast<unsigned>(sparse_decode_grid(1, 16, plan.head_tiles, plan.num_splits));
+    lc.block[0] = static_cast<unsigned>(sparse_block_threads(plan.head_tiles));
+    lc.smem_bytes = sparse_decode_smem_bytes(plan.head_tiles);
+    CUlaunchConfig bc = bare_config(lc, stream);
+    void* args[] = {&params};
+    const CUfunction fn = acquire(service, policy, stream).entry(0).function;
+    out["sparse_nvfp4"] = launch_overhead(
+        stream, [&] { d.cuLaunchKernelEx(&bc, fn, args, nullptr); },
+        [&] { sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(v_q, v_kv, v_idx, v_out, v_lse, 0.1, opt, stream, service); },
+        "sparse");
+    for (CUdeviceptr p : {q, kv, idx, o, lse}) d.cuMemFree(p);
+  }
+  d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  d.cuStreamDestroy(stream);
+  out["method"] = "host time per call over 200 back-to-back enqueues (stream drained outside the timing), bare and "
+                  "launcher batches alternating, median of 51 batches each; one-block problems";
+  return out;
 }
 
 // Wall time of compiling `keys` into an empty cache with `jobs` threads.
@@ -102,10 +296,16 @@ int run_bench(const BenchOptions& options) {
     }
     results["cold_compile"] = {{"per_key", cold}, {"median_ms", median(ms)}, {"target_ms", 1000}};
   }
+  results["cold_compile_mla"] = cold_compile(mla_bench_policy().key(arch), base, 3);
+  results["cold_compile_sparse"] = cold_compile(sparse_bench_policy().key(arch), base, 3);
 
   // Disk hits: a new service (empty memory) over the cache just filled. With a GPU this is the whole
-  // warm-up (read + checksum + module load + attributes); without one, read + checksum only.
+  // warm-up (read + checksum + module load + attributes); without one, read + checksum only. The
+  // primary context exists before the first one (an engine has one), so the first load is a module
+  // load, not context creation.
   {
+    std::optional<ScopedDeviceContext> context;
+    if (gpu) context.emplace(0);
     KernelService service(bench_config(cold_dir));
     json per_key = json::array();
     std::vector<double> ms;
@@ -116,10 +316,11 @@ int run_bench(const BenchOptions& options) {
       ms.push_back(ms_since(t0));
       per_key.push_back({{"key", key.str()}, {"ms", ms.back()}});
     }
-    results["disk_hit_warm"] = {{"per_key", per_key}, {"median_ms", median(ms)}, {"target_ms", 1.0},
+    results["disk_hit_warm"] = {{"per_key", per_key}, {"first_ms", ms.front()}, {"median_ms", median(ms)}, {"target_ms", 1.0},
                                 {"includes", gpu ? "read, checksum, cuModuleLoadData, attributes" : "read, checksum (no GPU)"},
                                 {"compiles", service.counters().compiles}};
-    std::fprintf(stderr, "disk-hit warm: median %.3f ms per key (%s)\n", median(ms), gpu ? "with module load" : "no GPU: read+verify");
+    std::fprintf(stderr, "disk-hit warm: first %.3f ms, median %.3f ms per key (%s)\n", ms.front(), median(ms),
+                 gpu ? "with module load" : "no GPU: read+verify");
   }
 
   // The remote tier (loopback or wherever KILN_REMOTE_CACHE points): remote-hit warm and a fleet start.
@@ -132,14 +333,12 @@ int run_bench(const BenchOptions& options) {
 
   if (gpu) {
     ScopedDeviceContext ctx(0);
-    KernelService& service = KernelService::global();
+    KernelService service(bench_config(cold_dir));
     const nvfp4::WriterPolicy policy{nvfp4::WriterOp::kAppend, 64};
-    nvfp4::warm(policy, {0});
+    nvfp4::warm(policy, {0}, service);
     // In-memory lookup: what every launch pays to find its warm handle.
-    const SemanticKey key = policy.key(arch);
     constexpr int kLookups = 2'000'000;
-    std::uint64_t fp = 0x1234;
-    service.acquire(fp, [&] { return key; }, nullptr);
+    const std::uint64_t fp = policy.fingerprint();
     const auto t0 = Clock::now();
     const KernelHandle* sink = nullptr;
     for (int i = 0; i < kLookups; ++i) sink = service.find(fp, 0);
@@ -148,43 +347,7 @@ int run_bench(const BenchOptions& options) {
     results["lookup_ns"] = {{"value", lookup_ns}, {"target_ns", 100}};
     std::fprintf(stderr, "in-memory lookup: %.1f ns\n", lookup_ns);
 
-    // Launch overhead: the full launcher (validation + lookup + cuLaunchKernel) against a bare
-    // cuLaunchKernel of the same function and Params, host time per enqueue, median of 7 batches.
-    CUdeviceptr cache = 0, rows = 0, slots = 0;
-    d.check(d.cuMemAlloc(&cache, 64 * 384), "cuMemAlloc");
-    d.check(d.cuMemAlloc(&rows, 512 * 2), "cuMemAlloc");
-    d.check(d.cuMemAlloc(&slots, 4), "cuMemAlloc");
-    d.check(d.cuMemsetD8(rows, 0, 1024), "cuMemsetD8");
-    d.check(d.cuMemsetD8(slots, 0xff, 4), "cuMemsetD8");  // slot -1: the kernel returns at once
-    CUstream stream = nullptr;
-    d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    const TensorView v_rows = TensorView::contiguous(reinterpret_cast<void*>(rows), DType::kBf16, {1, 512});
-    const TensorView v_slots = TensorView::contiguous(reinterpret_cast<void*>(slots), DType::kI32, {1});
-    const TensorView v_cache = TensorView::contiguous(reinterpret_cast<void*>(cache), DType::kU8, {1, 64, 384});
-    Nvfp4WriterParams params{reinterpret_cast<void*>(rows), 512, reinterpret_cast<void*>(cache), 64 * 384,
-                             reinterpret_cast<const int*>(slots), 64, 1};
-    void* args[] = {&params};
-    const CUfunction fn = service.warm(key, 0).entry(0).function;
-    constexpr int kLaunches = 20000;
-    std::vector<double> bare, full;
-    for (int batch = 0; batch < 7; ++batch) {
-      auto t = Clock::now();
-      for (int i = 0; i < kLaunches; ++i) d.cuLaunchKernel(fn, 1, 1, 1, kNvfp4WriterThreads, 1, 1, 0, stream, args, nullptr);
-      d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
-      bare.push_back(ms_since(t) * 1e3 / kLaunches);
-      t = Clock::now();
-      for (int i = 0; i < kLaunches; ++i) nvfp4::append(v_rows, v_slots, v_cache, stream);
-      d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
-      full.push_back(ms_since(t) * 1e3 / kLaunches);
-    }
-    results["launch_us"] = {{"bare_cuLaunchKernel", median(bare)}, {"kiln_launcher", median(full)},
-                            {"overhead", median(full) - median(bare)}, {"target_overhead_us", 1.0},
-                            {"method", "host time per enqueue incl. stream sync amortised over 20000 launches, median of 7"}};
-    std::fprintf(stderr, "launch: bare %.2f us, kiln %.2f us, overhead %.2f us\n", median(bare), median(full), median(full) - median(bare));
-    d.cuStreamDestroy(stream);
-    d.cuMemFree(cache);
-    d.cuMemFree(rows);
-    d.cuMemFree(slots);
+    results["launch_us"] = launch_overheads(base);
   }
 
   // Prebuild throughput with 1 and 2 jobs over the writer keys of both archs.

@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "cache/cubin_store.h"
-#include "jit/build_request.h"
-#include "jit/error.h"
-#include "runtime/kernel_service.h"
+#include "kiln/cache/cubin_store.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/kernel_service.h"
 
 extern char** environ;
 

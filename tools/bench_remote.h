@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cache/remote_store.h"
-#include "jit/semantic_key.h"
+#include "kiln/cache/remote_store.h"
+#include "kiln/jit/semantic_key.h"
 
 namespace kiln::tools {
 

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <thread>
 
-#include "jit/compiler.h"
-#include "jit/error.h"
-#include "runtime/driver.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/driver.h"
 
 namespace kiln::tools {
 

@@ -3,27 +3,21 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
-#include <random>
 #include <thread>
 
-#include "jit/arch.h"
-#include "jit/build_request.h"
-#include "jit/error.h"
-#include "runtime/driver.h"
-#include "runtime/families.h"
-#include "runtime/kernel_service.h"
-#include "runtime/manifest.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/families.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/manifest.h"
 #include "tools/bench.h"
 #include "tools/bench_mla.h"
 #include "tools/bench_sparse.h"
-#include "tools/default_manifest.h"
+#include "tools/bench_writer.h"
+#include "tools/cache_ops.h"
 
 namespace kiln::tools {
 namespace {
@@ -47,111 +41,40 @@ Config make_config(const CommonOptions& o) {
   return c;
 }
 
-std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::optional<std::string>& archs) {
-  std::optional<std::vector<std::string>> override_archs;
-  if (archs) override_archs = parse_arch_list(*archs);  // an empty --arch is an error, not "all"
-  if (manifest.empty()) return parse_manifest(default_manifest(), "(embedded default)", override_archs);
-  return load_manifest(manifest, override_archs);
-}
-
 int run_prebuild(const CommonOptions& common, const std::string& manifest, const std::optional<std::string>& archs, int jobs,
                  bool push) {
   if (jobs < 1) throw Error(ErrorCode::kInvalidArgument, fmt::format("-j must be >= 1, got {}", jobs));
   const std::vector<SemanticKey> keys = manifest_keys(manifest, archs);
   KernelService service(make_config(common));
-  RemoteStore* remote = service.remote();
-  if (push && remote == nullptr) {
+  if (push && service.remote() == nullptr) {
     throw Error(ErrorCode::kInvalidArgument,
                 "prebuild --push needs a remote cache: set KILN_REMOTE_CACHE=redis://host:port (README: the remote tier)");
   }
   const auto start = Clock::now();
-
-  struct Outcome {
-    std::string status;  // compiled | hit | failed
-    std::string detail;  // where a hit came from, or why it failed
-    std::string pushed;  // with --push: uploaded | present | failed
-    std::string push_problem;
-    double ms = 0;
+  const auto print = [](std::size_t done, std::size_t total, const SemanticKey& key, const PrebuildOutcome& out) {
+    std::fprintf(stderr, "[%zu/%zu] %-8s %s (%s%s%s, %.0f ms)\n", done, total, out.status.c_str(), key.str().c_str(),
+                 out.status == "failed" ? "error" : out.detail.c_str(), out.pushed.empty() ? "" : ", push ",
+                 out.pushed.c_str(), out.ms);
+    if (out.status == "failed") std::fprintf(stderr, "    %s\n", out.detail.c_str());
+    if (out.pushed == "failed") std::fprintf(stderr, "    push failed: %s\n", out.push_problem.c_str());
   };
-  std::vector<Outcome> outcomes(keys.size());
-  // Per-process order, so that runners prebuilding one manifest together compile different keys.
-  std::vector<std::size_t> order(keys.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::shuffle(order.begin(), order.end(), std::minstd_rand(static_cast<unsigned>(::getpid())));
-  std::atomic<std::size_t> next{0}, done{0};
-  std::mutex print_mutex;
-  const auto worker = [&] {
-    for (std::size_t n = next++; n < keys.size(); n = next++) {
-      const std::size_t i = order[n];
-      const auto t0 = Clock::now();
-      Outcome& out = outcomes[i];
-      try {
-        const Artifact a = service.build(keys[i]);
-        out.status = a.source == ArtifactSource::kCompiled ? "compiled" : "hit";
-        out.detail = std::string(artifact_source_name(a.source));
-        if (push) {
-          std::string problem;
-          switch (remote->push(*a.entry, &problem)) {
-            case RemoteStore::PushResult::kUploaded: out.pushed = "uploaded"; break;
-            case RemoteStore::PushResult::kPresent: out.pushed = "present"; break;
-            case RemoteStore::PushResult::kFailed:
-              out.pushed = "failed";
-              out.push_problem = problem;
-              break;
-          }
-        }
-      } catch (const Error& e) {
-        out.status = "failed";
-        out.detail = e.what();
-      }
-      out.ms = ms_since(t0);
-      std::lock_guard<std::mutex> lock(print_mutex);
-      std::fprintf(stderr, "[%zu/%zu] %-8s %s (%s%s%s, %.0f ms)\n", ++done, keys.size(), out.status.c_str(), keys[i].str().c_str(),
-                   out.status == "failed" ? "error" : out.detail.c_str(), out.pushed.empty() ? "" : ", push ",
-                   out.pushed.c_str(), out.ms);
-      if (out.status == "failed") std::fprintf(stderr, "    %s\n", out.detail.c_str());
-      if (out.pushed == "failed") std::fprintf(stderr, "    push failed: %s\n", out.push_problem.c_str());
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 0; t < std::min<int>(jobs, static_cast<int>(keys.size())); ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-
-  std::size_t compiled = 0, hits = 0, failed = 0, remote_hits = 0, uploaded = 0, present = 0, push_failed = 0;
-  json list = json::array();
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const Outcome& o = outcomes[i];
-    compiled += o.status == "compiled";
-    hits += o.status == "hit";
-    failed += o.status == "failed";
-    remote_hits += o.detail == artifact_source_name(ArtifactSource::kRemote);
-    uploaded += o.pushed == "uploaded";
-    present += o.pushed == "present";
-    push_failed += o.pushed == "failed";
-    json item = {{"key", keys[i].str()}, {"outcome", o.status}, {"ms", o.ms}};
-    if (o.status == "failed") item["error"] = o.detail;
-    else item["source"] = o.detail;
-    if (push) item["pushed"] = o.pushed;
-    if (o.pushed == "failed") item["push_error"] = o.push_problem;
-    list.push_back(item);
-  }
+  const std::vector<PrebuildOutcome> outcomes = prebuild(service, keys, jobs, print, push);
   const double wall = ms_since(start);
-  if (common.json) {
-    json report = {{"keys", list},   {"compiled", compiled},           {"hits", hits},
-                   {"remote_hits", remote_hits},                       {"failed", failed},
-                   {"wall_ms", wall}, {"jobs", jobs},
-                   {"cache_dir", service.config().cache_dir.string()}, {"writable", service.store().writable()}};
-    if (remote) report["remote"] = remote->counters().to_json();
-    if (push) report["push"] = {{"uploaded", uploaded}, {"present", present}, {"failed", push_failed}};
-    std::printf("%s\n", report.dump(2).c_str());
-  }
+  const json report = prebuild_report(service, keys, outcomes, wall, jobs, push);
+  if (common.json) std::printf("%s\n", report.dump(2).c_str());
   std::fprintf(stderr, "prebuild: %zu keys: %zu compiled, %zu hit (%zu from the remote cache), %zu failed in %.1f s (-j %d, cache %s)\n",
-               keys.size(), compiled, hits, remote_hits, failed, wall / 1000.0, jobs, service.config().cache_dir.c_str());
+               keys.size(), report["compiled"].get<std::size_t>(), report["hits"].get<std::size_t>(),
+               report["remote_hits"].get<std::size_t>(), report["failed"].get<std::size_t>(), wall / 1000.0, jobs,
+               service.config().cache_dir.c_str());
+  std::size_t push_failed = 0;
   if (push) {
+    const json& p = report["push"];
+    push_failed = p["failed"].get<std::size_t>();
     std::fprintf(stderr, "push to %s: %zu uploaded, %zu already there, %zu failed\n",
-                 remote->options().endpoint.describe().c_str(), uploaded, present, push_failed);
+                 service.remote()->options().endpoint.describe().c_str(), p["uploaded"].get<std::size_t>(),
+                 p["present"].get<std::size_t>(), push_failed);
   }
-  return failed == 0 && push_failed == 0 ? 0 : 1;
+  return report["failed"].get<std::size_t>() == 0 && push_failed == 0 ? 0 : 1;
 }
 
 int run_warm(const CommonOptions& common, const std::string& manifest, std::vector<int> devices) {
@@ -258,40 +181,30 @@ int run_prune(const CommonOptions& common, long long max_bytes) {
 
 int run_stats(const CommonOptions& common) {
   KernelService service(make_config(common));
-  const StoreStats s = service.store().stats();
-  json layers = json::array();
-  for (const LayerStats& l : s.layers) {
-    layers.push_back({{"root", l.root.string()}, {"layer", tier_name(l.tier)}, {"present", l.present}, {"entries", l.entries}, {"bytes", l.bytes}});
-    if (!common.json) {
-      std::printf("%-9s %s: %llu entries, %llu bytes%s\n", std::string(tier_name(l.tier)).c_str(), l.root.c_str(),
-                  static_cast<unsigned long long>(l.entries), static_cast<unsigned long long>(l.bytes), l.present ? "" : " (absent)");
-    }
-  }
-  // The remote tier's counters are the fleet's: every process adds its own to a hash in Redis.
-  std::optional<RemoteFleetStats> remote;
-  if (RemoteStore* r = service.remote()) remote = r->fleet_stats();
+  const json s = store_stats(service);
   if (common.json) {
-    json out = {{"layers", layers}, {"quarantined", s.quarantined}, {"temp_files", s.temp_files}, {"writable", s.writable}};
-    out["remote"] = remote ? remote->to_json() : json(nullptr);
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", s.dump(2).c_str());
+    return 0;
+  }
+  for (const json& l : s["layers"]) {
+    std::printf("%-9s %s: %llu entries, %llu bytes%s\n", l["layer"].get<std::string>().c_str(), l["root"].get<std::string>().c_str(),
+                l["entries"].get<unsigned long long>(), l["bytes"].get<unsigned long long>(), l["present"].get<bool>() ? "" : " (absent)");
+  }
+  std::printf("quarantined: %llu files; temp files: %llu; writable: %s\n", s["quarantined"].get<unsigned long long>(),
+              s["temp_files"].get<unsigned long long>(), s["writable"].get<bool>() ? "yes" : "no");
+  const json& r = s["remote"];
+  if (r.is_null()) {
+    std::printf("remote    none (KILN_REMOTE_CACHE is not set)\n");
+  } else if (!r["reachable"].get<bool>()) {
+    std::printf("remote    %s: unreachable: %s\n", r["endpoint"].get<std::string>().c_str(), r["problem"].get<std::string>().c_str());
   } else {
-    std::printf("quarantined: %llu files; temp files: %llu; writable: %s\n", static_cast<unsigned long long>(s.quarantined),
-                static_cast<unsigned long long>(s.temp_files), s.writable ? "yes" : "no");
-    if (!remote) {
-      std::printf("remote    none (KILN_REMOTE_CACHE is not set)\n");
-    } else if (!remote->reachable) {
-      std::printf("remote    %s: unreachable: %s\n", remote->endpoint.c_str(), remote->problem.c_str());
-    } else {
-      const RemoteCounters& c = remote->counters;
-      std::printf("remote    %s: %llu entries, %llu locks held\n", remote->endpoint.c_str(),
-                  static_cast<unsigned long long>(remote->entries), static_cast<unsigned long long>(remote->locks));
-      std::printf("remote    fleet counters: %llu hits, %llu misses, %llu uploads, %llu rejected, %llu lock waits "
-                  "(%llu timed out), %llu errors\n",
-                  static_cast<unsigned long long>(c.hits), static_cast<unsigned long long>(c.misses),
-                  static_cast<unsigned long long>(c.uploads), static_cast<unsigned long long>(c.rejected),
-                  static_cast<unsigned long long>(c.lock_waits), static_cast<unsigned long long>(c.wait_timeouts),
-                  static_cast<unsigned long long>(c.errors));
-    }
+    const json& c = r["counters"];
+    const auto n = [&](const char* name) { return c[name].get<unsigned long long>(); };
+    std::printf("remote    %s: %llu entries, %llu locks held\n", r["endpoint"].get<std::string>().c_str(),
+                r["entries"].get<unsigned long long>(), r["locks"].get<unsigned long long>());
+    std::printf("remote    fleet counters: %llu hits, %llu misses, %llu uploads, %llu rejected, %llu lock waits (%llu timed "
+                "out), %llu errors\n",
+                n("hits"), n("misses"), n("uploads"), n("rejected"), n("lock_waits"), n("wait_timeouts"), n("errors"));
   }
   return 0;
 }
@@ -339,10 +252,10 @@ int main_impl(int argc, char** argv) {
   add_common(stats);
 
   BenchOptions bench_options;
-  auto* bench = app.add_subcommand("bench", "measure on this machine: jit (compile/warm/lookup/launch), mla, sparse (kernels, GPU)");
-  bench->add_option("WHAT", bench_options.what, "jit, mla or sparse")->required();
+  auto* bench = app.add_subcommand("bench", "measure on this machine: jit (compile/warm/lookup/launch), mla, sparse, writer (kernels, GPU)");
+  bench->add_option("WHAT", bench_options.what, "jit, mla, sparse or writer")->required();
   bench->add_option("--out", bench_options.out, "write the JSON report to this file");
-  bench->add_flag("--quick", bench_options.quick, "mla/sparse: a 4-config smoke subset");
+  bench->add_flag("--quick", bench_options.quick, "mla/sparse/writer: a small smoke subset");
   bench->add_option("--fleet", bench_options.fleet,
                     "jit with KILN_REMOTE_CACHE: processes of the fleet start, without and with the remote tier (0: skip)");
   bench->add_option("--manifest", bench_options.manifest, "jit: the fleet start's manifest (default: the embedded default)");
@@ -377,6 +290,7 @@ int main_impl(int argc, char** argv) {
       bench_options.cache_dir = common.cache_dir;
       if (bench_options.what == "mla") return run_bench_mla(bench_options);
       if (bench_options.what == "sparse") return run_bench_sparse(bench_options);
+      if (bench_options.what == "writer") return run_bench_writer(bench_options);
       return run_bench(bench_options);
     }
   } catch (const Error& e) {

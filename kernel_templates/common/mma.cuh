@@ -1,5 +1,7 @@
 #pragma once
-// Warp-level tensor-core and async-copy wrappers (sm_80+ PTX, valid on sm_90a and sm_120a).
+// Warp-level tensor-core, ldmatrix, async-copy and shared-memory wrappers (sm_80+ PTX, valid on
+// sm_90a and sm_120a). The *_addr / ldsm / lds / sts forms take precomputed 32-bit shared addresses,
+// so a per-fragment address is one immediate add.
 #include "common/numeric.cuh"
 
 namespace kiln {
@@ -44,6 +46,66 @@ __device__ __forceinline__ void mma_f16_16816(float (&d)[4], const u32 (&a)[4], 
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ---- on 32-bit shared addresses, raw shared-memory vectors, global loads, f16 packing ----
+
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void cp_async_16_addr(u32 smem, const void* gmem, u32 bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(bytes));
+}
+
+struct U32x4 {
+  u32 x, y, z, w;
+};
+
+__device__ __forceinline__ U32x4 lds128(u32 addr) {
+  U32x4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void sts128(u32 addr, U32x4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+__device__ __forceinline__ void sts32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
+__device__ __forceinline__ void sts_f32(u32 addr, float v) { asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v)); }
+__device__ __forceinline__ float lds_f32(u32 addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
+
+// Read-only global 16-byte load that does not allocate in L1 (streamed data).
+__device__ __forceinline__ U32x4 ldg128_stream(const void* p) {
+  U32x4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// Read-only global 16-byte load when `pred`, else zeros. A predicated instruction, not a branch
+// around a load, so a batch of these can all be in flight before the first use.
+__device__ __forceinline__ U32x4 ldg128_if(const void* p, bool pred) {
+  U32x4 v{0u, 0u, 0u, 0u};
+  asm("{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n @q ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
+  return v;
+}
+
+// Two floats -> packed f16x2, `lo` in the low half.
+__device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
 }
 
 #endif  // __CUDACC__

@@ -8,7 +8,6 @@ using u8 = unsigned char;
 using u16 = unsigned short;
 using u32 = unsigned int;
 using u64 = unsigned long long;
-using i64 = long long;
 
 #ifdef __CUDACC__
 

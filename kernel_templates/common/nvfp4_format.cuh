@@ -5,12 +5,9 @@
 namespace kiln {
 
 inline constexpr int kNvfp4LatentDims = 512;      // 448 quantized NoPE dims + 64 bf16 RoPE dims
-inline constexpr int kNvfp4QuantDims = 448;
-inline constexpr int kNvfp4GroupSize = 16;         // values per e4m3 scale
-inline constexpr int kNvfp4Groups = 28;            // 448 / 16
+inline constexpr int kNvfp4Groups = 28;            // 448 / 16: one e4m3 scale per 16 values
 inline constexpr int kNvfp4CodeBytes = 224;        // 448 e2m1 codes, two per byte, low nibble first
-inline constexpr int kNvfp4RopeBytes = 128;        // 64 bf16
-inline constexpr int kNvfp4DataBytes = 352;        // codes + rope, per token
+inline constexpr int kNvfp4DataBytes = 352;        // codes + 64 bf16 RoPE values (128 bytes), per token
 inline constexpr int kNvfp4ScaleBytes = 32;        // 28 scales + 4 zero bytes, per token
 inline constexpr int kNvfp4TokenBytes = 384;
 

@@ -1,446 +1,126 @@
 #pragma once
-// Paged MLA decode (576-wide Q/K, V = first 512 columns of the same cache row) on mma.sync tensor
-// cores, split-KV with an LSE combine. One CTA = one request x one row tile (rows fold the query
-// positions and heads: row = i * H + h) x one KV split, so each KV tile is read from HBM once per
-// row tile and shared by every row in it.
-//
-// Warp roles: warp (rg, cg) owns rows [16 rg, 16 rg + 16) of the tile. For S = Q K^T it takes token
-// slice cg of the KV tile; the row max crosses warps through shared memory, P goes to shared memory,
-// and for O += P V it takes output column slice cg (512 / C columns), so O never needs more than
-// 128 fp32 registers per thread.
-//
-// fp8 (e4m3) inputs are widened to f16 in shared memory (exact: every e4m3 value is an f16) and run
-// on the f16 MMA with P in f16. The bf16 path splits P into bf16 hi + lo (two MMAs per V fragment).
-#include "common/mma.cuh"
-#include "common/mma_sm90.cuh"
-#include "common/numeric.cuh"
-#include "common/softmax.cuh"
+// Paged MLA decode (576-wide Q/K, V = first 512 columns of the same cache row): the two entry points
+// of the module. mla_decode_kernel: grid (parts, row tiles); each CTA walks its part's pieces
+// (schedule.cuh) with the wgmma kernel (sm_90a, kernel_wgmma.cuh) or the mma.sync kernel
+// (kernel_mma.cuh), as mla_variant() picks for the target. mla_combine_kernel merges the pieces of
+// split requests; it is launched (with programmatic dependent launch) only when a request can split.
+#include "common/mbarrier.cuh"
+#include "common/pdl.cuh"
+#include "mla_decode/kernel_mma.cuh"
+#include "mla_decode/kernel_wgmma.cuh"
 #include "mla_decode/params.cuh"
+#include "mla_decode/schedule.cuh"
 
 namespace kiln {
 
 #ifdef __CUDACC__
 
+// The variant is a function of the policy and the target, so the same key compiles to the kernel
+// each arch can run; the host planner mirrors it from the device's arch.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr bool kMlaSm90a = true;
+#else
+constexpr bool kMlaSm90a = false;
+#endif
+
+template <int kHeads, int kMaxSeqLenQ, bool kFp8, int kKernel>
+constexpr MlaVariant kMlaCompiledVariant = mla_variant(kKernel, kHeads, kMaxSeqLenQ, kFp8, kMlaSm90a);
+
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kPacked, bool kFp8, bool kCausal, int kKernel>
+__global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel>), 1)
+    mla_decode_kernel(const __grid_constant__ MlaDecodeParams p) {
+  using namespace mla_detail;
+  constexpr MlaVariant kV = kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel>;
+  constexpr int kThreads = mla_variant_threads(kV);
+  constexpr int kRows = mla_variant_rows(kV);
+  static_assert(kMaxSeqLenQ >= 1 && kMaxSeqLenQ <= kMlaMaxSeqLenQ, "kMaxSeqLenQ must be in 1..64");
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int part = blockIdx.x;
+  const int row0 = blockIdx.y * kRows;
+  // The part that holds a request's first block records how many pieces it has, for the combine.
+  auto record = [&](const MlaPiece& pc) {
+    if (pc.first && p.split_meta != nullptr && blockIdx.y == 0 && threadIdx.x == 0) {
+      int* meta = static_cast<int*>(p.split_meta) + 2 * pc.b;
+      meta[0] = pc.first_part;
+      meta[1] = pc.num_pieces;
+    }
+  };
+
+  if constexpr (kV.wgmma) {
+    static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
+    static_assert(!kFp8, "the wgmma MLA kernel takes bf16 only");
+    const u32 raw = smem_addr(smem);
+    const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+    long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);
+    if (threadIdx.x == 0) {
+      // Every thread of both warpgroups arrives once per fill (cp.async completion, .noinc).
+      for (int i = 0; i < 1 + kMlaWgStages; ++i) mbar_init(base + kMlaWgBarOffset + 8 * i, kMlaWgThreads);
+      mbar_fence_init();
+    }
+    __syncthreads();
+    MlaWgState st{0u, 0u};
+    mla_for_each_piece<kThreads, kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+      record(pc);
+      // CTA-uniform. A split piece without scratch only follows a length above max_seq_len.
+      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;
+      mla_wgmma_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+    });
+  } else {
+    constexpr MlaSmemLayout kLayout = mla_smem_layout(kV.tile, kFp8);
+    long long* scratch = reinterpret_cast<long long*>(smem + kLayout.sched_offset);
+    mla_for_each_piece<kThreads, kV.tile.tile_tokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+      record(pc);
+      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as above
+      __syncthreads();                          // the previous piece is done with shared memory
+      mla_mma_piece<kHeads, kPageSize, kMaxSeqLenQ, kFp8, kCausal, kV.tile.row_groups, kV.tile.col_groups,
+                    kV.tile.tile_tokens, kV.tile.stages>(p, smem, pc, row0, pc.whole ? -1 : pc.b + part);
+    });
+  }
+  // Lets the combine launch; it waits for this grid's completion before reading anything.
+  pdl_launch_dependents();
+}
+
 namespace mla_detail {
 
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
-__device__ __forceinline__ int load_i32(const void* base, long long index) {
-  return __ldg(static_cast<const int*>(base) + index);
+// 16 bytes from global memory when `pred`, else zeros: a plain (coherent) load, since the data was
+// written by the preceding kernel, and volatile so it stays after the dependency wait.
+__device__ __forceinline__ U32x4 ld128_if(const void* p, bool pred) {
+  U32x4 v{0u, 0u, 0u, 0u};
+  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n @q ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+               : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+               : "l"(p), "r"(static_cast<int>(pred)));
+  return v;
 }
 
-// 16 e4m3 bytes -> 16 f16 values (two 16-byte vectors), memory order preserved.
-__device__ __forceinline__ void e4m3x16_to_f16(const U32x4& v, U32x4& lo, U32x4& hi) {
-  lo.x = e4m3x2_to_f16x2(u16(v.x & 0xffffu));
-  lo.y = e4m3x2_to_f16x2(u16(v.x >> 16));
-  lo.z = e4m3x2_to_f16x2(u16(v.y & 0xffffu));
-  lo.w = e4m3x2_to_f16x2(u16(v.y >> 16));
-  hi.x = e4m3x2_to_f16x2(u16(v.z & 0xffffu));
-  hi.y = e4m3x2_to_f16x2(u16(v.z >> 16));
-  hi.z = e4m3x2_to_f16x2(u16(v.w & 0xffffu));
-  hi.w = e4m3x2_to_f16x2(u16(v.w >> 16));
+__device__ __forceinline__ float ld_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+  return v;
 }
 
-template <bool kF16>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-  if constexpr (kF16) {
-    mma_f16_16816(d, a, b);
-  } else {
-    mma_bf16_16816(d, a, b);
-  }
-}
-
-template <bool kF16>
-__device__ __forceinline__ u32 pack_p(float lo, float hi) {
-  if constexpr (kF16) {
-    return pack_f16x2(lo, hi);
-  } else {
-    return pack_bf16x2(lo, hi);
-  }
+__device__ __forceinline__ int ld_s32(const int* p) {
+  int v;
+  asm volatile("ld.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
 }
 
 }  // namespace mla_detail
 
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kPacked, bool kFp8, bool kCausal, int kRowGroups,
-          int kColGroups, int kTileTokens, int kStages>
-__global__ void __launch_bounds__(32 * kRowGroups * kColGroups, 1)
-    mla_decode_kernel(const __grid_constant__ MlaDecodeParams p) {
-  using namespace mla_detail;
-  constexpr MlaTileConfig kCfg{kRowGroups, kColGroups, kTileTokens, kStages};
-  constexpr MlaSmemLayout kLayout = mla_smem_layout(kCfg, kFp8);
-  constexpr int kThreads = mla_threads(kCfg);
-  constexpr int kRows = mla_tile_rows(kCfg);
-  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
-  constexpr int kWarpTokens = kTileTokens / kColGroups;  // S columns per warp
-  constexpr int kNT = kWarpTokens / 8;                   // S n8 tiles per warp
-  constexpr int kWarpCols = kMlaDimV / kColGroups;       // O columns per warp
-  constexpr int kOT = kWarpCols / 8;                     // O n8 tiles per warp
-  constexpr int kRowBytes = kFp8 ? kMlaDimQk : kMlaDimQk * 2;
-  constexpr int kChunks = kRowBytes / 16;
-  constexpr int kThreadsPerToken = kThreads / kTileTokens;
-  constexpr int kChunksPerThread = (kChunks + kThreadsPerToken - 1) / kThreadsPerToken;
-  constexpr int kPitchBytes = kMlaSmemPitch * 2;
-  constexpr int kStagePitch = kFp8 ? kMlaDimQk : kPitchBytes;
-  constexpr int kPPitchBytes = kLayout.p_pitch * 2;
-  constexpr int kPLoBytes = kRows * kPPitchBytes;  // bf16: offset of the P residual tile
-  // With one S tile per warp a single accumulator chain would serialise 36 dependent MMAs.
-  constexpr int kKSplit = kNT == 1 ? 4 : (kNT == 2 ? 2 : 1);
-
-  static_assert(kHeads >= 1 && kHeads <= 128, "kHeads must be in 1..128");
-  static_assert(kMaxSeqLenQ >= 1 && kMaxSeqLenQ <= 8, "kMaxSeqLenQ must be in 1..8");
-  static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
-  static_assert(kWarpTokens % 8 == 0 && kTileTokens % 16 == 0, "token slice per warp must be whole n8 tiles");
-  static_assert(kOT % 2 == 0, "output slice per warp must be whole n16 pairs");
-  static_assert(kThreads % kTileTokens == 0, "tile loader maps a fixed thread group to each token");
-  static_assert(kStages >= 2, "need at least double buffering");
-  static_assert(kLayout.total <= 232448, "shared memory over the sm_90 per-block limit");
-
-  extern __shared__ __align__(16) unsigned char smem[];
-  const u32 sbase = smem_addr(smem);
-
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int rg = warp / kColGroups;
-  const int cg = warp % kColGroups;
-  const int g = lane >> 2;
-  const int q4 = lane & 3;
-  const int b = blockIdx.z;
-  const int split = blockIdx.y;
-  const int row0 = blockIdx.x * kRows;
-
-  int tok0, q_len;
-  if constexpr (kPacked) {
-    tok0 = load_i32(p.qo_indptr, b);
-    q_len = load_i32(p.qo_indptr, b + 1) - tok0;
-  } else {
-    tok0 = b * kMaxSeqLenQ;
-    q_len = kMaxSeqLenQ;
-  }
-  const int rows_b = q_len * kHeads;
-  if (row0 >= rows_b) return;  // CTA-uniform: rows beyond this request's q_len * H
-
-  const int seq_len = load_i32(p.seq_lens, b);
-  const int n_splits = p.num_splits;
-  long long chunk = (static_cast<long long>(seq_len) + n_splits - 1) / n_splits;
-  chunk = (chunk + kTileTokens - 1) / kTileTokens * kTileTokens;
-  const long long t0_ll = split * chunk;
-  long long t1_ll = t0_ll + chunk < seq_len ? t0_ll + chunk : seq_len;
-  if constexpr (kCausal) {
-    // The last row of this tile sees the most; no row here sees past it.
-    const int last_row = (row0 + kRows < rows_b ? row0 + kRows : rows_b) - 1;
-    const long long vis_end = static_cast<long long>(seq_len) - q_len + last_row / kHeads + 1;
-    if (vis_end < t1_ll) t1_ll = vis_end;
-  }
-  const int t0 = static_cast<int>(t0_ll < seq_len ? t0_ll : seq_len);
-  const int t1 = static_cast<int>(t1_ll > t0 ? t1_ll : t0);
-  const int n_tiles = (t1 - t0 + kTileTokens - 1) / kTileTokens;
-
-  const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
-  const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(b) * p.block_table_stride;
-
-  const u32 q_smem = sbase + kLayout.q_offset;
-  const u32 stage_smem = sbase + kLayout.stage_offset;
-
-  // Token tid / kThreadsPerToken of the tile, chunks sub, sub + kThreadsPerToken, ...
-  auto load_tile = [&](int tile, int stage) {
-    const int tok_local = tid / kThreadsPerToken;
-    const int sub = tid % kThreadsPerToken;
-    const int t = t0 + tile * kTileTokens + tok_local;
-    const bool valid = t < t1;
-    const unsigned char* src = kv;
-    if (valid) {
-      const int page = __ldg(bt_row + t / kPageSize);
-      src = kv + (static_cast<long long>(page) * kPageSize + t % kPageSize) * kRowBytes;
-    }
-    const u32 dst = stage_smem + stage * kLayout.stage_bytes + tok_local * kStagePitch;
-#pragma unroll
-    for (int k = 0; k < kChunksPerThread; ++k) {
-      const int c = sub + k * kThreadsPerToken;
-      if (kChunks % kThreadsPerToken == 0 || c < kChunks) {
-        // Rows past the range are zero-filled: masked P is 0, and 0 * garbage could be NaN.
-        cp_async_16_addr(dst + c * 16, valid ? src + c * 16 : src, valid ? 16u : 0u);
-      }
-    }
-  };
-
-  const unsigned char* q_rows =
-      static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
-  if (n_tiles > 0) {
-    if constexpr (!kFp8) {
-#pragma unroll
-      for (int k = 0; k < (kRows * kChunks + kThreads - 1) / kThreads; ++k) {
-        const int c = tid + k * kThreads;
-        if ((kRows * kChunks) % kThreads == 0 || c < kRows * kChunks) {
-          const int r = c / kChunks;
-          const int ch = c % kChunks;
-          const bool valid = row0 + r < rows_b;
-          cp_async_16_addr(q_smem + r * kPitchBytes + ch * 16, valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
-                           valid ? 16u : 0u);
-        }
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < n_tiles) load_tile(s, s);
-      cp_async_commit();
-    }
-    if constexpr (kFp8) {
-      // Q is small and read once: plain loads, widened while the KV prologue is in flight.
-#pragma unroll
-      for (int k = 0; k < (kRows * kChunks + kThreads - 1) / kThreads; ++k) {
-        const int c = tid + k * kThreads;
-        if ((kRows * kChunks) % kThreads == 0 || c < kRows * kChunks) {
-          const int r = c / kChunks;
-          const int ch = c % kChunks;
-          U32x4 v{0u, 0u, 0u, 0u};
-          if (row0 + r < rows_b) v = ldg128_stream(q_rows + r * kRowBytes + ch * 16);
-          U32x4 lo, hi;
-          e4m3x16_to_f16(v, lo, hi);
-          sts128(q_smem + r * kPitchBytes + ch * 32, lo);
-          sts128(q_smem + r * kPitchBytes + ch * 32 + 16, hi);
-        }
-      }
-    }
-  }
-
-  // Per-lane ldmatrix base addresses (bytes). A operands: lanes 0-15 rows 0-15 at k 0, lanes 16-31
-  // rows 0-15 at k 8. K as B (non-trans): lane picks token lane%8, k offset 8*(lane/8) covering two
-  // k16 steps. V as B (trans): lane picks token (lane%8) + 8*((lane/8)%2), column 8*(lane/16).
-  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8;
-  const u32 q_lane = q_smem + (rg * 16 + a_row) * kPitchBytes + (lane >> 4) * 16;
-  const u32 k_lane = (cg * kWarpTokens + (lane & 7)) * kPitchBytes + (lane >> 3) * 16;
-  const u32 p_lane = sbase + kLayout.p_offset + (rg * 16 + a_row) * kPPitchBytes + (lane >> 4) * 16;
-  const u32 v_lane = a_row * kPitchBytes + (cg * kWarpCols + (lane >> 4) * 8) * 2;
-  const u32 p_store = sbase + kLayout.p_offset + (rg * 16 + g) * kPPitchBytes + (cg * kWarpTokens + 2 * q4) * 2;
-  const u32 red_max = sbase + kLayout.red_max_offset;
-  const u32 red_sum = sbase + kLayout.red_sum_offset;
-  const int row_lo = rg * 16 + g;  // tile-local rows of this thread: row_lo and row_lo + 8
-
-  int lim_lo = 0x7fffffff, lim_hi = 0x7fffffff;
-  if constexpr (kCausal) {
-    lim_lo = seq_len - q_len + (row0 + row_lo) / kHeads;
-    lim_hi = seq_len - q_len + (row0 + row_lo + 8) / kHeads;
-  }
-  const float scale = p.scale_log2;
-
-  float o[kOT][4];
-#pragma unroll
-  for (int n = 0; n < kOT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m_lo = neg_inf(), m_hi = neg_inf();
-  float l_lo = 0.f, l_hi = 0.f;
-
-  for (int it = 0; it < n_tiles; ++it) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile `it` visible to all; everyone is done with iteration it - 1
-    {
-      const int next = it + kStages - 1;
-      if (next < n_tiles) load_tile(next, next % kStages);
-      cp_async_commit();
-    }
-    const int stage = it % kStages;
-    u32 kt;
-    if constexpr (kFp8) {
-      const u32 src = stage_smem + stage * kLayout.stage_bytes;
-      kt = sbase + kLayout.tile_offset;
-#pragma unroll
-      for (int k = 0; k < (kTileTokens * kChunks + kThreads - 1) / kThreads; ++k) {
-        const int c = tid + k * kThreads;
-        if ((kTileTokens * kChunks) % kThreads == 0 || c < kTileTokens * kChunks) {
-          const int r = c / kChunks;
-          const int ch = c % kChunks;
-          U32x4 lo, hi;
-          e4m3x16_to_f16(lds128(src + r * kStagePitch + ch * 16), lo, hi);
-          sts128(kt + r * kPitchBytes + ch * 32, lo);
-          sts128(kt + r * kPitchBytes + ch * 32 + 16, hi);
-        }
-      }
-      __syncthreads();
-    } else {
-      kt = stage_smem + stage * kLayout.stage_bytes;
-    }
-
-    // ---- S = Q K^T over this warp's token slice ----
-    float sacc[kKSplit][kNT][4];
-#pragma unroll
-    for (int a = 0; a < kKSplit; ++a)
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) sacc[a][j][0] = sacc[a][j][1] = sacc[a][j][2] = sacc[a][j][3] = 0.f;
-#pragma unroll
-    for (int ks2 = 0; ks2 < kMlaDimQk / 32; ++ks2) {
-      u32 a0[4], a1[4];
-      ldsm_x4(a0, q_lane + ks2 * 64);
-      ldsm_x4(a1, q_lane + ks2 * 64 + 32);
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        u32 bk[4];
-        ldsm_x4(bk, kt + k_lane + j * 8 * kPitchBytes + ks2 * 64);
-        const u32 b0[2] = {bk[0], bk[1]};
-        const u32 b1[2] = {bk[2], bk[3]};
-        mma_16816<kFp8>(sacc[(2 * ks2) % kKSplit][j], a0, b0);
-        mma_16816<kFp8>(sacc[(2 * ks2 + 1) % kKSplit][j], a1, b1);
-      }
-    }
-    float s[kNT][4];
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = sacc[0][j][e];
-#pragma unroll
-        for (int a = 1; a < kKSplit; ++a) v += sacc[a][j][e];
-        s[j][e] = v;
-      }
-
-    // ---- mask, scale, row max across the column-group warps ----
-    const int tile_t0 = t0 + it * kTileTokens + cg * kWarpTokens + 2 * q4;
-    float mx_lo = neg_inf(), mx_hi = neg_inf();
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int t = tile_t0 + j * 8 + (e & 1);
-        bool ok = t < t1;
-        if constexpr (kCausal) ok = ok && t <= (e < 2 ? lim_lo : lim_hi);
-        const float x = ok ? s[j][e] * scale : neg_inf();
-        s[j][e] = x;
-        if (e < 2) mx_lo = fmaxf(mx_lo, x);
-        else mx_hi = fmaxf(mx_hi, x);
-      }
-    mx_lo = quad_max(mx_lo);
-    mx_hi = quad_max(mx_hi);
-    if (q4 == 0) {
-      sts_f32(red_max + (cg * kRows + row_lo) * 4, mx_lo);
-      sts_f32(red_max + (cg * kRows + row_lo + 8) * 4, mx_hi);
-    }
-    __syncthreads();
-    float tmax_lo = neg_inf(), tmax_hi = neg_inf();
-#pragma unroll
-    for (int c = 0; c < kColGroups; ++c) {
-      tmax_lo = fmaxf(tmax_lo, lds_f32(red_max + (c * kRows + row_lo) * 4));
-      tmax_hi = fmaxf(tmax_hi, lds_f32(red_max + (c * kRows + row_lo + 8) * 4));
-    }
-    const float mnew_lo = fmaxf(m_lo, tmax_lo);
-    const float mnew_hi = fmaxf(m_hi, tmax_hi);
-    // A row that has seen nothing yet keeps max -inf; subtract 0 instead so exp2 gives 0, not NaN.
-    const float muse_lo = mnew_lo == neg_inf() ? 0.f : mnew_lo;
-    const float muse_hi = mnew_hi == neg_inf() ? 0.f : mnew_hi;
-    const float alpha_lo = fast_exp2(m_lo - muse_lo);
-    const float alpha_hi = fast_exp2(m_hi - muse_hi);
-    m_lo = mnew_lo;
-    m_hi = mnew_hi;
-    float sum_lo = 0.f, sum_hi = 0.f;
-#pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-      const float p0 = fast_exp2(s[j][0] - muse_lo);
-      const float p1 = fast_exp2(s[j][1] - muse_lo);
-      const float p2 = fast_exp2(s[j][2] - muse_hi);
-      const float p3 = fast_exp2(s[j][3] - muse_hi);
-      sum_lo += p0 + p1;
-      sum_hi += p2 + p3;
-      const u32 hi01 = pack_p<kFp8>(p0, p1);
-      const u32 hi23 = pack_p<kFp8>(p2, p3);
-      sts32(p_store + j * 16, hi01);
-      sts32(p_store + 8 * kPPitchBytes + j * 16, hi23);
-      if constexpr (!kFp8) {
-        // Residual of the bf16 rounding: P = hi + lo to ~16 bits.
-        sts32(p_store + kPLoBytes + j * 16, pack_bf16x2(p0 - bf16x2_lo(hi01), p1 - bf16x2_hi(hi01)));
-        sts32(p_store + kPLoBytes + 8 * kPPitchBytes + j * 16, pack_bf16x2(p2 - bf16x2_lo(hi23), p3 - bf16x2_hi(hi23)));
-      }
-    }
-    l_lo = l_lo * alpha_lo + sum_lo;
-    l_hi = l_hi * alpha_hi + sum_hi;
-#pragma unroll
-    for (int n = 0; n < kOT; ++n) {
-      o[n][0] *= alpha_lo;
-      o[n][1] *= alpha_lo;
-      o[n][2] *= alpha_hi;
-      o[n][3] *= alpha_hi;
-    }
-    __syncthreads();  // P complete for the whole tile
-
-    // ---- O += P V over this warp's column slice ----
-#pragma unroll
-    for (int ks = 0; ks < kTileTokens / 16; ++ks) {
-      u32 a[4], a_lo[4];
-      ldsm_x4(a, p_lane + ks * 32);
-      if constexpr (!kFp8) ldsm_x4(a_lo, p_lane + kPLoBytes + ks * 32);
-#pragma unroll
-      for (int jn = 0; jn < kOT / 2; ++jn) {
-        u32 bv[4];
-        ldsm_x4_trans(bv, kt + v_lane + ks * 16 * kPitchBytes + jn * 32);
-        const u32 b0[2] = {bv[0], bv[1]};
-        const u32 b1[2] = {bv[2], bv[3]};
-        mma_16816<kFp8>(o[2 * jn], a, b0);
-        mma_16816<kFp8>(o[2 * jn + 1], a, b1);
-        if constexpr (!kFp8) {
-          mma_16816<kFp8>(o[2 * jn], a_lo, b0);
-          mma_16816<kFp8>(o[2 * jn + 1], a_lo, b1);
-        }
-      }
-    }
-  }
-  cp_async_wait<0>();
-
-  // ---- epilogue: row sums across column groups, normalise, store ----
-  l_lo = quad_sum(l_lo);
-  l_hi = quad_sum(l_hi);
-  if (q4 == 0) {
-    sts_f32(red_sum + (cg * kRows + row_lo) * 4, l_lo);
-    sts_f32(red_sum + (cg * kRows + row_lo + 8) * 4, l_hi);
-  }
-  __syncthreads();
-  float lt_lo = 0.f, lt_hi = 0.f;
-#pragma unroll
-  for (int c = 0; c < kColGroups; ++c) {
-    lt_lo += lds_f32(red_sum + (c * kRows + row_lo) * 4);
-    lt_hi += lds_f32(red_sum + (c * kRows + row_lo + 8) * 4);
-  }
-
-  const int col0 = cg * kWarpCols + 2 * q4;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = row0 + row_lo + half * 8;
-    if (row >= rows_b) continue;
-    const float lt = half ? lt_hi : lt_lo;
-    const float m = half ? m_hi : m_lo;
-    if (n_splits == 1) {
-      const float inv = lt > 0.f ? p.out_scale / lt : 0.f;  // nothing visible -> zeros
-      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col0;
-#pragma unroll
-      for (int n = 0; n < kOT; ++n) {
-        *reinterpret_cast<u32*>(out + n * 8) = pack_bf16x2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
-      }
-    } else {
-      const long long idx = (static_cast<long long>(b) * kMaxRows + row) * n_splits + split;
-      if (lt > 0.f) {
-        const float inv = 1.f / lt;
-        float* op = static_cast<float*>(p.o_partial) + idx * kMlaDimV + col0;
-#pragma unroll
-        for (int n = 0; n < kOT; ++n) {
-          *reinterpret_cast<float2*>(op + n * 8) = make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
-        }
-      }
-      if (cg == 0 && q4 == 0) {
-        static_cast<float*>(p.lse_partial)[idx] = lt > 0.f ? m + __log2f(lt) : neg_inf();
-      }
-    }
-  }
-}
-
-// Merges the per-split partial outputs: out = bmm2_scale * sum_s w_s O_s / sum_s w_s with
-// w_s = 2^(lse_s - max lse). Empty splits (lse -inf) are skipped without reading their O, which
-// the decode kernel never wrote. One CTA per output row; warp c owns columns 128 c .. 128 c + 127,
-// lane 4 columns of them, and up to kBatch splits' loads are in flight at once.
+// Merges the pieces of a split request: out = bmm2_scale * sum_s w_s O_s / sum_s w_s with
+// w_s = 2^(lse_s - max lse). Pieces that saw no key (lse -inf) are skipped without reading their O,
+// which the decode kernel never wrote. One CTA per output row: warp w takes pieces w, w + 4, ...
+// (all 512 columns, 16 per lane, up to 4 pieces' loads in flight), then the four warps' sums meet in
+// shared memory. Requests in one piece were written by the decode kernel itself.
 template <int kHeads, int kMaxSeqLenQ, bool kPacked>
 __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
-  static_assert(kMlaMaxSplits <= 64, "combine keeps at most two LSE values per lane");
-  static_assert(kMlaCombineThreads == 32 * (kMlaDimV / 128) && kMlaCombineRowsPerCta == 1,
-                "one warp per 128-column slice of one row");
+  constexpr int kWarps = kMlaCombineThreads / 32;
+  static_assert(kWarps == 4 && kMlaDimV == 512, "four warps, 16 columns per lane");
   constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
+  __shared__ __align__(16) float part_sum[kWarps][kMlaDimV];
   const int lane = threadIdx.x & 31;
-  const int col = (threadIdx.x >> 5) * 128 + lane * 4;
+  const int warp = threadIdx.x >> 5;
   const int b = blockIdx.y;
   const int row = blockIdx.x;
   int tok0, q_len;
@@ -451,50 +131,79 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
     tok0 = b * kMaxSeqLenQ;
     q_len = kMaxSeqLenQ;
   }
-  if (row >= q_len * kHeads) return;  // CTA-uniform; no block barrier below
+  if (row >= q_len * kHeads) return;  // CTA-uniform
 
-  const int n = p.num_splits;
-  const long long idx0 = (static_cast<long long>(b) * kMaxRows + row) * n;
-  const float* lse = static_cast<const float*>(p.lse_partial) + idx0;
-  const float lse0 = lane < n ? lse[lane] : neg_inf();
-  const float lse1 = lane + 32 < n ? lse[lane + 32] : neg_inf();
-  float mx = fmaxf(lse0, lse1);
+  pdl_wait();  // the decode kernel's pieces and split records are complete and visible
+  const int* meta = static_cast<const int*>(p.split_meta) + 2 * b;
+  const int first = ld_s32(meta);
+  const int n = ld_s32(meta + 1);
+  if (n <= 1) return;  // CTA-uniform
+
+  const long long slot0 = static_cast<long long>(b) + first;
+  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
+  constexpr long long kSlotStride = static_cast<long long>(kMaxRows) * kMlaDimV;
+  // Every warp finds the max and the weight sum over all pieces (n is small: one lse per piece).
+  float mx = neg_inf();
+  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, ld_f32(lse + s * kMaxRows));
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-
-  // Weights per split, held by lane s % 32; empty splits (lse -inf, O never written) weigh 0.
-  const float w0 = lse0 == neg_inf() ? 0.f : fast_exp2(lse0 - mx);
-  const float w1 = lse1 == neg_inf() ? 0.f : fast_exp2(lse1 - mx);
-  float wsum = w0 + w1;
+  float wsum = 0.f;
+  for (int s = lane; s < n; s += 32) {
+    const float l = ld_f32(lse + s * kMaxRows);
+    wsum += l == neg_inf() ? 0.f : fast_exp2(l - mx);
+  }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
 
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  const float* o = static_cast<const float*>(p.o_partial) + idx0 * kMlaDimV + col;
-  constexpr int kBatch = 16;
-  for (int s0 = 0; s0 < n; s0 += kBatch) {
+  float acc[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
+  constexpr int kBatch = 4;
+  for (int s0 = warp; s0 < n; s0 += kWarps * kBatch) {
     float w[kBatch];
-    U32x4 v[kBatch];
+    U32x4 v[kBatch][4];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int s = s0 + u;
-      w[u] = __shfl_sync(0xffffffffu, s < 32 ? w0 : w1, s & 31);
-      w[u] = s < n ? w[u] : 0.f;
-      v[u] = ldg128_if(o + static_cast<long long>(s) * kMlaDimV, w[u] > 0.f);
+      const int s = s0 + u * kWarps;
+      const float l = s < n ? ld_f32(lse + s * kMaxRows) : neg_inf();
+      w[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[u][k] = ld128_if(o + s * kSlotStride + 128 * k, w[u] > 0.f);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      acc[0] += w[u] * __uint_as_float(v[u].x);
-      acc[1] += w[u] * __uint_as_float(v[u].y);
-      acc[2] += w[u] * __uint_as_float(v[u].z);
-      acc[3] += w[u] * __uint_as_float(v[u].w);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        acc[4 * k + 0] += w[u] * __uint_as_float(v[u][k].x);
+        acc[4 * k + 1] += w[u] * __uint_as_float(v[u][k].y);
+        acc[4 * k + 2] += w[u] * __uint_as_float(v[u][k].z);
+        acc[4 * k + 3] += w[u] * __uint_as_float(v[u][k].w);
+      }
     }
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    *reinterpret_cast<float4*>(&part_sum[warp][128 * k + 4 * lane]) =
+        make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
+  }
+  __syncthreads();
+  // Thread t writes columns 4 t .. 4 t + 3.
+  const int col = 4 * threadIdx.x;
+  float r[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int w2 = 0; w2 < kWarps; ++w2) {
+    const float4 x = *reinterpret_cast<const float4*>(&part_sum[w2][col]);
+    r[0] += x.x;
+    r[1] += x.y;
+    r[2] += x.z;
+    r[3] += x.w;
   }
   const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
   u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col;
   uint2 packed;
-  packed.x = pack_bf16x2(acc[0] * inv, acc[1] * inv);
-  packed.y = pack_bf16x2(acc[2] * inv, acc[3] * inv);
+  packed.x = pack_bf16x2(r[0] * inv, r[1] * inv);
+  packed.y = pack_bf16x2(r[2] * inv, r[3] * inv);
   *reinterpret_cast<uint2*>(out) = packed;
 }
 

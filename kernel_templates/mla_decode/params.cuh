@@ -1,7 +1,7 @@
 #pragma once
-// Paged MLA decode: the launch parameter block and the tile/shared-memory geometry that the host
-// planner and the device kernels must agree on. Included by g++ (host) and NVRTC (device), so it
-// holds only plain scalars, pointers and constexpr arithmetic.
+// Paged MLA decode: the launch parameter block, the kernel variants and the tile/shared-memory
+// geometry that the host planner and the device kernels must agree on. Included by g++ (host) and
+// NVRTC (device), so it holds only plain scalars, pointers and constexpr arithmetic.
 
 // The geometry helpers run on both sides; NVRTC treats unannotated functions as host-only.
 #ifdef __CUDACC__
@@ -15,20 +15,37 @@ namespace kiln {
 // Widths fixed by the contract (kv_lora_rank 512, qk_rope_head_dim 64).
 constexpr int kMlaDimQk = 576;
 constexpr int kMlaDimV = 512;
-// Shared-memory row pitch in 16-bit elements: 16 B of padding moves each row by one 16-byte bank
-// group, so ldmatrix over 8 consecutive rows is conflict-free without a swizzle.
+// Largest max_seq_len_q (query rows per request) the kernels take.
+constexpr int kMlaMaxSeqLenQ = 64;
+// Shared-memory row pitch (mma.sync kernel) in 16-bit elements: 16 B of padding moves each row by one
+// 16-byte bank group, so ldmatrix over 8 consecutive rows is conflict-free without a swizzle.
 constexpr int kMlaSmemPitch = kMlaDimQk + 8;
-// Upper bound on KV splits of one request; workspace sizing depends on it, never on the SM count.
-constexpr int kMlaMaxSplits = 64;
-// SM count assumed when bounding splits for workspace sizing (>= every supported GPU's SM count).
-constexpr int kMlaSplitSmBound = 264;
-// Shared memory per SM on sm_90 (CTAs per SM = this / (block smem + 1 KB reserved)).
-constexpr int kMlaSmemPerSm = 233472;
 
-// Combine: one CTA per output row, one warp per 128-column slice of it. Spreading a row over four
-// warps (not one) keeps a small batch's combine from being a few warps walking every split in turn.
+// ---- Scheduling (both kernels) ----
+// The batch's KV work is cut into blocks of the kernel's KV tile (64 tokens wgmma, 32 mma.sync).
+// Request b costs piece_cost + ceil(L_b / block) units (no units when it has no query rows); the
+// units of the whole batch, in request order, are split into num_parts equal contiguous ranges (at
+// least ceil(max blocks / kMlaMaxPieces) units wide), one per CTA column of the grid. A part takes
+// every block whose unit falls in its range. With piece_cost 0 and equal lengths the parts are
+// equal slices of the requests; the charge, where used, moves a part's boundary by the set-up a
+// piece costs besides its blocks. Splitting from the real lengths on the device keeps graph
+// replays right when lengths change.
+constexpr int kMlaPieceCostMma = 0;
+constexpr int kMlaPieceCostWgmma = 1;
+// Most pieces one request is cut into (bounds the combine's work per row).
+constexpr int kMlaMaxPieces = 64;
+// The smallest block of any variant: a request no longer than this is never split.
+constexpr int kMlaMinBlockTokens = 32;
+
+// Kernel choice carried in the policy ("kernel" field): auto lets the planner decide per arch;
+// mma_sync forces the portable mma.sync kernel in the configuration that fits ~99 KB of shared memory
+// (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a, bf16 only).
+constexpr int kMlaKernelAuto = 0;
+constexpr int kMlaKernelMmaSync = 1;
+constexpr int kMlaKernelWgmma = 2;
+
+// Combine: one CTA of four warps per output row (kernel.cuh).
 constexpr int kMlaCombineThreads = 128;
-constexpr int kMlaCombineRowsPerCta = 1;
 
 // One launch of either kernel takes this block by value (__grid_constant__).
 // Row index convention: within request b, row r = i * H + h (query position i, head h); the
@@ -40,22 +57,32 @@ struct MlaDecodeParams {
   const void* seq_lens;      // int32 [B]
   const void* qo_indptr;     // int32 [B + 1]; packed mode only
   void* out;                 // bf16 [tokens][H][512]
-  void* lse_partial;         // fp32 [B][max_rows][num_splits]; log2-domain LSE, -inf = empty split
-  void* o_partial;           // fp32 [B][max_rows][num_splits][512]; normalised per split
+  void* lse_partial;         // fp32 [slots][max_rows]; log2-domain LSE of a piece, -inf = saw nothing
+  void* o_partial;           // fp32 [slots][max_rows][512]; normalised per piece
+  void* split_meta;          // int32 [B][2]: first part, number of pieces; null when no request can split
   long long block_table_stride;  // elements between block-table rows
   int batch;
-  int num_splits;            // 1 = decode kernel writes `out` directly, no combine launch
+  int num_parts;             // grid x; 1 = every request in one piece: `out` written directly
+  int piece_cost;            // scheduling units charged per piece (see "Scheduling")
   float scale_log2;          // bmm1_scale * log2(e)
   float out_scale;           // bmm2_scale
 };
+// A piece of request b processed by part p writes its partial rows to slot b + p (unique: a part's
+// requests follow the previous part's), so slots < batch + num_parts - 1.
 
-// Planner choice baked into the kernel: rows per CTA = 16 * row_groups; warps split the 512 output
-// columns into col_groups slices (and the tile's tokens, for Q*K^T, the same way).
+// mma.sync kernel configuration: rows per CTA = 16 * row_groups; warps split the 512 output columns
+// into col_groups slices (and the tile's tokens, for Q*K^T, the same way).
 struct MlaTileConfig {
   int row_groups;
   int col_groups;
   int tile_tokens;
   int stages;
+};
+
+// What a (policy, arch) compiles to.
+struct MlaVariant {
+  bool wgmma;
+  MlaTileConfig tile;  // mma.sync kernel only
 };
 
 KILN_MLA_HD constexpr int mla_max_rows(int heads, int max_seq_len_q) { return heads * max_seq_len_q; }
@@ -69,11 +96,27 @@ KILN_MLA_HD constexpr MlaTileConfig mla_tile_config(int heads, int max_seq_len_q
   return MlaTileConfig{4, 2, 32, fp8 ? 4 : 3};
 }
 
+// The configuration that fits ~99 KB of shared memory per block (sm_120): 16 rows, two stages.
+KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConfig{1, 4, 32, 2}; }
+
+// The wgmma kernel serves bf16 row counts from this up (measured on the H200: at 32 rows it beats the
+// 32-row mma.sync tile, at 16 rows the 16-row tile, two per SM, beats it).
+constexpr int kMlaWgmmaMinRows = 17;
+
+// `sm90a`: compiling for (or running on) sm_90a, the one target with wgmma and 227 KB per block.
+KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_len_q, bool fp8, bool sm90a) {
+  if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config()};
+  if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config()};
+  if (!fp8 && mla_max_rows(heads, max_seq_len_q) >= kMlaWgmmaMinRows) return MlaVariant{true, mla_small_tile_config()};
+  return MlaVariant{false, mla_tile_config(heads, max_seq_len_q, fp8)};
+}
+
 KILN_MLA_HD constexpr int mla_threads(MlaTileConfig c) { return 32 * c.row_groups * c.col_groups; }
 KILN_MLA_HD constexpr int mla_tile_rows(MlaTileConfig c) { return 16 * c.row_groups; }
 
-// Shared-memory carve-up (bytes), in this order: Q tile, KV stages, [fp8: converted f16 tile],
-// P tile, row-max partials, row-sum partials. Every offset is a multiple of 16.
+// Shared-memory carve-up of the mma.sync kernel (bytes), in this order: Q tile, KV stages, [fp8:
+// converted f16 tile], P tile, row-max partials, row-sum partials, scheduler scratch. Every offset is
+// a multiple of 16.
 struct MlaSmemLayout {
   int q_offset;
   int stage_offset;
@@ -83,10 +126,15 @@ struct MlaSmemLayout {
   int p_pitch;      // 16-bit elements per P row
   int red_max_offset;
   int red_sum_offset;
+  int sched_offset;
   int total;
 };
 
 KILN_MLA_HD constexpr int mla_align16(int x) { return (x + 15) / 16 * 16; }
+
+// Scratch of the block-wide reductions and scan that find a part's range and first request: two
+// 8-byte slots per warp (8 warps at most) and the two results.
+constexpr int kMlaSchedScratchBytes = 8 * (2 * 8 + 2);
 
 KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
   MlaSmemLayout l{};
@@ -100,16 +148,46 @@ KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
   l.p_offset = end;
   l.p_pitch = c.tile_tokens + 8;
   // bf16 keeps P as hi + lo bf16 pairs (a single bf16 P misses the 1e-2 / 5e-4 tolerance on
-  // peaked rows); fp8 runs on f16, whose P is accurate enough alone.
+  // flat and peaked rows alike); fp8 runs on f16, whose P is accurate enough alone.
   end += rows * l.p_pitch * 2 * (fp8 ? 1 : 2);
   l.red_max_offset = mla_align16(end);
   end = l.red_max_offset + c.col_groups * rows * 4;
   l.red_sum_offset = end;
   end += c.col_groups * rows * 4;
+  l.sched_offset = mla_align16(end);
+  end = l.sched_offset + kMlaSchedScratchBytes;
   l.total = mla_align16(end);
   return l;
 }
 
-KILN_MLA_HD constexpr int mla_decode_smem_bytes(MlaTileConfig c, bool fp8) { return mla_smem_layout(c, fp8).total; }
+// ---- wgmma kernel (sm_90a) geometry ----
+// 64 query rows per CTA, KV tiles of 64 tokens, two consumer warpgroups (output columns 0-255 and
+// 256-511). Shared memory, each tile in the 128-byte swizzle layout (8 KB per 64 columns):
+//   Q (64 rows x 512 latent columns; the 64 RoPE columns live in registers), two KV stages
+//   (64 tokens x 576), P hi and lo (64 x 64 bf16 each), row max / sum exchange, scheduler scratch,
+//   mbarriers (Q full, stage full x 2).
+constexpr int kMlaWgRows = 64;
+constexpr int kMlaWgTileTokens = 64;
+constexpr int kMlaWgThreads = 256;
+constexpr int kMlaWgQOffset = 0;
+constexpr int kMlaWgQBytes = kMlaWgRows * kMlaDimV * 2;                 // 65536
+constexpr int kMlaWgStageOffset = kMlaWgQOffset + kMlaWgQBytes;
+constexpr int kMlaWgStageBytes = kMlaWgTileTokens * kMlaDimQk * 2;      // 73728
+constexpr int kMlaWgStages = 2;
+constexpr int kMlaWgPOffset = kMlaWgStageOffset + kMlaWgStages * kMlaWgStageBytes;
+constexpr int kMlaWgPBytes = kMlaWgRows * kMlaWgTileTokens * 2;          // 8192 (hi), then lo
+constexpr int kMlaWgRedOffset = kMlaWgPOffset + 2 * kMlaWgPBytes;
+constexpr int kMlaWgRedBytes = 2 * kMlaWgRows * 4;                      // [warpgroup][row] fp32
+constexpr int kMlaWgSchedOffset = kMlaWgRedOffset + kMlaWgRedBytes;
+constexpr int kMlaWgBarOffset = kMlaWgSchedOffset + kMlaSchedScratchBytes;
+constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + kMlaWgStages);
+// + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
+constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
+
+KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v) { return v.wgmma ? kMlaWgThreads : mla_threads(v.tile); }
+KILN_MLA_HD constexpr int mla_variant_rows(MlaVariant v) { return v.wgmma ? kMlaWgRows : mla_tile_rows(v.tile); }
+KILN_MLA_HD constexpr int mla_variant_smem(MlaVariant v, bool fp8) {
+  return v.wgmma ? kMlaWgSmemBytes : mla_smem_layout(v.tile, fp8).total;
+}
 
 }  // namespace kiln

@@ -1,7 +1,17 @@
 #pragma once
 // NVFP4 cache writer: packs bf16 latent rows into the 384-byte format (pack), or scatters them into an
 // existing cache through a slot mapping (append).
+//
+// Duplicate slots in an append: the lowest input row wins (upstream keeps the first occurrence too).
+// Small appends find an earlier row with the same slot by scanning the slots before their own; large
+// ones run two kernels: the claim kernel leaves, in each target slot's 4 padding bytes, row + 1 of
+// the lowest row that targets it, and the write kernel lets only that row write, its record
+// clearing the padding again. Zero padding (what every writer leaves) is a free slot: one CAS claims
+// it. The claim trusts nothing else a slot's padding held before (a cache written by someone else,
+// or never written): a non-zero word is taken as a claim of this launch only if it names a row of
+// this batch that targets this slot, so stale words and garbage lose to any row.
 #include "common/numeric.cuh"
+#include "common/nvfp4_encode.cuh"
 #include "common/nvfp4_format.cuh"
 #include "nvfp4_writer/params.cuh"
 
@@ -9,63 +19,160 @@ namespace kiln {
 
 #ifdef __CUDACC__
 
-template <int kPageSize, bool kAppend>
-__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_writer_kernel(const __grid_constant__ Nvfp4WriterParams p) {
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kNvfp4WriterRowsPerBlock + threadIdx.x / 32;
-  if (row >= p.num_rows) return;
+// Every writer kernel is launched as a programmatic dependent of the previous kernel on the stream:
+// its blocks may start before that kernel finishes, and read nothing until it has (the wait). The
+// trigger lets the next dependent start early in turn.
+__device__ __forceinline__ void nvfp4_wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void nvfp4_let_next_kernel_start() { asm volatile("griddepcontrol.launch_dependents;"); }
 
-  long long slot = row;
-  if (kAppend) {
-    slot = p.slot_mapping[row];
-    if (slot < 0 || slot >= p.num_slots) return;
-    // Duplicate slots: the lowest input row wins, so a row yields if any earlier row targets its slot.
-    // Quadratic in the batch, but append batches are small and this needs no workspace or ordering.
-    for (int base = 0; base < row; base += 32) {
-      const int j = base + lane;
-      const bool earlier = j < row && p.slot_mapping[j] == slot;
-      if (__any_sync(0xffffffffu, earlier)) return;
+struct Nvfp4WriterRow {
+  uint4 a, b;             // this lane's 16 source values (lanes 28..31: RoPE, copied as they are)
+  u32 lo = 0, hi = 0;     // lanes 0..27: the group's E2M1 codes
+  u32 scale = 0;          // lanes 0..27: the group's E4M3 scale
+};
+
+__device__ __forceinline__ Nvfp4WriterRow nvfp4_writer_load(const Nvfp4WriterParams& p, int row, int lane) {
+  Nvfp4WriterRow r;
+  const uint4* src = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.src) + row * p.src_row_stride);
+  r.a = src[2 * lane];
+  r.b = src[2 * lane + 1];
+  return r;
+}
+
+__device__ __forceinline__ void nvfp4_writer_encode(Nvfp4WriterRow& r, int lane) {
+  if (lane < kNvfp4Groups) r.scale = nvfp4_encode_group16(r.a, r.b, r.lo, r.hi);
+}
+
+// Slots reaching here are in [0, num_slots) and int32 (pack: the launcher caps the rows at 2^31 - 1).
+template <int kPageSize>
+__device__ __forceinline__ u8* nvfp4_page(const Nvfp4WriterParams& p, int slot) {
+  return static_cast<u8*>(p.cache) + static_cast<long long>(static_cast<unsigned>(slot) / kPageSize) * p.page_stride;
+}
+
+template <int kPageSize>
+__device__ __forceinline__ u8* nvfp4_scale_record(const Nvfp4WriterParams& p, int slot) {
+  return nvfp4_page<kPageSize>(p, slot) + kPageSize * kNvfp4DataBytes + static_cast<unsigned>(slot) % kPageSize * kNvfp4ScaleBytes;
+}
+
+template <int kPageSize>
+__device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, int slot, int lane, const Nvfp4WriterRow& r) {
+  u8* data = nvfp4_page<kPageSize>(p, slot) + static_cast<unsigned>(slot) % kPageSize * kNvfp4DataBytes;
+  u8* scales = nvfp4_scale_record<kPageSize>(p, slot);
+  if (lane < kNvfp4Groups) {
+    *reinterpret_cast<uint2*>(data + lane * 8) = make_uint2(r.lo, r.hi);
+    scales[lane] = static_cast<u8>(r.scale);
+  } else {
+    uint4* rope = reinterpret_cast<uint4*>(data + kNvfp4CodeBytes + (lane - kNvfp4Groups) * 32);
+    rope[0] = r.a;
+    rope[1] = r.b;
+    // The zero padding in one 4-byte store: append's owner word never shows a half-cleared value.
+    if (lane == kNvfp4Groups) *reinterpret_cast<u32*>(scales + kNvfp4Groups) = 0u;
+  }
+}
+
+// Row i -> slot i. Each warp loads its rows before encoding any, so their reads overlap.
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
+  const int lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
+  }
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (row0 + i >= p.num_rows) return;
+    nvfp4_writer_encode(r[i], lane);
+    nvfp4_writer_store<kPageSize>(p, row0 + i, lane, r[i]);
+  }
+}
+
+// Appends of at most kNvfp4AppendScanRows rows: a row yields if an earlier row targets its slot.
+// The block stages the slots up to its last row in shared memory once.
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  __shared__ int slots[kNvfp4AppendScanRows];
+  nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32;  // one row per warp
+  const bool live = row < p.num_rows;
+  Nvfp4WriterRow r;
+  if (live) r = nvfp4_writer_load(p, row, lane);  // in flight during the staging
+  const int staged = min(p.num_rows, (blockIdx.x + 1) * kNvfp4WarpsPerBlock);
+#pragma unroll
+  for (int k = 0; k < kNvfp4AppendScanRows / kNvfp4WriterThreads; ++k) {
+    const int j = k * kNvfp4WriterThreads + threadIdx.x;
+    if (j < staged) slots[j] = p.slot_mapping[j];
+  }
+  __syncthreads();
+  if (!live) return;
+  const int slot = slots[row];
+  if (slot < 0 || slot >= p.num_slots) return;
+  bool earlier = false;
+  for (int j = lane; j < row; j += 32) earlier |= slots[j] == slot;
+  if (__any_sync(0xffffffffu, earlier)) return;
+  nvfp4_writer_encode(r, lane);
+  nvfp4_writer_store<kPageSize>(p, slot, lane, r);
+}
+
+// One thread per row: the lowest row of each target slot ends up in the slot's padding word.
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  // After the wait, so that the write kernel, starting now, reads inputs that are complete: it reads
+  // and encodes its rows, then waits for this whole grid before it reads an owner word.
+  nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kNvfp4ClaimThreads + threadIdx.x;
+  const int slot = row < p.num_rows ? p.slot_mapping[row] : -1;
+  const bool valid = slot >= 0 && slot < p.num_slots;
+  // Rows of this warp with the same slot: only the lowest (lowest lane) claims.
+  const unsigned same = __match_any_sync(0xffffffffu, valid ? slot : -1 - lane);
+  if (!valid || __ffs(same) - 1 != lane) return;
+  unsigned* owner = reinterpret_cast<unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups);
+  const unsigned me = static_cast<unsigned>(row) + 1u;
+  for (unsigned cur = atomicCAS(owner, 0u, me); cur != 0u;) {
+    const bool claimed = cur - 1u < static_cast<unsigned>(p.num_rows) && p.slot_mapping[cur - 1u] == slot;
+    if (claimed && cur <= me) return;
+    const unsigned seen = atomicCAS(owner, cur, me);
+    if (seen == cur) return;
+    cur = seen;
+  }
+}
+
+// After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
+// before it waits for the claims.
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  nvfp4_let_next_kernel_start();
+  const int lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+  int slot[kNvfp4RowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    slot[i] = -1;
+    if (row0 + i < p.num_rows) {
+      r[i] = nvfp4_writer_load(p, row0 + i, lane);
+      slot[i] = p.slot_mapping[row0 + i];
     }
   }
-
-  const long long page = slot / kPageSize;
-  const int r = static_cast<int>(slot % kPageSize);
-  u8* page_base = static_cast<u8*>(p.cache) + page * p.page_stride;
-  const uint4* src = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.src) + row * p.src_row_stride);
-  u8* scale_byte = page_base + kPageSize * kNvfp4DataBytes + r * kNvfp4ScaleBytes + lane;
-
-  // Lane g reads values 16g..16g+15 (two 16-byte loads): lanes 0..27 quantize, 28..31 copy RoPE.
-  const uint4 a = src[2 * lane];
-  const uint4 b = src[2 * lane + 1];
-  if (lane >= kNvfp4Groups) {
-    uint4* rope = reinterpret_cast<uint4*>(page_base + r * kNvfp4DataBytes + kNvfp4CodeBytes + (lane - kNvfp4Groups) * 32);
-    rope[0] = a;
-    rope[1] = b;
-    *scale_byte = 0;  // bytes 28..31 of the scale record are padding
-    return;
-  }
-
-  const u32 words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-  float x[16];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    x[2 * i] = bf16x2_lo(words[i]);
-    x[2 * i + 1] = bf16x2_hi(words[i]);
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (slot[i] >= 0 && slot[i] < p.num_slots) nvfp4_writer_encode(r[i], lane);
   }
-  float amax = 0.0f;
+  nvfp4_wait_for_previous_kernel();  // the claims
 #pragma unroll
-  for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));  // fmaxf drops NaN
-  const u8 scale = float_to_e4m3_satfinite(amax / 6.0f);
-  const float s = e4m3_to_float(scale);
-  const float inv = s == 0.0f ? 0.0f : 1.0f / s;
-  u32 lo = 0, hi = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    lo |= float_to_e2m1(__fmul_rn(x[i], inv)) << (4 * i);
-    hi |= float_to_e2m1(__fmul_rn(x[8 + i], inv)) << (4 * i);
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (slot[i] < 0 || slot[i] >= p.num_slots) continue;
+    unsigned owner = 0;
+    if (lane == 0) owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot[i]) + kNvfp4Groups);
+    if (__shfl_sync(0xffffffffu, owner, 0) == static_cast<unsigned>(row0 + i) + 1u) nvfp4_writer_store<kPageSize>(p, slot[i], lane, r[i]);
   }
-  *reinterpret_cast<uint2*>(page_base + r * kNvfp4DataBytes + lane * 8) = make_uint2(lo, hi);
-  *scale_byte = scale;
 }
 
 #endif  // __CUDACC__

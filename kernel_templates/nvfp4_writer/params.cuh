@@ -1,5 +1,5 @@
 #pragma once
-// Parameters of the NVFP4 cache writer; shared by the host launcher and the kernel.
+// Parameters of the NVFP4 cache writer; shared by the host launcher and the kernels.
 
 namespace kiln {
 
@@ -13,8 +13,22 @@ struct Nvfp4WriterParams {
   int num_rows;
 };
 
-// One warp quantizes one token row: lanes 0..27 own a 16-value group each, lanes 28..31 the RoPE tail.
-inline constexpr int kNvfp4WriterRowsPerBlock = 4;
-inline constexpr int kNvfp4WriterThreads = 32 * kNvfp4WriterRowsPerBlock;
+// A warp writes token rows one at a time: lanes 0..27 own a 16-value group each, lanes 28..31 the
+// RoPE tail. Pack and the append write kernel give each warp kNvfp4RowsPerWarp rows; the
+// single-launch append gives it one.
+inline constexpr int kNvfp4WarpsPerBlock = 8;
+inline constexpr int kNvfp4WriterThreads = 32 * kNvfp4WarpsPerBlock;
+inline constexpr int kNvfp4RowsPerWarp = 2;
+
+// Appends of at most this many rows resolve duplicate slots in one launch, each row comparing its
+// slot with those of the rows before it (staged in shared memory). Larger appends claim slots first
+// (one thread per row), then write.
+inline constexpr int kNvfp4AppendScanRows = 1024;
+inline constexpr int kNvfp4ClaimThreads = 256;
+
+// Entry points of an append module, in KernelSource order.
+inline constexpr int kNvfp4AppendScanEntry = 0;
+inline constexpr int kNvfp4AppendClaimEntry = 1;
+inline constexpr int kNvfp4AppendWriteEntry = 2;
 
 }  // namespace kiln

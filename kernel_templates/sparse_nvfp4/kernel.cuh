@@ -8,11 +8,12 @@
 // tensor cores (mma.sync m16n8k16) with an online softmax. Two teams share each decoded tile.
 // Warp w of a team owns candidates 16w..16w+15 in QK and dims 112w.., 448+16w.. in PV; the row max
 // and P go through shared memory (two team barriers per chunk).
+// The compact configuration (kSmall) fits 99 KiB: one decoded tile, and producers that gather a
+// chunk's records into registers (the next chunk's loads in flight while this one is decoded).
 // Decoded NoPE values are stored as value * 2^-7 (exact in f16 for every e2m1 x e4m3 product); the
 // Q RoPE dims are pre-multiplied by 2^-7 too, so every logit is 2^-7 * s and the 2^7 is folded into
 // the softmax scale. NoPE output columns are multiplied back by 2^7 at the end.
 #include "common/mma.cuh"
-#include "common/mma_sm90.cuh"
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
 #include "common/nvfp4.cuh"
@@ -33,6 +34,14 @@ constexpr float kKScaleUndo = 128.0f;
 constexpr unsigned kDataBytes = 352u;               // per token, before the page's scale block
 constexpr unsigned kTileRow = 1024u;
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }  // no host math headers
+
+// Programmatic dependent launch: the merge kernel is launched as a dependent of the decode kernel,
+// so its blocks may start (and wait here) before the decode grid ends. The wait returns once the
+// decode grid has completed and its writes are visible; each decode block lets the merge be
+// scheduled as soon as it starts (the merge cannot take an SM a decode block still needs, since
+// every decode block has started by then).
+__device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void allow_dependent_grid() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 __device__ __forceinline__ void bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -131,6 +140,80 @@ __device__ __forceinline__ void decode_candidate(const u8* stage_row, u8* tile_r
   }
 }
 
+// One candidate's record half in registers (compact configuration): data units 2k + half (k < 11;
+// codes for k < 7, RoPE after) and both scale units. Masked slots load zeros (predicated loads).
+struct RecordHalf {
+  U32x4 data[11];
+  U32x4 scales[2];
+};
+
+template <bool kHasExtra>
+__device__ __forceinline__ bool load_candidate_regs(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk,
+                                                    int cand, int half, RecordHalf& rec) {
+  const u8* base;
+  long long page_stride;
+  int page_size, len, slot;
+  const int* idx_row;
+  if (!kHasExtra || chunk < w.main_chunks) {
+    base = static_cast<const u8*>(p.kv);
+    page_stride = p.kv_page_stride;
+    page_size = p.kv_page_size;
+    len = w.main_len;
+    slot = chunk * kSparseChunk + cand;
+    idx_row = static_cast<const int*>(p.indices) + (long long)t * p.indices_row_stride;
+  } else {
+    base = static_cast<const u8*>(p.extra_kv);
+    page_stride = p.extra_page_stride;
+    page_size = p.extra_page_size;
+    len = w.extra_len;
+    slot = (chunk - w.main_chunks) * kSparseChunk + cand;
+    idx_row = static_cast<const int*>(p.extra_indices) + (long long)t * p.extra_indices_row_stride;
+  }
+  int idx = -1;
+  if (slot < len) idx = __ldg(idx_row + slot);
+  const bool valid = idx >= 0;
+  const u8* data = base;
+  const u8* scales = base;
+  if (valid) {
+    const int page = idx / page_size;
+    const int row = idx - page * page_size;
+    const u8* page_base = base + (long long)page * page_stride;
+    data = page_base + (long long)row * kDataBytes + half * 16;
+    scales = page_base + (long long)page_size * kDataBytes + (long long)row * 32;
+  }
+#pragma unroll
+  for (int k = 0; k < 11; ++k) rec.data[k] = ldg128_if(data + 32 * k, valid);
+  rec.scales[0] = ldg128_if(scales, valid);
+  rec.scales[1] = ldg128_if(scales + 16, valid);
+  return valid;
+}
+
+// decode_candidate from registers.
+__device__ __forceinline__ void decode_candidate_regs(const RecordHalf& rec, u8* tile_row, int cand, int half) {
+  const int sw = cand & 7;
+  const u32 scale_words[7] = {rec.scales[0].x, rec.scales[0].y, rec.scales[0].z, rec.scales[0].w,
+                              rec.scales[1].x, rec.scales[1].y, rec.scales[1].z};
+#pragma unroll
+  for (int k = 0; k < 7; ++k) {
+    const int u = 2 * k + half;  // 16 B code unit: dims 32u .. 32u+31, scale groups 2u, 2u+1 (word k)
+    const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - kKScaleExp>(u16(scale_words[k] >> (16 * half)));
+    const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
+    const u32 words[4] = {rec.data[k].x, rec.data[k].y, rec.data[k].z, rec.data[k].w};
+#pragma unroll
+    for (int wi = 0; wi < 4; ++wi) {
+      u32 o[4];
+      e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
+      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int r = 2 * k + half;
+    const U32x4 v = rec.data[7 + k];
+    *reinterpret_cast<uint4*>(tile_row + (((56 + r) ^ sw) * 16)) = make_uint4(v.x, v.y, v.z, v.w);
+  }
+}
+
 __device__ __forceinline__ u32 compress_even_bits(u32 x) {
   x &= 0x55555555u;
   x = (x | (x >> 1)) & 0x33333333u;
@@ -198,14 +281,16 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
 
 // kHeads: H (multiple of 8, <= 128). kHeadTiles: 1 (16 heads per block) or 2 (32 heads share one
 // gather). kHasExtra: a second pool shares the softmax. kSplit: write mid_out/mid_lse (merged by
-// sparse_nvfp4_merge_kernel) instead of output/out_lse.
-template <int kHeads, int kHeadTiles, bool kHasExtra, bool kSplit>
+// sparse_nvfp4_merge_kernel) instead of output/out_lse. kSmall: the compact configuration.
+template <int kHeads, int kHeadTiles, bool kHasExtra, bool kSplit, bool kSmall = false>
 __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
     sparse_nvfp4_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
   static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
   static_assert(kHeadTiles == 1 || kHeadTiles == 2, "head_tiles is 1 or 2");
   static_assert(kHeadTiles == 1 || kHeads % 32 == 0, "head_tiles 2 needs H % 32 == 0");
+  static_assert(!kSmall || kHeadTiles == 1, "the compact configuration has one head tile");
+  constexpr int kTileBufs = sparse_tile_buffers(kSmall);
   constexpr int kMt = 1;                   // m16 tiles per consumer warp (one per team)
   constexpr int kRows = 16 * kHeadTiles;
   constexpr int kGroups = sparse_head_groups(kHeads, kHeadTiles);
@@ -215,14 +300,15 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   constexpr int kProducers = sparse_producer_threads(kHeadTiles);
   constexpr int kHandoff = kConsumers + kProducers;  // FULL / EMPTY barrier size
 
+  if (kSplit) allow_dependent_grid();
   extern __shared__ __align__(128) u8 smem[];
   u8* tiles = smem;
-  u8* stages = smem + 2 * kSparseTileBytes;
-  u8* q_smem = smem + sparse_smem_q_offset();
-  u8* p_smem = smem + sparse_smem_p_offset(kHeadTiles);
-  float* red_max = reinterpret_cast<float*>(smem + sparse_smem_red_offset(kHeadTiles));  // [2][4][32]
-  float* red_l = red_max + 2 * 4 * 32;                                                    // [4][32]
-  u32* masks = reinterpret_cast<u32*>(smem + sparse_smem_mask_offset(kHeadTiles));        // [2][4]
+  u8* stages = smem + 2 * kSparseTileBytes;  // absent in the compact configuration
+  u8* q_smem = smem + sparse_smem_q_offset(kSmall);
+  u8* p_smem = smem + sparse_smem_p_offset(kHeadTiles, kSmall);
+  float* red_max = reinterpret_cast<float*>(smem + sparse_smem_red_offset(kHeadTiles, kSmall));  // [2][4][32]
+  float* red_l = red_max + 2 * 4 * 32;                                                            // [4][32]
+  u32* masks = reinterpret_cast<u32*>(smem + sparse_smem_mask_offset(kHeadTiles, kSmall));        // [2][4]
 
   const int tid = threadIdx.x;
   int bx = blockIdx.x;
@@ -238,6 +324,28 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   if (c_end > work.total_chunks) c_end = work.total_chunks;
   const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
 
+  if (kSmall && tid >= kConsumers) {
+    // --------------------- producers, compact configuration ---------------------
+    // Thread (cand, half) = (ptid / 2, ptid % 2); chunk i + 1's loads are issued before chunk i is
+    // decoded, so their latency hides behind the decode and the consumers' wait on the one tile.
+    const int ptid = tid - kConsumers, lane = tid & 31;
+    const int cand = ptid >> 1, half = ptid & 1;
+    RecordHalf cur, next;
+    bool valid_cur = n_iter > 0 && load_candidate_regs<kHasExtra>(p, work, t, c_begin, cand, half, cur);
+    for (int i = 0; i < n_iter; ++i) {
+      const int b = i & 1;
+      bool valid_next = false;
+      if (i + 1 < n_iter) valid_next = load_candidate_regs<kHasExtra>(p, work, t, c_begin + i + 1, cand, half, next);
+      if (i >= 1) bar_sync(kBarEmpty, kHandoff);
+      decode_candidate_regs(cur, tiles + cand * kTileRow, cand, half);
+      const u32 ballot = __ballot_sync(0xffffffffu, valid_cur && half == 0);
+      if (lane == 0) masks[b * 4 + (ptid >> 5)] = compress_even_bits(ballot);
+      bar_arrive(kBarFull, kHandoff);
+      cur = next;
+      valid_cur = valid_next;
+    }
+    return;
+  }
   if (tid >= kConsumers) {
     // ------------------------------ producers ------------------------------
     // Work item = (candidate, half) of 128; with 64 producer threads each thread takes two items.
@@ -312,8 +420,9 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
 
   for (int i = 0; i < n_iter; ++i) {
     const int b = i & 1;
-    const u8* tile = tiles + b * kSparseTileBytes;
-    bar_sync(kBarFull + b, kHandoff);
+    const int tb = i % kTileBufs;
+    const u8* tile = tiles + tb * kSparseTileBytes;
+    bar_sync(kBarFull + tb, kHandoff);
 
     // ---- S = Q K^T for this warp's 16 candidates ----
     float sacc[kSets][kMt][2][4];
@@ -437,7 +546,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
         }
       }
     }
-    if (i + 2 < n_iter) bar_arrive(kBarEmpty + b, kHandoff);
+    if (i + kTileBufs < n_iter) bar_arrive(kBarEmpty + tb, kHandoff);
   }
 
   // ---- epilogue: total row sums, normalisation, sink ----
@@ -501,6 +610,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
 template <int kHeads>
 __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
+  wait_for_prior_grid();
   const long long row = (long long)blockIdx.x * kSparseMergeRowsPerBlock + threadIdx.x / 64;
   if (row >= (long long)p.num_tokens * kHeads) return;
   const int head = int(row % kHeads);

@@ -66,24 +66,31 @@ constexpr float kSparseEmptySplitLse = -1e30f;
 
 // Shared-memory carve-up (bytes). Decoded tiles: 64 rows x 1024 B (448 f16 + 64 bf16), two buffers.
 // Raw staging: 64 rows x 416 B (384 B record padded so 8 lanes of a phase hit distinct banks).
+// The compact configuration (`small`, for GPUs with 99 KiB per block such as sm_120) keeps one
+// decoded tile and no raw staging (its producers gather into registers), and one 16-head tile.
 constexpr unsigned kSparseTileBytes = 64u * 1024u;
 constexpr unsigned kSparseStageRowBytes = 416u;
 constexpr unsigned kSparseStageBytes = 64u * kSparseStageRowBytes;
-KILN_SPARSE_HD constexpr unsigned sparse_smem_q_offset() { return 2u * kSparseTileBytes + 2u * kSparseStageBytes; }
-KILN_SPARSE_HD constexpr unsigned sparse_smem_p_offset(int head_tiles) {
-  return sparse_smem_q_offset() + unsigned(head_tiles) * 16u * 1024u;
+KILN_SPARSE_HD constexpr int sparse_tile_buffers(bool small) { return small ? 1 : 2; }
+KILN_SPARSE_HD constexpr unsigned sparse_smem_q_offset(bool small) {
+  return small ? kSparseTileBytes : 2u * kSparseTileBytes + 2u * kSparseStageBytes;
 }
-KILN_SPARSE_HD constexpr unsigned sparse_smem_red_offset(int head_tiles) {
-  return sparse_smem_p_offset(head_tiles) + 2u * unsigned(head_tiles) * 16u * 128u;
+KILN_SPARSE_HD constexpr unsigned sparse_smem_p_offset(int head_tiles, bool small) {
+  return sparse_smem_q_offset(small) + unsigned(head_tiles) * 16u * 1024u;
+}
+KILN_SPARSE_HD constexpr unsigned sparse_smem_red_offset(int head_tiles, bool small) {
+  return sparse_smem_p_offset(head_tiles, small) + 2u * unsigned(head_tiles) * 16u * 128u;
 }
 // red_max[2][4][32] + red_l[4][32] floats, then mask[2][4] u32.
-KILN_SPARSE_HD constexpr unsigned sparse_smem_mask_offset(int head_tiles) {
-  return sparse_smem_red_offset(head_tiles) + (2u * 4u * 32u + 4u * 32u) * 4u;
+KILN_SPARSE_HD constexpr unsigned sparse_smem_mask_offset(int head_tiles, bool small) {
+  return sparse_smem_red_offset(head_tiles, small) + (2u * 4u * 32u + 4u * 32u) * 4u;
 }
-// Dynamic shared memory of one decode block: 206,368 B (head_tiles 1) or 226,848 B (head_tiles 2).
-KILN_SPARSE_HD constexpr unsigned sparse_decode_smem_bytes(int head_tiles) {
-  return sparse_smem_mask_offset(head_tiles) + 2u * 4u * 4u;
+// Dynamic shared memory of one decode block: 206,368 B (head_tiles 1) or 226,848 B (head_tiles 2);
+// 87,584 B in the compact configuration.
+KILN_SPARSE_HD constexpr unsigned sparse_decode_smem_bytes(int head_tiles, bool small = false) {
+  return sparse_smem_mask_offset(head_tiles, small) + 2u * 4u * 4u;
 }
+static_assert(sparse_decode_smem_bytes(1, true) <= 99u * 1024u, "the compact configuration must fit sm_120's 99 KiB");
 KILN_SPARSE_HD constexpr int sparse_head_groups(int heads, int head_tiles) {
   return (heads + kSparseHeadsPerTile * head_tiles - 1) / (kSparseHeadsPerTile * head_tiles);
 }
@@ -93,6 +100,18 @@ KILN_SPARSE_HD constexpr long long sparse_decode_grid(int tokens, int heads, int
 }
 KILN_SPARSE_HD constexpr long long sparse_merge_grid(int tokens, int heads) {
   return ((long long)tokens * heads + kSparseMergeRowsPerBlock - 1) / kSparseMergeRowsPerBlock;
+}
+
+// ---- the Hopper (sm_90a) warpgroup-MMA kernel (sparse_nvfp4/kernel_sm90.cuh) ----
+// One CTA per (token, 64-head group, split): two consumer warpgroups and one producer warpgroup.
+constexpr int kSparseSm90Threads = 384;
+constexpr int kSparseSm90Heads = 64;
+// Q (64 KiB) + two decoded K tiles (128 KiB) + a 64-record raw stage (25,600 B) + P (8 KiB) +
+// per-row scalars, masks and mbarriers: 230,960 B (the sm_90 opt-in limit is 232,448).
+KILN_SPARSE_HD constexpr unsigned sparse_sm90_smem_bytes() { return 230960u; }
+KILN_SPARSE_HD constexpr int sparse_sm90_head_groups(int heads) { return (heads + kSparseSm90Heads - 1) / kSparseSm90Heads; }
+KILN_SPARSE_HD constexpr long long sparse_sm90_grid(int tokens, int heads, int num_splits) {
+  return (long long)tokens * sparse_sm90_head_groups(heads) * num_splits;
 }
 
 }  // namespace kiln

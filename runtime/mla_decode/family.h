@@ -3,16 +3,22 @@
 // the Family that renders one module holding both kernels (decode, then the split-KV combine).
 //
 // Policy JSON (canonical, every field present):
-//   {"heads": 1..128, "page_size": 16|32|64|128, "max_seq_len": 1..2^31-32768, "max_seq_len_q": 1..8,
-//    "packed": bool, "dtype": "bf16"|"fp8_e4m3", "out_dtype": "bf16", "mask": "dense"|"causal"}
+//   {"heads": 1..128, "page_size": 16|32|64|128, "max_seq_len": 1..2^31-32768, "max_seq_len_q": 1..64,
+//    "packed": bool, "dtype": "bf16"|"fp8_e4m3", "out_dtype": "bf16", "mask": "dense"|"causal",
+//    "kernel": "auto"|"mma_sync"|"wgmma"}
 // heads and max_seq_len have no default (no value is right for every model); the rest default to
-// page_size 64, max_seq_len_q 1, packed false, dtype bf16, out_dtype bf16, mask causal.
+// page_size 64, max_seq_len_q 1, packed false, dtype bf16, out_dtype bf16, mask causal, kernel auto.
+// kernel: auto lets the planner pick per GPU (the wgmma kernel on sm_90a for bf16 and 17 or more
+// rows per request, else the mma.sync kernel); mma_sync forces the mma.sync kernel in the
+// configuration that fits ~99 KB of shared memory (what sm_120 runs); wgmma forces the Hopper kernel
+// (sm_90a and bf16 only).
 #include <cstdint>
 #include <string_view>
 
-#include "jit/semantic_key.h"
-#include "runtime/mla_decode/planner.h"
-#include "runtime/tensor_view.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/mla_decode/planner.h"
+#include "kiln/runtime/policy_schema.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::mla {
 
@@ -21,6 +27,16 @@ inline constexpr const char* kMlaFamily = "mla_decode";
 enum class MaskType { kDense, kCausal };
 
 std::string_view mask_name(MaskType mask);
+
+// The rules of the fields the launcher also reads from its arguments (heads and page_size from
+// tensor shapes), so that both paths share one bound and one error code.
+inline constexpr IntRule kHeadsRule{.expected = "1..128", .min = 1, .supported_max = 128};
+inline constexpr IntRule kPageSizeRule{.expected = "16, 32, 64 or 128", .supported_values = {16, 32, 64, 128}};
+inline constexpr IntRule kMaxSeqLenRule{.expected = "1..2147450880 (2^31 - 32768)", .min = 1,
+                                        .max = (1LL << 31) - 32768};
+inline constexpr IntRule kMaxSeqLenQRule{.expected = "1..64", .min = 1, .supported_max = 64};
+
+enum class MlaKernel { kAuto = kMlaKernelAuto, kMmaSync = kMlaKernelMmaSync, kWgmma = kMlaKernelWgmma };
 
 // The semantic-key fields of one MLA decode kernel (everything except the target arch).
 struct MlaDecodePolicy {
@@ -32,6 +48,7 @@ struct MlaDecodePolicy {
   DType dtype = DType::kBf16;      // query and cache: kBf16 or kE4m3
   DType out_dtype = DType::kBf16;  // kBf16 only
   MaskType mask = MaskType::kCausal;
+  MlaKernel kernel = MlaKernel::kAuto;
 
   // Throws kiln::Error naming the field: kInvalidArgument for values the contract forbids (heads 0,
   // max_seq_len 0), kUnsupported for valid requests kiln does not implement (heads 256, fp16 out).
@@ -46,7 +63,7 @@ struct MlaDecodePolicy {
   std::uint64_t fingerprint() const;
 };
 
-// Registers the family with the JIT; idempotent. The lead calls it from register_builtin_families().
+// Registers the family with the JIT (idempotent). runtime/families.cpp calls it.
 void register_mla_family();
 
 }  // namespace kiln::mla

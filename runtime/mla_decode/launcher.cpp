@@ -1,16 +1,17 @@
-#include "runtime/mla_decode/launcher.h"
+#include "kiln/runtime/mla_decode/launcher.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdint>
 
-#include "jit/error.h"
-#include "kernel_templates/mla_decode/params.cuh"
-#include "runtime/driver.h"
-#include "runtime/kernel_service.h"
-#include "runtime/mla_decode/planner.h"
-#include "runtime/validation.h"
+#include "kiln/jit/error.h"
+#include "kiln/kernel_templates/mla_decode/params.cuh"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/mla_decode/planner.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::mla {
 
@@ -67,22 +68,15 @@ std::size_t mla_workspace_size(int heads, int page_size, long long max_seq_len, 
                             batch);
 }
 
-void warm_mla(const MlaDecodePolicy& policy, const std::vector<int>& devices) {
+void warm_mla(const MlaDecodePolicy& policy, const std::vector<int>& devices, KernelService& service) {
   policy.validate();
-  KernelService& service = KernelService::global();
-  for (int device : devices) {
-    service.warm(policy.key(service.device_arch(device)), device);
-    // Also enter the key in acquire()'s fingerprint table, so that the first launch after warm-up
-    // (often inside graph capture) is a hash lookup instead of building the key's strings.
-    ScopedDeviceContext context(device);
-    service.acquire(policy.fingerprint(), [&service, &policy, device] { return policy.key(service.device_arch(device)); },
-                    nullptr);
-  }
+  warm_policy(service, policy, devices);
 }
 
 void warm_mla(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed, DType dtype,
-              DType out_dtype, MaskType mask, const std::vector<int>& devices) {
-  warm_mla(MlaDecodePolicy{heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype, mask}, devices);
+              DType out_dtype, MaskType mask, const std::vector<int>& devices, KernelService& service) {
+  warm_mla(MlaDecodePolicy{heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype, mask}, devices,
+           service);
 }
 
 MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_cache,
@@ -90,7 +84,7 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
                                   const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
                                   const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q,
                                   const std::optional<TensorView>& out, double bmm1_scale, double bmm2_scale,
-                                  MaskType mask, DType out_dtype) {
+                                  MaskType mask, DType out_dtype, MlaKernel kernel) {
   // Every check below formats only when it fails: the success path allocates nothing.
   if (kv_lora_rank != kMlaDimV) check::unsupported("kv_lora_rank", "512", num(kv_lora_rank));
   if (qk_rope_head_dim != kMlaDimQk - kMlaDimV) check::unsupported("qk_rope_head_dim", "64", num(qk_rope_head_dim));
@@ -100,9 +94,7 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
     check::fail("mask_type", "MaskType::kDense or MaskType::kCausal", num(static_cast<int>(mask)));
   }
   if (out_dtype != DType::kBf16) check::unsupported("out_dtype", "bfloat16", dtype_name(out_dtype));
-  if (max_seq_len < 1 || max_seq_len > (1LL << 31) - 32768) {
-    check::fail("max_seq_len", "1..2147450880 (2^31 - 32768)", num(max_seq_len));
-  }
+  kMaxSeqLenRule.check("max_seq_len", max_seq_len);
   const bool packed = qo_indptr.has_value();
 
   // query: [B, SQ, H, 576] or [total_q, H, 576].
@@ -119,8 +111,12 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
   check::aligned(query, "query", 16);
   check::not_null(query, "query");
   const std::int64_t heads = query.size(-2);
-  if (heads < 1) check::fail("query", "heads (dimension -2) in 1..128", fmt::format("shape {}", query.shape_string()));
-  if (heads > 128) check::unsupported("query", "heads (dimension -2) 1..128", fmt::format("{} heads", heads));
+  if (!kHeadsRule.valid(heads)) {
+    check::fail("query", "heads (dimension -2) in 1..128", fmt::format("shape {}", query.shape_string()));
+  }
+  if (!kHeadsRule.supported(heads)) {
+    check::unsupported("query", "heads (dimension -2) 1..128", fmt::format("{} heads", heads));
+  }
 
   // kv_cache: [pages, page_size, 576] or [pages, 1, page_size, 576].
   if (kv_cache.dtype != query.dtype) {
@@ -133,7 +129,7 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
   }
   check::dim(kv_cache, "kv_cache", -1, kMlaDimQk);
   const std::int64_t page_size = kv_cache.size(-2);
-  if (page_size != 16 && page_size != 32 && page_size != 64 && page_size != 128) {
+  if (!kPageSizeRule.supported(page_size)) {
     check::unsupported("kv_cache", "page_size (dimension -2) 16, 32, 64 or 128", fmt::format("page_size {}", page_size));
   }
   check::contiguous(kv_cache, "kv_cache");
@@ -179,8 +175,7 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
       check::fail("max_seq_len_q", "a value: it is required in packed mode (qo_indptr given)", "none");
     }
     sq = *max_seq_len_q;
-    if (sq < 1) check::fail("max_seq_len_q", "1..8", num(sq));
-    if (sq > 8) check::unsupported("max_seq_len_q", "1..8", num(sq));
+    kMaxSeqLenQRule.check("max_seq_len_q", sq);
     check_index_vector(*qo_indptr, "qo_indptr", batch + 1);
     total_q = query.size(0);
     if (total_q > batch * sq) {
@@ -190,8 +185,10 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
     }
   } else {
     sq = query.size(1);
-    if (sq < 1) check::fail("query", "SQ (dimension 1) in 1..8", fmt::format("shape {}", query.shape_string()));
-    if (sq > 8) check::unsupported("query", "SQ (dimension 1) 1..8", fmt::format("SQ {}", sq));
+    if (!kMaxSeqLenQRule.valid(sq)) {
+      check::fail("query", "SQ (dimension 1) in 1..64", fmt::format("shape {}", query.shape_string()));
+    }
+    if (!kMaxSeqLenQRule.supported(sq)) check::unsupported("query", "SQ (dimension 1) 1..64", fmt::format("SQ {}", sq));
     if (max_seq_len_q && *max_seq_len_q != sq) {
       check::fail("max_seq_len_q", fmt::format("SQ = query.size(1) = {} in fixed mode (or no value)", sq),
                   num(*max_seq_len_q));
@@ -208,8 +205,8 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
 
   MlaProblem problem;
   problem.policy = MlaDecodePolicy{static_cast<int>(heads), static_cast<int>(page_size), max_seq_len, static_cast<int>(sq),
-                                   packed,  query.dtype, out_dtype, mask};
-  problem.policy.validate();  // already implied by the checks above; kept so the two never drift apart
+                                   packed,  query.dtype, out_dtype, mask, kernel};
+  problem.policy.validate();  // the family's rules; the checks above only name the argument they came from
   problem.batch = static_cast<int>(batch);
   problem.total_q = total_q;
   problem.workspace_bytes = batch == 0 ? 0 : workspace_size(problem.policy.planner_policy(), problem.batch);
@@ -268,29 +265,25 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
     const TensorView& query, const TensorView& kv_cache, const TensorView& workspace_buffer, int kv_lora_rank,
     int qk_rope_head_dim, const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
     const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q, const std::optional<TensorView>& out,
-    double bmm1_scale, double bmm2_scale, MaskType mask, DType out_dtype, CUstream stream) {
+    double bmm1_scale, double bmm2_scale, MaskType mask, DType out_dtype, CUstream stream, KernelService& service,
+    MlaKernel kernel) {
   MlaProblem problem =
       validate_mla_arguments(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
-                             max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask, out_dtype);
+                             max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask, out_dtype, kernel);
   // No query rows: nothing to compute and nothing to allocate, so no driver is needed either.
   if (problem.total_q == 0) return problem.out;
 
-  KernelService& service = KernelService::global();
-  const MlaDecodePolicy& policy = problem.policy;
-  // The key is built (and may be compiled) only on a miss; a warm launch is one hash lookup.
-  const KernelHandle& handle =
-      service.acquire(policy.fingerprint(), [&service, &policy] { return policy.key(service.device_arch(KernelService::current_device())); },
-                      stream);
-  const MlaPlan launch = plan(policy.planner_policy(), problem.batch, service.device_sm_count(handle.device));
-  const KernelFunction& decode = handle.entry(0);
-  if (static_cast<int>(launch.decode.smem_bytes) > decode.max_dynamic_smem_bytes) {
-    // e.g. a 64-row tile on a GPU with ~100 KB of shared memory per block (sm_120).
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("mla_decode: this configuration needs {} bytes of shared memory per block; device {} "
-                            "allows {}. Use fewer heads * max_seq_len_q per launch on this GPU",
-                            launch.decode.smem_bytes, handle.device, decode.max_dynamic_smem_bytes),
-                {.key = handle.key});
+  const StreamDevice on(stream);
+  for (const auto& [view, arg] : {std::pair{&query, "query"}, {&kv_cache, "kv_cache"}, {&workspace_buffer, "workspace_buffer"},
+                                  {&block_tables, "block_tables"}, {&seq_lens, "seq_lens"}}) {
+    on.check(*view, arg);
   }
+  on.check(qo_indptr, "qo_indptr");
+  on.check(out, "out");
+  const MlaDecodePolicy& policy = problem.policy;
+  const KernelHandle& handle = acquire(service, policy, stream);
+  const MlaPlan p = plan(policy.planner_policy(), problem.batch, service.device_limits(handle.device),
+                         service.device_arch(handle.device));
 
   const Driver& d = Driver::get();
   bool allocated = false;
@@ -308,7 +301,7 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
     allocated = true;
   }
 
-  const WorkspaceLayout& ws = launch.workspace;
+  const WorkspaceLayout& ws = p.workspace;
   auto* ws_base = static_cast<unsigned char*>(workspace_buffer.data);
   MlaDecodeParams params{};
   params.q = query.data;
@@ -317,29 +310,25 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   params.seq_lens = seq_lens.data;
   params.qo_indptr = qo_indptr ? qo_indptr->data : nullptr;
   params.out = problem.out.data;
-  params.lse_partial = launch.needs_combine ? ws_base + ws.lse_offset : nullptr;
-  params.o_partial = launch.needs_combine ? ws_base + ws.o_offset : nullptr;
+  params.lse_partial = p.needs_combine ? ws_base + ws.lse_offset : nullptr;
+  params.o_partial = p.needs_combine ? ws_base + ws.o_offset : nullptr;
+  params.split_meta = p.needs_combine ? ws_base + ws.meta_offset : nullptr;
   params.block_table_stride = block_tables.stride(0);
   params.batch = problem.batch;
-  params.num_splits = launch.num_splits;
+  params.num_parts = p.num_parts;
+  params.piece_cost = p.piece_cost;
   // The kernel's softmax runs on exp2; callers give the natural-exponent scale (spec "Math").
   params.scale_log2 = static_cast<float>(bmm1_scale * 1.4426950408889634);
   params.out_scale = static_cast<float>(bmm2_scale);
 
-  void* args[] = {&params};
-  CUresult r = d.cuLaunchKernel(decode.function, launch.decode.grid[0], launch.decode.grid[1], launch.decode.grid[2],
-                                launch.decode.block[0], launch.decode.block[1], launch.decode.block[2], launch.decode.smem_bytes,
-                                stream, args, nullptr);
-  if (r == CUDA_SUCCESS && launch.needs_combine) {
-    r = d.cuLaunchKernel(handle.entry(1).function, launch.combine.grid[0], launch.combine.grid[1], launch.combine.grid[2],
-                         launch.combine.block[0], launch.combine.block[1], launch.combine.block[2], launch.combine.smem_bytes,
-                         stream, args, nullptr);
-  }
-  if (r != CUDA_SUCCESS && allocated) {
+  try {
+    launch(handle, p.decode, params, stream, 0);
+    if (p.needs_combine) launch(handle, p.combine, params, stream, 1);
+  } catch (const Error&) {
     // A kernel that never launched cannot be using the buffer; don't leak it.
-    d.cuMemFree(reinterpret_cast<CUdeviceptr>(problem.out.data));
+    if (allocated) d.cuMemFree(reinterpret_cast<CUdeviceptr>(problem.out.data));
+    throw;
   }
-  d.check(r, "cuLaunchKernel(mla_decode)");
   return problem.out;
 }
 

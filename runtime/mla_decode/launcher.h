@@ -7,7 +7,9 @@
 //   1. at start-up, warm_mla(...) every policy it will serve (or `kiln warm --manifest`);
 //   2. size one workspace per in-flight launch / captured graph with mla_workspace_size(..., batch);
 //   3. capture prims_ts_batch_decode_with_kv_cache_mla(..., out, ..., stream) calls: a warm key costs
-//      one hash lookup and one or two cuLaunchKernel calls; nothing is allocated, formatted or read back.
+//      one hash lookup and one or two kernel launches; nothing is allocated, formatted or read back.
+//
+// Every function takes the KernelService to use as its last argument (the process-wide one by default).
 #include <cuda.h>
 
 #include <cstddef>
@@ -15,8 +17,9 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/mla_decode/family.h"
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::mla {
 
@@ -51,19 +54,20 @@ namespace kiln::mla {
 // argument, what was expected and what was given. A launch with no query rows (packed total_q == 0,
 // or B == 0) returns without touching the driver. A launch whose key is not warm compiles and
 // loads it, except while `stream` is capturing (then kNotWarm naming the key).
+// `kernel` (the policy's "kernel" field) forces a kernel variant, e.g. for tests and benchmarks;
+// the workspace must then be sized for that policy (mla_workspace_size(policy, batch)).
 TensorView prims_ts_batch_decode_with_kv_cache_mla(
     const TensorView& query, const TensorView& kv_cache, const TensorView& workspace_buffer, int kv_lora_rank,
     int qk_rope_head_dim, const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
-    const std::optional<TensorView>& qo_indptr = std::nullopt, std::optional<int> max_seq_len_q = std::nullopt,
-    const std::optional<TensorView>& out = std::nullopt, double bmm1_scale = 1.0, double bmm2_scale = 1.0,
-    MaskType mask = MaskType::kCausal, DType out_dtype = DType::kBf16, CUstream stream = nullptr);
+    const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q, const std::optional<TensorView>& out,
+    double bmm1_scale, double bmm2_scale, MaskType mask, DType out_dtype, CUstream stream,
+    KernelService& service = KernelService::global(), MlaKernel kernel = MlaKernel::kAuto);
 
 // Workspace bytes for one launch of the policy at `batch` requests: exactly the semantic-key
-// arguments plus batch. 0 means the kernel never splits KV for this (policy, batch) and any (even
-// empty) workspace will do. dtype: kBf16 or kE4m3 (q and cache). Independent of the device (the
-// split bound assumes the largest SM count), so a CPU-only process can size buffers. Not monotonic
-// in batch (fewer requests get more splits each): a buffer shared by graphs of several batch sizes
-// needs the maximum over those sizes.
+// arguments plus batch. 0 means the kernel never splits KV for this policy and any (even empty)
+// workspace will do. dtype: kBf16 or kE4m3 (q and cache). Independent of the device (the bound on
+// parts assumes the largest SM count) and of the lengths, so a CPU-only process can size buffers;
+// it grows with batch (one split record and one partial slot per request, plus one per part).
 std::size_t mla_workspace_size(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed,
                                DType dtype, DType out_dtype, MaskType mask, int batch);
 std::size_t mla_workspace_size(const MlaDecodePolicy& policy, int batch);
@@ -71,8 +75,10 @@ std::size_t mla_workspace_size(const MlaDecodePolicy& policy, int batch);
 // Compiles (or loads from the cache) and loads the policy's module on each device, with function
 // attributes set, so that later launches (and graph capture) only look up a handle.
 void warm_mla(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed, DType dtype,
-              DType out_dtype, MaskType mask, const std::vector<int>& devices);
-void warm_mla(const MlaDecodePolicy& policy, const std::vector<int>& devices);
+              DType out_dtype, MaskType mask, const std::vector<int>& devices,
+              KernelService& service = KernelService::global());
+void warm_mla(const MlaDecodePolicy& policy, const std::vector<int>& devices,
+              KernelService& service = KernelService::global());
 
 // What validation resolved from the arguments (for tests and debugging tools).
 struct MlaProblem {
@@ -89,6 +95,6 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
                                   const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
                                   const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q,
                                   const std::optional<TensorView>& out, double bmm1_scale, double bmm2_scale,
-                                  MaskType mask, DType out_dtype);
+                                  MaskType mask, DType out_dtype, MlaKernel kernel = MlaKernel::kAuto);
 
 }  // namespace kiln::mla

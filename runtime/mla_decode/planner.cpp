@@ -1,9 +1,10 @@
-#include "runtime/mla_decode/planner.h"
+#include "kiln/runtime/mla_decode/planner.h"
 
 #include <algorithm>
 #include <string>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/mla_decode/family.h"
 
 namespace kiln::mla {
 namespace {
@@ -12,95 +13,115 @@ namespace {
   throw Error(ErrorCode::kInvalidArgument, what + ": expected " + expected + ", given " + std::to_string(given));
 }
 
-constexpr long long kMaxSeqLenLimit = (1LL << 31) - 32768;
+// The workspace is sized before any device is known, for a GPU at least as large as every supported
+// one: the most SMs and the most shared memory per SM (so the most resident CTAs). On a smaller GPU
+// the plan simply uses fewer of the parts the workspace holds.
+constexpr DeviceLimits kWorkspaceSizingDevice{
+    .sm_count = 264, .smem_per_sm = 233472, .smem_per_block_optin = 232448, .smem_reserved_per_block = 1024};
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
-// Resident CTAs per SM for this policy's tile (the 1 KB is the per-block reservation on sm_90).
-long long ctas_per_sm(const MlaPolicy& policy) {
-  return std::max(1, kMlaSmemPerSm / (mla_decode_smem_bytes(mla_tile_config(policy.heads, policy.max_seq_len_q, policy.fp8), policy.fp8) + 1024));
+int row_tiles(const MlaPolicy& policy, const MlaVariant& v) {
+  const int rows = mla_variant_rows(v);
+  return (mla_max_rows(policy.heads, policy.max_seq_len_q) + rows - 1) / rows;
 }
 
-int row_tiles(const MlaPolicy& policy) {
-  const int rows = mla_tile_rows(tile_config(policy));
-  return (mla_max_rows(policy.heads, policy.max_seq_len_q) + rows - 1) / rows;
+// One wave of resident CTAs: every SM holds as many as its shared memory allows, each CTA is one
+// (part, row tile), so the parts are that count over the row tiles.
+int parts_for(const MlaPolicy& policy, const MlaVariant& v, const DeviceLimits& device) {
+  const int block = mla_variant_smem(v, policy.fp8) + device.smem_reserved_per_block;
+  const long long ctas_per_sm = v.wgmma ? 1 : std::max(1, device.smem_per_sm / block);
+  return static_cast<int>(std::max(1LL, device.sm_count * ctas_per_sm / row_tiles(policy, v)));
+}
+
+// A request of one KV block lies in one part: it is never split, whatever the parts.
+bool can_split(const MlaPolicy& policy) { return policy.max_seq_len > kMlaMinBlockTokens; }
+
+MlaVariant variant_for(const MlaPolicy& policy, bool sm90a) {
+  return mla_variant(policy.kernel, policy.heads, policy.max_seq_len_q, policy.fp8, sm90a);
 }
 
 }  // namespace
 
 void validate_policy(const MlaPolicy& policy) {
-  if (policy.heads < 1 || policy.heads > 128) bad("heads", "1..128", policy.heads);
-  const int ps = policy.page_size;
-  if (ps != 16 && ps != 32 && ps != 64 && ps != 128) bad("page_size", "16, 32, 64 or 128", ps);
-  if (policy.max_seq_len < 1 || policy.max_seq_len > kMaxSeqLenLimit)
-    bad("max_seq_len", "1..2147450880 (2^31 - 32768)", policy.max_seq_len);
-  if (policy.max_seq_len_q < 1 || policy.max_seq_len_q > 8) bad("max_seq_len_q", "1..8", policy.max_seq_len_q);
+  MlaDecodePolicy{policy.heads,
+                  policy.page_size,
+                  policy.max_seq_len,
+                  policy.max_seq_len_q,
+                  policy.packed,
+                  policy.fp8 ? DType::kE4m3 : DType::kBf16,
+                  DType::kBf16,
+                  policy.causal ? MaskType::kCausal : MaskType::kDense,
+                  static_cast<MlaKernel>(policy.kernel)}
+      .validate();
 }
 
-MlaTileConfig tile_config(const MlaPolicy& policy) {
-  return mla_tile_config(policy.heads, policy.max_seq_len_q, policy.fp8);
-}
+bool is_sm90a(std::string_view arch) { return arch == "sm_90a"; }
 
-int max_splits(const MlaPolicy& policy, int batch) {
+MlaVariant variant(const MlaPolicy& policy, std::string_view arch) { return variant_for(policy, is_sm90a(arch)); }
+
+int max_parts(const MlaPolicy& policy) {
   validate_policy(policy);
-  if (batch < 1) bad("batch", ">= 1", batch);
-  const long long ctas = static_cast<long long>(batch) * row_tiles(policy);
-  const long long by_sms = (kMlaSplitSmBound * ctas_per_sm(policy) + ctas - 1) / ctas;
-  const long long by_len = (policy.max_seq_len + tile_config(policy).tile_tokens - 1) / tile_config(policy).tile_tokens;
-  return static_cast<int>(std::max(1LL, std::min({by_sms, by_len, static_cast<long long>(kMlaMaxSplits)})));
+  // Both variants a key may compile to (sm_90a and every other arch).
+  return std::max(parts_for(policy, variant_for(policy, true), kWorkspaceSizingDevice),
+                  parts_for(policy, variant_for(policy, false), kWorkspaceSizingDevice));
 }
 
 WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch) {
+  if (batch < 1) bad("batch", ">= 1", batch);
   WorkspaceLayout w;
-  w.max_splits = max_splits(policy, batch);
-  if (w.max_splits == 1) return w;  // the decode kernel writes `out` directly; no scratch needed
-  const std::size_t entries =
-      static_cast<std::size_t>(batch) * mla_max_rows(policy.heads, policy.max_seq_len_q) * w.max_splits;
-  w.lse_offset = 0;
-  w.lse_bytes = entries * sizeof(float);
-  w.o_offset = align256(w.lse_bytes);
-  w.o_bytes = entries * kMlaDimV * sizeof(float);
+  w.max_parts = max_parts(policy);  // validates the policy
+  // Every request in one piece: `out` written directly, no scratch.
+  if (w.max_parts == 1 || !can_split(policy)) return w;
+  const std::size_t slots = static_cast<std::size_t>(batch) + w.max_parts - 1;
+  const std::size_t rows = static_cast<std::size_t>(mla_max_rows(policy.heads, policy.max_seq_len_q));
+  w.meta_offset = 0;
+  w.lse_offset = align256(static_cast<std::size_t>(batch) * 2 * sizeof(int));
+  w.lse_bytes = slots * rows * sizeof(float);
+  w.o_offset = align256(w.lse_offset + w.lse_bytes);
+  w.o_bytes = slots * rows * kMlaDimV * sizeof(float);
   w.total_bytes = align256(w.o_offset + w.o_bytes);
   return w;
 }
 
 std::size_t workspace_size(const MlaPolicy& policy, int batch) { return workspace_layout(policy, batch).total_bytes; }
 
-MlaPlan plan(const MlaPolicy& policy, int batch, int sm_count) {
-  if (sm_count < 1) bad("sm_count", ">= 1", sm_count);
+MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std::string_view arch) {
+  if (device.sm_count < 1) bad("sm_count", ">= 1", device.sm_count);
+  if (device.smem_per_sm < 1) bad("smem_per_sm", ">= 1", device.smem_per_sm);
+  if (batch > 65535) bad("batch", "<= 65535 (combine grid y)", batch);
   MlaPlan p;
   p.workspace = workspace_layout(policy, batch);  // validates policy and batch
-  p.tile = tile_config(policy);
-  const int tiles = row_tiles(policy);
-  const long long ctas = static_cast<long long>(batch) * tiles;
-  // Take the largest split count that still fits in one wave of resident CTAs, so no SM runs a
-  // second, lonely round.
-  const long long fit = std::max(1LL, sm_count * ctas_per_sm(policy) / ctas);
-  p.num_splits = static_cast<int>(std::min<long long>(fit, p.workspace.max_splits));
-  p.needs_combine = p.num_splits > 1;
+  if (policy.kernel == kMlaKernelWgmma && !is_sm90a(arch)) {
+    throw Error(ErrorCode::kUnsupported,
+                "argument 'kernel': \"wgmma\" runs on sm_90a (Hopper) only; this device is " + std::string(arch) +
+                    ": use kernel \"auto\" or \"mma_sync\"");
+  }
+  p.variant = variant(policy, arch);
+  const int tiles = row_tiles(policy, p.variant);
+  p.num_parts = std::min(parts_for(policy, p.variant, device), p.workspace.max_parts);
+  p.needs_combine = p.num_parts > 1 && can_split(policy);
+  p.piece_cost = p.variant.wgmma ? kMlaPieceCostWgmma : kMlaPieceCostMma;
 
-  p.decode.grid[0] = static_cast<unsigned>(tiles);
-  p.decode.grid[1] = static_cast<unsigned>(p.num_splits);
-  p.decode.grid[2] = static_cast<unsigned>(batch);
-  p.decode.block[0] = static_cast<unsigned>(mla_threads(p.tile));
-  p.decode.smem_bytes = static_cast<unsigned>(mla_decode_smem_bytes(p.tile, policy.fp8));
+  p.decode.grid[0] = static_cast<unsigned>(p.num_parts);
+  p.decode.grid[1] = static_cast<unsigned>(tiles);
+  p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant));
+  p.decode.smem_bytes = static_cast<unsigned>(mla_variant_smem(p.variant, policy.fp8));
 
-  const int rows = mla_max_rows(policy.heads, policy.max_seq_len_q);
-  p.combine.grid[0] = static_cast<unsigned>((rows + kMlaCombineRowsPerCta - 1) / kMlaCombineRowsPerCta);
+  p.combine.grid[0] = static_cast<unsigned>(mla_max_rows(policy.heads, policy.max_seq_len_q));
   p.combine.grid[1] = static_cast<unsigned>(batch);
   p.combine.block[0] = kMlaCombineThreads;
-  if (batch > 65535) bad("batch", "<= 65535 (grid z / y limit)", batch);
+  // The combine's CTAs may start while the decode kernel runs; they wait for it before any read.
+  p.combine.pdl = true;
   return p;
 }
 
 std::string decode_kernel_name(const MlaPolicy& policy) {
   validate_policy(policy);
-  const MlaTileConfig t = tile_config(policy);
   auto b = [](bool v) { return v ? std::string("true") : std::string("false"); };
   return "kiln::mla_decode_kernel<" + std::to_string(policy.heads) + ", " + std::to_string(policy.page_size) + ", " +
          std::to_string(policy.max_seq_len_q) + ", " + b(policy.packed) + ", " + b(policy.fp8) + ", " +
-         b(policy.causal) + ", " + std::to_string(t.row_groups) + ", " + std::to_string(t.col_groups) + ", " +
-         std::to_string(t.tile_tokens) + ", " + std::to_string(t.stages) + ">";
+         b(policy.causal) + ", " + std::to_string(policy.kernel) + ">";
 }
 
 std::string combine_kernel_name(const MlaPolicy& policy) {

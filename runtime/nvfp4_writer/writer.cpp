@@ -1,65 +1,37 @@
-#include "runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
-#include "jit/error.h"
-#include "jit/family.h"
-#include "kernel_templates/common/nvfp4_format.cuh"
-#include "kernel_templates/nvfp4_writer/params.cuh"
-#include "runtime/driver.h"
-#include "runtime/kernel_service.h"
-#include "runtime/nvfp4_cache_view.h"
-#include "runtime/validation.h"
+#include "kiln/kernel_templates/common/nvfp4_format.cuh"
+#include "kiln/kernel_templates/nvfp4_writer/params.cuh"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/nvfp4_cache_view.h"
+#include "kiln/runtime/policy_schema.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::nvfp4 {
 
 namespace {
 
-using nlohmann::json;
-
 constexpr int kMaxPageSize = 1024;
 
-class WriterFamily final : public Family {
- public:
-  std::string_view name() const override { return kWriterFamily; }
-
-  json canonicalize(const json& policy) const override {
-    if (!policy.is_object()) throw Error(ErrorCode::kInvalidArgument, "nvfp4_writer policy must be a JSON object");
-    json out = {{"op", "append"}, {"page_size", 64}};
-    for (const auto& [field, value] : policy.items()) {
-      if (field == "op") {
-        if (!value.is_string() || (value != "pack" && value != "append")) {
-          throw Error(ErrorCode::kInvalidArgument, fmt::format("nvfp4_writer policy field 'op' must be \"pack\" or \"append\", got {}", json_text(value)));
-        }
-        out["op"] = value;
-      } else if (field == "page_size") {
-        if (!value.is_number_integer() || value.get<long long>() < 1 || value.get<long long>() > kMaxPageSize) {
-          throw Error(ErrorCode::kInvalidArgument,
-                      fmt::format("nvfp4_writer policy field 'page_size' must be an integer in [1, {}], got {}", kMaxPageSize, json_text(value)));
-        }
-        out["page_size"] = value.get<long long>();
-      } else {
-        throw Error(ErrorCode::kInvalidArgument, fmt::format("nvfp4_writer policy has no field '{}'; fields: op, page_size", field));
-      }
-    }
-    return out;
-  }
-
-  KernelSource render(const json& policy) const override {
-    return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n",
-                        {fmt::format("kiln::nvfp4_writer_kernel<{}, {}>", policy["page_size"].get<int>(),
-                                     policy["op"] == "append" ? "true" : "false")}};
-  }
-};
-
-json policy_json(const WriterPolicy& p) {
-  return {{"op", p.op == WriterOp::kPack ? "pack" : "append"}, {"page_size", p.page_size}};
+// pack: one entry. append: the scan, claim and write kernels (kNvfp4Append*Entry order).
+KernelSource render(const WriterPolicy& p) {
+  if (p.op == WriterOp::kPack) return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n", {fmt::format("kiln::nvfp4_pack_kernel<{}>", p.page_size)}};
+  return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n",
+                      {fmt::format("kiln::nvfp4_append_scan_kernel<{}>", p.page_size), fmt::format("kiln::nvfp4_append_claim_kernel<{}>", p.page_size),
+                       fmt::format("kiln::nvfp4_append_write_kernel<{}>", p.page_size)}};
 }
 
-std::uint64_t fingerprint(const WriterPolicy& p) {
-  const std::int32_t words[3] = {0x77726974 /* family tag */, static_cast<std::int32_t>(p.op), p.page_size};
-  return XXH3_64bits(words, sizeof words);
+const PolicySchema<WriterPolicy>& schema() {
+  static const PolicySchema<WriterPolicy> s(
+      kWriterFamily,
+      {enum_field<&WriterPolicy::op>("op", {{"pack", static_cast<int>(WriterOp::kPack)}, {"append", static_cast<int>(WriterOp::kAppend)}},
+                                     static_cast<int>(WriterOp::kAppend), ErrorCode::kInvalidArgument, "WriterOp::kPack or kAppend"),
+       int_field<&WriterPolicy::page_size>("page_size", {.expected = "an integer in [1, 1024]", .min = 1, .max = kMaxPageSize}, 64)},
+      &render);
+  return s;
 }
 
 // The page size is in the key (1..kMaxPageSize), so it is checked after the view's strides.
@@ -76,24 +48,39 @@ void check_rows(const TensorView& rows, std::string_view arg, int rank) {
   check::aligned(rows, arg, 16);
 }
 
-void launch(const WriterPolicy& policy, const Nvfp4WriterParams& params, CUstream stream) {
-  KernelService& service = KernelService::global();
-  const KernelHandle& handle =
-      service.acquire(fingerprint(policy), [&] { return policy.key(service.device_arch(KernelService::current_device())); }, stream);
-  const Driver& d = Driver::get();
-  void* args[] = {const_cast<Nvfp4WriterParams*>(&params)};
-  const unsigned grid = static_cast<unsigned>((params.num_rows + kNvfp4WriterRowsPerBlock - 1) / kNvfp4WriterRowsPerBlock);
-  d.check(d.cuLaunchKernel(handle.entry(0).function, grid, 1, 1, kNvfp4WriterThreads, 1, 1, 0, stream, args, nullptr),
-          "cuLaunchKernel(nvfp4_writer)");
+LaunchConfig row_warps(int rows, int rows_per_warp) {
+  const int per_block = kNvfp4WarpsPerBlock * rows_per_warp;
+  LaunchConfig config;
+  config.grid[0] = static_cast<unsigned>((rows + per_block - 1) / per_block);
+  config.block[0] = kNvfp4WriterThreads;
+  config.pdl = true;  // the kernels wait for the previous kernel before reading anything
+  return config;
+}
+
+// Up to kNvfp4AppendScanRows rows: one launch. More: the claim kernel, then the write kernel, which
+// reads and encodes its rows while the claims run (programmatic dependent launch).
+void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, CUstream stream) {
+  if (params.num_rows <= kNvfp4AppendScanRows) {
+    launch(handle, row_warps(params.num_rows, 1), params, stream, kNvfp4AppendScanEntry);
+    return;
+  }
+  LaunchConfig claim;
+  claim.grid[0] = static_cast<unsigned>((params.num_rows + kNvfp4ClaimThreads - 1) / kNvfp4ClaimThreads);
+  claim.block[0] = kNvfp4ClaimThreads;
+  claim.pdl = true;
+  launch(handle, claim, params, stream, kNvfp4AppendClaimEntry);
+  launch(handle, row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream, kNvfp4AppendWriteEntry);
 }
 
 }  // namespace
 
-SemanticKey WriterPolicy::key(std::string_view arch) const { return SemanticKey(kWriterFamily, policy_json(*this), arch); }
+void WriterPolicy::validate() const { schema().validate(*this); }
+SemanticKey WriterPolicy::key(std::string_view arch) const { return schema().key(*this, arch); }
+std::uint64_t WriterPolicy::fingerprint() const { return schema().fingerprint(*this); }
 
-void register_writer_family() { register_family(std::make_unique<WriterFamily>()); }
+void register_writer_family() { schema().register_family(); }
 
-void pack(const TensorView& latent, const TensorView& cache, CUstream stream) {
+void pack(const TensorView& latent, const TensorView& cache, CUstream stream, KernelService& service) {
   const Nvfp4CacheGeometry g = check_cache(cache);
   check_rows(latent, "latent", 3);
   if (latent.size(0) != g.pages || latent.size(1) != g.page_size) {
@@ -107,12 +94,16 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream) {
   const std::int64_t rows = g.pages * g.page_size;
   if (rows > INT32_MAX) check::fail("cache", "at most 2^31-1 token slots", fmt::format("{}", rows));
   if (rows == 0) return;
+  const StreamDevice on(stream);
+  on.check(latent, "latent");
+  on.check(cache, "cache");
   const Nvfp4WriterParams params{latent.data, latent.stride(1), cache.data, g.page_stride, nullptr, rows,
                                  static_cast<int>(rows)};
-  launch(WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, params, stream);
+  launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream), row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream);
 }
 
-void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream) {
+void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,
+            KernelService& service) {
   const Nvfp4CacheGeometry g = check_cache(cache);
   check_rows(rows, "rows", 2);
   if (rows.size(0) > 1 && rows.stride(0) % 8 != 0) check::fail("rows", "a row stride that is a multiple of 8 elements", fmt::format("{}", rows.stride(0)));
@@ -126,15 +117,18 @@ void append(const TensorView& rows, const TensorView& slot_mapping, const Tensor
   check::disjoint(slot_mapping, "slot_mapping", cache, "cache");
   if (rows.size(0) > INT32_MAX) check::fail("rows", "at most 2^31-1 rows", fmt::format("{}", rows.size(0)));
   if (rows.size(0) == 0) return;
+  const StreamDevice on(stream);
+  on.check(rows, "rows");
+  on.check(slot_mapping, "slot_mapping");
+  on.check(cache, "cache");
   const Nvfp4WriterParams params{rows.data, rows.stride(0), cache.data, g.page_stride,
                                  static_cast<const int*>(slot_mapping.data), g.pages * g.page_size,
                                  static_cast<int>(rows.size(0))};
-  launch(WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, params, stream);
+  launch_append(acquire(service, WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, stream), params, stream);
 }
 
-void warm(const WriterPolicy& policy, const std::vector<int>& devices) {
-  KernelService& service = KernelService::global();
-  for (int device : devices) service.warm(policy.key(service.device_arch(device)), device);
+void warm(const WriterPolicy& policy, const std::vector<int>& devices, KernelService& service) {
+  warm_policy(service, policy, devices);
 }
 
 }  // namespace kiln::nvfp4

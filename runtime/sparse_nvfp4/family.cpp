@@ -1,90 +1,76 @@
-#include "runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
-#include <memory>
-
-#include "jit/error.h"
-#include "jit/family.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
 
 namespace {
 
-using nlohmann::json;
+std::int64_t value(SparseKernel k) { return static_cast<std::int64_t>(k); }
 
-[[noreturn]] void bad_field(std::string_view field, std::string_view expected, const json& given) {
-  throw Error(ErrorCode::kInvalidArgument,
-              fmt::format("sparse_nvfp4 policy field '{}' must be {}, got {}", field, expected, json_text(given)));
+// Entry 1 of a split module is its merge kernel, so one key warms both launches of the plan.
+KernelSource render(const SparsePolicy& p) {
+  KernelSource source;
+  if (p.kernel == SparseKernel::kSm90) {
+    source.source = "#include \"sparse_nvfp4/kernel_sm90.cuh\"\n";
+    source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_sm90_kernel<{}, {}, {}>", p.heads, p.has_extra, p.split));
+  } else {
+    source.source = "#include \"sparse_nvfp4/kernel.cuh\"\n";
+    source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_decode_kernel<{}, {}, {}, {}, {}>", p.heads, p.head_tiles,
+                                                  p.has_extra, p.split, p.kernel == SparseKernel::kMmaSmall));
+  }
+  if (p.split) source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", p.heads));
+  return source;
 }
 
-class SparseFamily final : public Family {
- public:
-  std::string_view name() const override { return kSparseFamily; }
-
-  json canonicalize(const json& policy) const override {
-    if (!policy.is_object()) throw Error(ErrorCode::kInvalidArgument, "sparse_nvfp4 policy must be a JSON object");
-    // No default head count: a key for the wrong H would warm a kernel the server never launches.
-    json out = {{"head_tiles", 1}, {"has_extra", false}, {"split", false}};
-    bool has_heads = false;
-    for (const auto& [field, value] : policy.items()) {
-      if (field == "heads") {
-        if (!value.is_number_integer() || value.get<long long>() < 8 || value.get<long long>() > 128 ||
-            value.get<long long>() % 8 != 0) {
-          bad_field("heads", "a multiple of 8 in [8, 128]", value);
-        }
-        out["heads"] = value.get<long long>();
-        has_heads = true;
-      } else if (field == "head_tiles") {
-        if (!value.is_number_integer() || (value.get<long long>() != 1 && value.get<long long>() != 2)) {
-          bad_field("head_tiles", "1 or 2", value);
-        }
-        out["head_tiles"] = value.get<long long>();
-      } else if (field == "has_extra" || field == "split") {
-        if (!value.is_boolean()) bad_field(field, "true or false", value);
-        out[field] = value.get<bool>();
-      } else {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("sparse_nvfp4 policy has no field '{}'; fields: heads, head_tiles, has_extra, split", field));
-      }
-    }
-    if (!has_heads) {
-      throw Error(ErrorCode::kInvalidArgument, "sparse_nvfp4 policy needs field 'heads' (a multiple of 8 in [8, 128])");
-    }
-    if (out["head_tiles"] == 2 && out["heads"].get<long long>() % 32 != 0) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("sparse_nvfp4 policy field 'head_tiles' is 2, which needs heads % 32 == 0, but heads is {}",
-                              out["heads"].get<long long>()));
-    }
-    return out;
+void check_head_tiles(const SparsePolicy& p) {
+  if (p.head_tiles == 2 && p.heads % 32 != 0) {
+    check::fail("head_tiles", "1 when H % 32 != 0 (2 shares one gather among 32 heads, so it needs heads % 32 == 0)",
+                fmt::format("2 with H = {}", p.heads));
   }
-
-  KernelSource render(const json& policy) const override {
-    const int heads = policy["heads"].get<int>();
-    const bool split = policy["split"].get<bool>();
-    KernelSource source{"#include \"sparse_nvfp4/kernel.cuh\"\n",
-                        {fmt::format("kiln::sparse_nvfp4_decode_kernel<{}, {}, {}, {}>", heads,
-                                     policy["head_tiles"].get<int>(), policy["has_extra"].get<bool>() ? "true" : "false",
-                                     split ? "true" : "false")}};
-    // Entry 1 of a split module is its merge kernel, so one key warms both launches of the plan.
-    if (split) source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", heads));
-    return source;
+  if (p.head_tiles == 2 && p.kernel != SparseKernel::kMma) {
+    check::fail("head_tiles", "1 with kernel \"mma_small\" or \"sm90\" (only kernel \"mma\" has two head tiles; the others map "
+                              "every plan onto their own blocks)",
+                fmt::format("2 with kernel \"{}\"", sparse_kernel_name(p.kernel)));
   }
-};
+}
+
+std::string describe_kernel(std::int64_t v) { return fmt::format("kernel #{}", v); }
+
+const PolicySchema<SparsePolicy>& schema() {
+  // No default head count: a key for the wrong H would warm a kernel the server never launches.
+  static const PolicySchema<SparsePolicy> s(
+      kSparseFamily,
+      {int_field<&SparsePolicy::heads>("heads", kHeadsRule),
+       int_field<&SparsePolicy::head_tiles>("head_tiles", {.expected = "1 or 2", .min = 1, .max = 2}, 1),
+       bool_field<&SparsePolicy::has_extra>("has_extra", false), bool_field<&SparsePolicy::split>("split", false),
+       enum_field<&SparsePolicy::kernel>(
+           "kernel",
+           {{"mma", value(SparseKernel::kMma)}, {"mma_small", value(SparseKernel::kMmaSmall)}, {"sm90", value(SparseKernel::kSm90)}},
+           value(SparseKernel::kMma), ErrorCode::kInvalidArgument, "\"mma\", \"mma_small\" or \"sm90\"", &describe_kernel)},
+      &render, &check_head_tiles);
+  return s;
+}
 
 }  // namespace
 
-SemanticKey SparsePolicy::key(std::string_view arch) const {
-  return SemanticKey(kSparseFamily,
-                     json{{"heads", heads}, {"head_tiles", head_tiles}, {"has_extra", has_extra}, {"split", split}}, arch);
+const char* sparse_kernel_name(SparseKernel kernel) {
+  switch (kernel) {
+    case SparseKernel::kMma: return "mma";
+    case SparseKernel::kMmaSmall: return "mma_small";
+    case SparseKernel::kSm90: return "sm90";
+  }
+  return "mma";
 }
 
-std::uint64_t SparsePolicy::fingerprint() const {
-  const std::int32_t words[5] = {0x73706172 /* family tag */, heads, head_tiles, has_extra ? 1 : 0, split ? 1 : 0};
-  return XXH3_64bits(words, sizeof words);
-}
+void SparsePolicy::validate() const { schema().validate(*this); }
 
-void register_sparse_family() { register_family(std::make_unique<SparseFamily>()); }
+SemanticKey SparsePolicy::key(std::string_view arch) const { return schema().key(*this, arch); }
+
+std::uint64_t SparsePolicy::fingerprint() const { return schema().fingerprint(*this); }
+
+void register_sparse_family() { schema().register_family(); }
 
 }  // namespace kiln::sparse

@@ -1,17 +1,19 @@
-#include "runtime/sparse_nvfp4/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
 
 #include <fmt/format.h>
 
+#include <array>
+#include <atomic>
 #include <climits>
 #include <cmath>
 
-#include "jit/error.h"
-#include "kernel_templates/sparse_nvfp4/params.cuh"
-#include "runtime/driver.h"
-#include "runtime/kernel_service.h"
-#include "runtime/nvfp4_cache_view.h"
-#include "runtime/sparse_nvfp4/planner.h"
-#include "runtime/validation.h"
+#include "kiln/jit/error.h"
+#include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/nvfp4_cache_view.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
 
@@ -19,12 +21,9 @@ namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 constexpr int kLatentDims = 512;
-constexpr int kMaxHeads = 128;
 // At T == 0 both planners give the same plan for every SM count >= 3 (no CTA reaches any
 // threshold), so the zero-token path resolves its plan with this stand-in and needs no driver.
 constexpr int kZeroTokenSms = 132;
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // int32 [T, k] or [T, 1, k] with unit stride along k; returns k.
 std::int64_t check_indices(const TensorView& idx, const char* arg, std::int64_t tokens, std::int64_t min_topk) {
@@ -106,7 +105,7 @@ Checked check_static(const Args& a) {
   check::dim(a.q, "q", -1, kLatentDims);
   c.tokens = a.q.size(0);
   const std::int64_t heads = a.q.size(1);
-  if (heads < 8 || heads > kMaxHeads || heads % 8 != 0) {
+  if (!kHeadsRule.valid(heads)) {
     check::unsupported("q", "head counts H that are multiples of 8 in [8, 128]", fmt::format("H = {} (shape {})", heads, a.q.shape_string()));
   }
   c.heads = static_cast<int>(heads);
@@ -168,32 +167,13 @@ Checked check_static(const Args& a) {
   }
 
   // Plan overrides and the parts of the plan the device cannot change.
-  if (opt.head_tiles) {
-    if (*opt.head_tiles != 1 && *opt.head_tiles != 2) check::fail("head_tiles", "1 or 2", fmt::format("{}", *opt.head_tiles));
-    if (*opt.head_tiles == 2 && c.heads % 32 != 0) {
-      check::fail("head_tiles", "1 when H % 32 != 0 (2 shares one gather among 32 heads)", fmt::format("2 with H = {}", c.heads));
-    }
-  }
+  if (opt.head_tiles) SparsePolicy{c.heads, *opt.head_tiles}.validate();
   if (opt.max_splits < 1) check::fail("max_splits", ">= 1", fmt::format("{}", opt.max_splits));
-  const std::int64_t chunks = ceil_div(c.topk, kSparseChunk) + ceil_div(c.extra_topk, kSparseChunk);
-  const std::int64_t min_splits = ceil_div(chunks, kSparseMaxChunksPerBlock);
   if (opt.num_splits) {
-    const int n = *opt.num_splits;
-    if (n < 1) check::fail("num_splits", ">= 1", fmt::format("{}", n));
-    if (ceil_div(chunks, n) > kSparseMaxChunksPerBlock) {
-      check::fail("num_splits", fmt::format("at least {} splits so that each block handles <= {} of the {} chunks", min_splits,
-                                            kSparseMaxChunksPerBlock, chunks),
-                  fmt::format("{} ({} chunks per block)", n, ceil_div(chunks, n)));
-    }
-    const std::int64_t cpb = ceil_div(chunks, n);
-    require_scratch(a, c, static_cast<int>(ceil_div(chunks, cpb)), "num_splits makes the plan split");
+    const SplitPlan s = resolve_splits(c.topk, c.extra_topk, *opt.num_splits);
+    require_scratch(a, c, s.num_splits, "num_splits makes the plan split");
   } else {
-    if (min_splits > opt.max_splits) {
-      check::fail("max_splits", fmt::format(">= {} ({} chunks need that many splits of <= {} chunks)", min_splits, chunks,
-                                            kSparseMaxChunksPerBlock),
-                  fmt::format("{}", opt.max_splits));
-    }
-    require_scratch(a, c, static_cast<int>(min_splits), "more than 16 chunks always split");
+    require_scratch(a, c, min_splits(c.topk, c.extra_topk, opt.max_splits), "more than 16 chunks always split");
   }
 
   // Outputs are written while the inputs are read: no byte may be both.
@@ -236,7 +216,8 @@ SplitPlanResult finish_plan(const Args& a, const Checked& c, int sms) {
   const int tokens = static_cast<int>(c.tokens);
   const SplitPlanResult plan = resolve_plan(tokens, c.heads, c.topk, c.extra_topk, sms, opt.num_splits, opt.max_splits, opt.head_tiles);
   require_scratch(a, c, plan.num_splits, "the planned num_splits is > 1 (pass num_splits = 1 to forbid splitting)");
-  if (sparse_decode_grid(tokens, c.heads, plan.head_tiles, plan.num_splits) > INT_MAX) {
+  // The 16-head kernels have the largest grid.
+  if (sparse_decode_grid(tokens, c.heads, 1, plan.num_splits) > INT_MAX) {
     check::unsupported("q", fmt::format("at most {} decode blocks", INT_MAX),
                        fmt::format("T = {} with {} heads and {} splits", c.tokens, c.heads, plan.num_splits));
   }
@@ -279,32 +260,49 @@ SparseNvfp4Params make_params(const Args& a, const Checked& c, const SplitPlanRe
   return p;
 }
 
-void launch(const SparsePolicy& policy, const SparseNvfp4Params& params, int heads, CUstream stream) {
-  KernelService& service = KernelService::global();
-  // One captured reference keeps the std::function in its small buffer: no allocation on a hit.
-  const KernelHandle& handle = service.acquire(
-      policy.fingerprint(), [&policy] {
-        KernelService& s = KernelService::global();
-        return policy.key(s.device_arch(KernelService::current_device()));
-      },
-      stream);
-  const unsigned smem = sparse_decode_smem_bytes(policy.head_tiles);
-  const KernelFunction& decode = handle.entry(0);
-  if (decode.max_dynamic_smem_bytes < static_cast<int>(smem)) {
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("sparse_nvfp4 decode needs {} bytes of dynamic shared memory per block; device {} allows {}",
-                            smem, handle.device, decode.max_dynamic_smem_bytes),
-                {.key = handle.key});
+// Whether `device` is an sm_90a GPU, cached per device: after the first query one atomic load.
+bool device_is_sm90(KernelService& service, int device) {
+  static std::array<std::atomic<int>, 64> cache{};  // 0 unknown, 1 sm_90a, 2 another target
+  const bool cacheable = device >= 0 && device < static_cast<int>(cache.size());
+  if (cacheable) {
+    if (const int v = cache[device].load(std::memory_order_acquire)) return v == 1;
   }
-  const Driver& d = Driver::get();
-  void* args[] = {const_cast<SparseNvfp4Params*>(&params)};
-  const auto grid = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, heads, policy.head_tiles, params.num_splits));
-  d.check(d.cuLaunchKernel(decode.function, grid, 1, 1, static_cast<unsigned>(sparse_block_threads(policy.head_tiles)), 1, 1, smem, stream, args, nullptr),
-          "cuLaunchKernel(sparse_nvfp4_decode)");
+  const bool sm90 = service.device_arch(device) == "sm_90a";
+  if (cacheable) cache[device].store(sm90 ? 1 : 2, std::memory_order_release);
+  return sm90;
+}
+
+LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& params) {
+  LaunchConfig decode;
+  switch (policy.kernel) {
+    case SparseKernel::kSm90:
+      decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits));
+      decode.block[0] = kSparseSm90Threads;
+      decode.smem_bytes = sparse_sm90_smem_bytes();
+      break;
+    case SparseKernel::kMmaSmall:
+      decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));
+      decode.block[0] = static_cast<unsigned>(sparse_block_threads(1));
+      decode.smem_bytes = sparse_decode_smem_bytes(1, true);
+      break;
+    case SparseKernel::kMma:
+      decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, policy.head_tiles, params.num_splits));
+      decode.block[0] = static_cast<unsigned>(sparse_block_threads(policy.head_tiles));
+      decode.smem_bytes = sparse_decode_smem_bytes(policy.head_tiles);
+      break;
+  }
+  return decode;
+}
+
+void launch_sparse(const SparsePolicy& policy, const SparseNvfp4Params& params, CUstream stream, KernelService& service) {
+  const KernelHandle& handle = acquire(service, policy, stream);
+  launch(handle, decode_config(policy, params), params, stream, 0);
   if (policy.split) {
-    const auto merge_grid = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, heads));
-    d.check(d.cuLaunchKernel(handle.entry(1).function, merge_grid, 1, 1, kSparseMergeThreads, 1, 1, 0, stream, args, nullptr),
-            "cuLaunchKernel(sparse_nvfp4_merge)");
+    LaunchConfig merge;
+    merge.grid[0] = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, policy.heads));
+    merge.block[0] = kSparseMergeThreads;
+    merge.pdl = true;  // its blocks start during the decode grid's tail and wait for it (griddepcontrol.wait)
+    launch(handle, merge, params, stream, 1);
   }
 }
 
@@ -321,8 +319,29 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
   return r;
 }
 
-SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan) {
-  return SparsePolicy{heads, plan.head_tiles, has_extra, plan.num_splits > 1};
+SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
+                           std::optional<SparseKernel> kernel) {
+  if (kernel) {
+    if (*kernel == SparseKernel::kSm90 && arch != "sm_90a") {
+      check::unsupported("kernel", "\"sm90\" only on sm_90a", fmt::format("\"sm90\" on {}", arch));
+    }
+    return *kernel;
+  }
+  if (arch != "sm_90a") return SparseKernel::kMmaSmall;
+  // Below a wave of 64-head blocks the 16/32-head mma.sync grid keeps more SMs busy; padded rows
+  // (H 8-48, 80-112) cost the 64-row tiles MMA work that was not measured to pay off.
+  const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * plan.num_splits;
+  return heads % 64 == 0 && 8 * blocks >= 7LL * sms ? SparseKernel::kSm90 : SparseKernel::kMma;
+}
+
+std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads) {
+  if (arch != "sm_90a") return {SparseKernel::kMmaSmall};
+  if (heads % 64 == 0) return {SparseKernel::kMma, SparseKernel::kSm90};
+  return {SparseKernel::kMma};
+}
+
+SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan, SparseKernel kernel) {
+  return SparsePolicy{heads, kernel == SparseKernel::kMma ? plan.head_tiles : 1, has_extra, plan.num_splits > 1, kernel};
 }
 
 SplitPlanResult plan_sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
@@ -337,20 +356,34 @@ SplitPlanResult plan_sparse_decode(const TensorView& q, const TensorView& kv_cac
 SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, const TensorView& kv_cache,
                                                        const TensorView& indices, const TensorView& output,
                                                        const TensorView& out_lse, double sm_scale,
-                                                       const SparseOptions& opt, CUstream stream) {
+                                                       const SparseOptions& opt, CUstream stream,
+                                                       KernelService& service) {
   const Args a{q, kv_cache, indices, output, out_lse, sm_scale, opt};
   const Checked c = check_static(a);
   if (c.tokens == 0) return finish_plan(a, c, kZeroTokenSms);
-  KernelService& service = KernelService::global();
-  const SplitPlanResult plan = finish_plan(a, c, service.device_sm_count(KernelService::current_device()));
+  const StreamDevice on(stream);
+  for (const auto& [view, arg] : {std::pair{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {&output, "output"},
+                                  {&out_lse, "out_lse"}}) {
+    on.check(*view, arg);
+  }
+  for (const auto& [view, arg] : {std::pair{&opt.topk_length, "topk_length"}, {&opt.attn_sink, "attn_sink"},
+                                  {&opt.extra_kv_cache, "extra_kv_cache"}, {&opt.extra_indices, "extra_indices"},
+                                  {&opt.extra_topk_length, "extra_topk_length"}, {&opt.mid_out, "mid_out"},
+                                  {&opt.mid_lse, "mid_lse"}}) {
+    on.check(*view, arg);
+  }
+  const int sms = service.device_sm_count(on.device());
+  const SplitPlanResult plan = finish_plan(a, c, sms);
+  // kiln targets two archs; the cached check keeps device_arch's lock off the launch path.
+  const SparseKernel kernel = choose_kernel(device_is_sm90(service, on.device()) ? "sm_90a" : "sm_120a", static_cast<int>(c.tokens),
+                                            c.heads, plan, sms, opt.kernel);
   const SparseNvfp4Params params = make_params(a, c, plan);
-  launch(sparse_policy(c.heads, c.has_extra, plan), params, c.heads, stream);
+  launch_sparse(sparse_policy(c.heads, c.has_extra, plan, kernel), params, stream, service);
   return plan;
 }
 
-void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices) {
-  KernelService& service = KernelService::global();
-  for (int device : devices) service.warm(policy.key(service.device_arch(device)), device);
+void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices, KernelService& service) {
+  warm_policy(service, policy, devices);
 }
 
 }  // namespace kiln::sparse

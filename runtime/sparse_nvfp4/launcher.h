@@ -4,10 +4,12 @@
 #include <cuda.h>
 
 #include <optional>
+#include <string_view>
 #include <vector>
 
-#include "runtime/sparse_nvfp4/family.h"
-#include "runtime/tensor_view.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/tensor_view.h"
 
 namespace kiln::sparse {
 
@@ -24,6 +26,7 @@ struct SparseOptions {
   std::optional<int> num_splits;                // overrides plan_splits (normalised like a planned value)
   int max_splits = 16;                          // caps plan_splits
   std::optional<int> head_tiles;                // overrides plan_head_tiles: 1, or 2 when H % 32 == 0
+  std::optional<SparseKernel> kernel;           // overrides the launcher's choice of decode kernel (tests, benchmarks)
 };
 
 // The seed's returned dict {"head_tiles", "num_splits", "chunks_per_block"}.
@@ -34,15 +37,16 @@ struct SplitPlanResult {
   bool operator==(const SplitPlanResult&) const = default;
 };
 
-// Writes output [T, H, 512] bf16 and out_lse [T, H] fp32 in place on `stream` (the calling thread's
-// current context) and returns the resolved plan. Every argument is checked on the host before any
+// Writes output [T, H, 512] bf16 and out_lse [T, H] fp32 in place on `stream` (on the stream's
+// device; every tensor must live there) and returns the resolved plan. Every argument is checked on the host before any
 // driver call (kiln::Error naming the argument); T == 0 returns the plan without touching the driver.
 // Allocates nothing and formats nothing unless it throws, so it can run inside CUDA graph capture
 // once the plan's key is warm (warm_sparse).
 SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, const TensorView& kv_cache,
                                                        const TensorView& indices, const TensorView& output,
                                                        const TensorView& out_lse, double sm_scale,
-                                                       const SparseOptions& opt = {}, CUstream stream = nullptr);
+                                                       const SparseOptions& opt, CUstream stream,
+                                                       KernelService& service = KernelService::global());
 
 // The same checks and plan resolution as the launcher for a device with `sms` SMs, without a driver
 // and without launching: lets an engine (and the unit tests) validate a call and size mid_out/mid_lse.
@@ -56,10 +60,24 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
                              std::optional<int> num_splits = std::nullopt, int max_splits = 16,
                              std::optional<int> head_tiles = std::nullopt);
 
-// The policy (kernel key) a resolved plan launches.
-SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan);
+// The decode kernel the launcher runs for a call of T tokens and H heads resolved to `plan` on a
+// device of target `arch` with `sms` SMs (kernel = an override, checked: kSm90 needs sm_90a).
+// sm_120a (and any target but sm_90a): kMmaSmall, the one configuration that fits 99 KiB per block.
+// sm_90a: kSm90 where it was measured faster (tools/bench_results/sparse_h200.json): H a multiple
+// of 64 (no padded rows) and at least 7/8 of a wave of its 64-head blocks; kMma otherwise.
+SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
+                           std::optional<SparseKernel> kernel = std::nullopt);
+
+// Every kernel choose_kernel can return on `arch` for H heads without an override (what a prebuild
+// manifest needs for that target).
+std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads);
+
+// The policy (kernel key) a resolved plan launches with `kernel`. kMmaSmall and kSm90 map every plan
+// onto their own blocks (16 and 64 heads), so their keys carry head_tiles 1.
+SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan, SparseKernel kernel = SparseKernel::kMma);
 
 // Compiles (or loads from cache) and loads `policy`'s module on each device (arch from the device).
-void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices);
+void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices,
+                 KernelService& service = KernelService::global());
 
 }  // namespace kiln::sparse

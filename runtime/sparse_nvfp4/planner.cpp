@@ -1,32 +1,32 @@
-#include "runtime/sparse_nvfp4/planner.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
 
 #include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
 
-#include "jit/error.h"
-#include "kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
+std::string num(int64_t v) { return fmt::format("{}", v); }
 
 int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
 void check_topk(int topk, int extra_topk) {
-  if (topk < 1) bad(fmt::format("topk: expected >= 1, given {}", topk));
-  if (extra_topk < 0) bad(fmt::format("extra_topk: expected >= 0, given {}", extra_topk));
+  if (topk < 1) check::fail("topk", ">= 1", num(topk));
+  if (extra_topk < 0) check::fail("extra_topk", ">= 0", num(extra_topk));
 }
 
 void check_common(int tokens, int heads, int topk, int extra_topk, int sms) {
-  if (tokens < 0) bad(fmt::format("tokens (T): expected >= 0, given {}", tokens));
-  if (heads < 8 || heads > 128 || heads % 8 != 0)
-    bad(fmt::format("heads (H): expected a multiple of 8 in [8, 128], given {}", heads));
+  if (tokens < 0) check::fail("tokens (T)", ">= 0", num(tokens));
+  kHeadsRule.check("heads (H)", heads);
   check_topk(topk, extra_topk);
-  if (sms < 1) bad(fmt::format("sms: expected >= 1, given {}", sms));
+  if (sms < 1) check::fail("sms", ">= 1", num(sms));
 }
 
 }  // namespace
@@ -36,9 +36,21 @@ int num_chunks(int topk, int extra_topk) {
   return ceil_div(topk, kSparseChunk) + ceil_div(extra_topk, kSparseChunk);
 }
 
+int min_splits(int topk, int extra_topk, int max_splits) {
+  if (max_splits < 1) check::fail("max_splits", ">= 1", num(max_splits));
+  const int chunks = num_chunks(topk, extra_topk);
+  const int n = ceil_div(chunks, kSparseMaxChunksPerBlock);
+  if (n > max_splits) {
+    check::fail("max_splits",
+                fmt::format(">= {} ({} chunks need that many splits of <= {} chunks)", n, chunks, kSparseMaxChunksPerBlock),
+                num(max_splits));
+  }
+  return n;
+}
+
 int64_t scratch_bytes(int tokens, int heads, int topk, int extra_topk) {
-  if (tokens < 0) bad(fmt::format("tokens (T): expected >= 0, given {}", tokens));
-  if (heads < 1) bad(fmt::format("heads (H): expected >= 1, given {}", heads));
+  if (tokens < 0) check::fail("tokens (T)", ">= 0", num(tokens));
+  if (heads < 1) check::fail("heads (H)", ">= 1", num(heads));
   const int64_t rows = int64_t(tokens) * heads;
   return rows * num_chunks(topk, extra_topk) * (512 * 2 + 4) + rows * 4 + 48;
 }
@@ -62,24 +74,18 @@ int plan_head_tiles(int tokens, int heads, int topk, int extra_topk, int sms) {
 
 SplitPlan plan_splits(int tokens, int heads, int topk, int extra_topk, int sms, int max_splits, int head_tiles) {
   check_common(tokens, heads, topk, extra_topk, sms);
-  if (max_splits < 1) bad(fmt::format("max_splits: expected >= 1, given {}", max_splits));
-  if (head_tiles != 1 && head_tiles != 2) bad(fmt::format("head_tiles: expected 1 or 2, given {}", head_tiles));
-  if (head_tiles == 2 && heads % 32 != 0)
-    bad(fmt::format("head_tiles: 2 needs heads % 32 == 0, given heads {}", heads));
+  SparsePolicy{heads, head_tiles}.validate();
   const int chunks = num_chunks(topk, extra_topk);
-  const int min_splits = ceil_div(chunks, kSparseMaxChunksPerBlock);
-  if (min_splits > max_splits)
-    bad(fmt::format("max_splits: {} chunks need at least {} splits (<= {} chunks per block), given max_splits {}",
-                    chunks, min_splits, kSparseMaxChunksPerBlock, max_splits));
+  const int fewest = min_splits(topk, extra_topk, max_splits);
   const int64_t base = int64_t(tokens) * ceil_div(heads, 16 * head_tiles);
-  int splits = min_splits;
+  int splits = fewest;
   if (chunks > 2 && max_splits > 1) {
     const bool small_die = sms < 64;
     const int64_t grid_cap = small_die ? sms / 3 : int64_t(sms) * 4 / 5;
     const int64_t stream_cap = small_die ? sms / 6 : int64_t(sms) * 4 / 5;
     const int min_cpb = small_die ? 2 : (base == 1 ? 1 : 2);
     if (2 * base <= grid_cap) {
-      int want = min_splits;
+      int want = fewest;
       while (2 * want <= max_splits && base * 2 * want <= grid_cap && int64_t(tokens) * 2 * want <= stream_cap &&
              ceil_div(chunks, 2 * want) >= min_cpb)
         want *= 2;
@@ -95,11 +101,14 @@ SplitPlan plan_splits(int tokens, int heads, int topk, int extra_topk, int sms, 
 
 SplitPlan resolve_splits(int topk, int extra_topk, int num_splits) {
   const int chunks = num_chunks(topk, extra_topk);
-  if (num_splits < 1) bad(fmt::format("num_splits: expected >= 1, given {}", num_splits));
+  if (num_splits < 1) check::fail("num_splits", ">= 1", num(num_splits));
   const int cpb = ceil_div(chunks, num_splits);
-  if (cpb > kSparseMaxChunksPerBlock)
-    bad(fmt::format("num_splits: {} splits leave {} chunks per block (at most {}) for {} chunks; use >= {}",
-                    num_splits, cpb, kSparseMaxChunksPerBlock, chunks, ceil_div(chunks, kSparseMaxChunksPerBlock)));
+  if (cpb > kSparseMaxChunksPerBlock) {
+    check::fail("num_splits",
+                fmt::format("at least {} splits so that each block handles <= {} of the {} chunks",
+                            ceil_div(chunks, kSparseMaxChunksPerBlock), kSparseMaxChunksPerBlock, chunks),
+                fmt::format("{} ({} chunks per block)", num_splits, cpb));
+  }
   return SplitPlan{ceil_div(chunks, cpb), cpb};
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Pure host planners of the sparse NVFP4 MLA decode (spec/sparse_nvfp4_decode.md, "Chunks, splits,
-// head tiles"). No CUDA calls; invalid input throws kiln::Error(kInvalidArgument).
+// head tiles"). No CUDA calls; invalid input throws kiln::Error(kInvalidArgument) naming the argument.
+// `sms` is the device's SM count (DeviceLimits::sm_count).
 #include <cstdint>
 
 namespace kiln::sparse {
@@ -13,6 +14,10 @@ struct SplitPlan {
 
 // 64-slot chunks of the main plus the extra section.
 int num_chunks(int topk, int extra_topk);
+
+// The fewest splits that keep every block at <= 16 chunks; throws (naming max_splits) when that
+// exceeds `max_splits`.
+int min_splits(int topk, int extra_topk, int max_splits);
 
 // Scratch for a plan that may split every chunk: T*H*chunks*(512*2 + 4) + T*H*4 + 48 bytes.
 int64_t scratch_bytes(int tokens, int heads, int topk, int extra_topk);

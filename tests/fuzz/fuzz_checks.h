@@ -16,12 +16,12 @@
 #include <string_view>
 #include <vector>
 
-#include "cache/cache_entry.h"
-#include "cache/remote_value.h"
-#include "jit/error.h"
-#include "jit/semantic_key.h"
-#include "runtime/families.h"
-#include "runtime/manifest.h"
+#include "kiln/cache/cache_entry.h"
+#include "kiln/cache/remote_value.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/families.h"
+#include "kiln/runtime/manifest.h"
 
 namespace kiln::fuzz {
 

@@ -2,9 +2,9 @@
 // "skipped" — never as passed.
 #include <cstdio>
 
-#include "jit/log.h"
-#include "runtime/driver.h"
-#include "runtime/families.h"
+#include "kiln/jit/log.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/families.h"
 #include "tests/support/catch_session.h"
 
 int main(int argc, char** argv) {

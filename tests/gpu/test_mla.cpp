@@ -26,12 +26,12 @@
 #include <thread>
 #include <vector>
 
-#include "jit/error.h"
-#include "runtime/driver.h"
-#include "runtime/kernel_service.h"
-#include "runtime/mla_decode/family.h"
-#include "runtime/mla_decode/launcher.h"
-#include "runtime/mla_decode/planner.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/mla_decode/planner.h"
 #include "tests/support/device_buffer.h"
 #include "tests/support/mla_reference.h"
 #include "tests/support/rng.h"
@@ -41,6 +41,7 @@ namespace {
 using kiln::DType;
 using kiln::TensorView;
 using kiln::mla::MaskType;
+using kiln::mla::MlaKernel;
 using kiln::testing::base_seed;
 using kiln::testing::DeviceBuffer;
 using kiln::testing::Rng;
@@ -89,6 +90,11 @@ struct MlaCase {
   bool rank4_cache = false;   // [pages, 1, page_size, 576] instead of [pages, page_size, 576]
   bool pass_max_seq_len_q = true;  // fixed mode: pass SQ explicitly or leave it out
   bool allocate_out = false;  // let the launcher allocate the output (not graph-safe; eager only)
+  // Peaked softmax: a fixed (large) bmm1_scale instead of one drawn around DeepSeek's, and/or one key
+  // per request made to dominate every row's scores.
+  float bmm1 = 0.f;           // 0: drawn from [0.04, 0.2]
+  bool dominant_key = false;
+  MlaKernel kernel = MlaKernel::kAuto;  // forced kernel variant
 
   long long policy_max_seq_len() const {
     return max_seq_len > 0 ? max_seq_len : *std::max_element(seq_lens.begin(), seq_lens.end());
@@ -103,11 +109,15 @@ struct MlaCase {
       if (packed) s << "/" << q_lens[b];
     }
     s << "] pad " << bt_pad << (rank4_cache ? " rank4" : "") << (allocate_out ? " alloc-out" : "");
+    if (bmm1 > 0) s << " bmm1 " << bmm1;
+    if (dominant_key) s << " dominant-key";
+    if (kernel == MlaKernel::kMmaSync) s << " kernel=mma_sync";
+    if (kernel == MlaKernel::kWgmma) s << " kernel=wgmma";
     return s.str();
   }
   kiln::mla::MlaDecodePolicy policy() const {
-    return {heads, page_size, policy_max_seq_len(), sq, packed, fp8 ? DType::kE4m3 : DType::kBf16, DType::kBf16,
-            causal ? MaskType::kCausal : MaskType::kDense};
+    return {heads,  page_size, policy_max_seq_len(), sq, packed, fp8 ? DType::kE4m3 : DType::kBf16, DType::kBf16,
+            causal ? MaskType::kCausal : MaskType::kDense, kernel};
   }
 };
 
@@ -173,7 +183,31 @@ HostProblem make_host_problem(const MlaCase& c, std::uint64_t seed) {
   p.seq_lens.assign(c.seq_lens.begin(), c.seq_lens.end());
   p.qo_indptr.assign(p.q_offsets.begin(), p.q_offsets.end());
   map_pages(p, rng);
-  p.bmm1 = rng.uniform(0.04f, 0.2f);  // DeepSeek's 1/sqrt(192) = 0.072 is inside
+  if (c.dominant_key) {
+    // One live token per request gets the sign pattern of the sum of the request's query rows (all
+    // heads) as its whole cache row: its score stands far above the rest in every row.
+    for (int b = 0; b < p.batch; ++b) {
+      const int q_len = c.q_len(b);
+      if (q_len == 0) continue;
+      const int t = rng.below(p.seq_lens[b]);
+      const std::int64_t page = p.block_tables[b * p.bt_stride + t / c.page_size];
+      std::uint8_t* row = &p.kv[static_cast<std::size_t>((page * c.page_size + t % c.page_size) * kDimQk) * p.esize()];
+      for (int d = 0; d < kDimQk; ++d) {
+        double sum = 0;
+        for (int i = 0; i < q_len * c.heads; ++i) {
+          const std::size_t e = (static_cast<std::size_t>(p.q_offsets[b]) * c.heads + i) * kDimQk + d;
+          sum += c.fp8 ? kiln::testing::e4m3_bits_to_float(p.q[e])
+                       : kiln::testing::bf16_bits_to_float(reinterpret_cast<const std::uint16_t*>(p.q.data())[e]);
+        }
+        if (c.fp8) {
+          row[d] = sum >= 0 ? 0x38 : 0xb8;  // +-1.0 in e4m3
+        } else {
+          reinterpret_cast<std::uint16_t*>(row)[d] = sum >= 0 ? 0x3f80 : 0xbf80;  // +-1.0 in bf16
+        }
+      }
+    }
+  }
+  p.bmm1 = c.bmm1 > 0 ? c.bmm1 : rng.uniform(0.04f, 0.2f);  // DeepSeek's 1/sqrt(192) = 0.072 is inside
   p.bmm2 = rng.uniform(0.5f, 2.f);
   return p;
 }
@@ -254,7 +288,7 @@ struct DeviceProblem {
     }
     return kiln::mla::prims_ts_batch_decode_with_kv_cache_mla(
         query, cache, ws, 512, 64, bt, lens, c.policy_max_seq_len(), indptr, msq, o, p.bmm1, p.bmm2,
-        c.causal ? MaskType::kCausal : MaskType::kDense, DType::kBf16, stream);
+        c.causal ? MaskType::kCausal : MaskType::kDense, DType::kBf16, stream, kiln::KernelService::global(), c.kernel);
   }
 
   std::vector<std::uint16_t> download_out(std::size_t elems) const { return out.download<std::uint16_t>(elems); }
@@ -308,7 +342,7 @@ std::string where(const HostProblem& p, std::size_t index) {
   return s.str();
 }
 
-int sm_count() { return kiln::KernelService::global().device_sm_count(0); }
+const kiln::DeviceLimits& device_limits() { return kiln::KernelService::global().device_limits(0); }
 
 double oracle_gmacs(const MlaCase& c) {
   double macs = 0;
@@ -364,19 +398,21 @@ PendingCase launch_case(const MlaCase& c, std::uint64_t seed) {
   return pc;
 }
 
-// Waits for the oracle, compares, prints one line per launch (the lead's log) and CHECKs with the
+// Waits for the oracle, compares, prints one line per launch (the run's log) and CHECKs with the
 // details on failure. Runs on the test's thread (Catch2 assertions are not thread-safe).
 void finish_case(PendingCase& pc) {
   const auto [ref, ref_ms] = pc.ref.get();
   const HostProblem& p = *pc.p;
   const MlaCase& c = pc.c;
   const Comparison cmp = compare(pc.got, ref, c.fp8);
-  const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy().planner_policy(), p.batch, sm_count());
-  std::printf("%s %-96s splits %2d  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu  scales %.3f/%.2f  gpu %.0f ms  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
-              cmp.ok ? "PASS" : "FAIL", c.label().c_str(), plan.num_splits, cmp.max_abs_err, cmp.rel_l2, cmp.bad, cmp.nan,
-              p.bmm1, p.bmm2, pc.gpu_ms, ref_ms, oracle_gmacs(c), ms_since(pc.t0));
+  const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy().planner_policy(), p.batch, device_limits(),
+                                                  kiln::KernelService::global().device_arch(0));
+  std::printf("%s %-96s %s parts %3d  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu  scales %.3f/%.2f  gpu %.0f ms  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
+              cmp.ok ? "PASS" : "FAIL", c.label().c_str(), plan.variant.wgmma ? "wgmma" : "mma", plan.num_parts,
+              cmp.max_abs_err, cmp.rel_l2, cmp.bad, cmp.nan, p.bmm1, p.bmm2, pc.gpu_ms, ref_ms, oracle_gmacs(c),
+              ms_since(pc.t0));
   std::fflush(stdout);
-  INFO(c.label() << " seed " << pc.seed << " splits " << plan.num_splits);
+  INFO(c.label() << " seed " << pc.seed << " parts " << plan.num_parts);
   INFO("max|err| " << cmp.max_abs_err << ", relL2 " << cmp.rel_l2 << ", " << cmp.bad << " elements out of tolerance, " << cmp.nan
                    << " NaN; worst at " << where(p, cmp.worst) << ": got " << cmp.worst_got << ", want " << cmp.worst_ref);
   CHECK(cmp.ok);
@@ -384,6 +420,14 @@ void finish_case(PendingCase& pc) {
 
 // Launches every case in order; up to kOraclesInFlight oracles run behind the GPU work.
 void run_cases(const std::vector<MlaCase>& cases, std::uint64_t seed0) {
+  // Compile every key first, in parallel (the launches would compile them one at a time).
+  {
+    kiln::mla::register_mla_family();
+    kiln::KernelService& service = kiln::KernelService::global();
+    std::vector<kiln::SemanticKey> keys;
+    for (const MlaCase& c : cases) keys.push_back(c.policy().key(service.device_arch(0)));
+    service.warm(keys, {0});
+  }
   constexpr std::size_t kOraclesInFlight = 3;
   std::deque<PendingCase> pending;
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -482,6 +526,15 @@ std::vector<MlaCase> conformance_matrix() {
       packed(12, 128, 4, kFp8, kDense, {63, 64, 65, 1, 256}, {3, 0, 4, 4, 1}, 70000),
       packed(24, 16, 8, kBf16, kCausal, {1, 63, 256, 64}, {8, 0, 3, 6}),
       packed(48, 32, 2, kBf16, kDense, {2049, 65, 1}, {2, 0, 1}),
+      // Long query rows (speculative decoding, upstream's SQ 16 / 32 tests): SQ x H fold into row
+      // tiles like any other rows; causal rows with L < SQ see no key at first (zeros).
+      fixed(24, 64, 16, kBf16, kCausal, {65, 1, 256, 63, 2049}),
+      fixed(12, 32, 32, kFp8, kDense, {64, 1, 300, 129}),
+      fixed(12, 128, 32, kBf16, kCausal, {63, 2049, 1, 256}),
+      fixed(8, 16, 64, kBf16, kCausal, {64, 65, 1, 700}),
+      fixed(16, 64, 64, kBf16, kDense, {100, 33}),
+      fixed(128, 16, 64, kFp8, kCausal, {70, 1}),
+      packed(128, 64, 16, kBf16, kCausal, {300, 65, 1, 129}, {16, 0, 5, 16}),
   };
   // The two large-batch cases draw their lengths here (random, short: the oracle stays cheap).
   Rng rng(base_seed() ^ 0x5eed);
@@ -530,7 +583,7 @@ TEST_CASE("mla: the conformance matrix covers every value of every axis of the s
     CHECK(page_dtype.count({p, true}) == 1);
   }
   for (int h : {6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128}) CHECK(heads.count(h) == 1);
-  for (int s : {1, 2, 4, 8}) CHECK(sqs.count(s) == 1);
+  for (int s : {1, 2, 4, 8, 16, 32, 64}) CHECK(sqs.count(s) >= 1);
   for (int l : {1, 63, 64, 65, 256, 2048, 2049, 4097}) CHECK(lens.count(l) == 1);
   CHECK(dense_sq_gt1);
   CHECK(causal_sq_gt1);
@@ -552,6 +605,85 @@ TEST_CASE("mla: conformance matrix against the fp32 oracle", "[gpu][mla]") {
   std::printf("mla conformance matrix: %zu launches in %.1f s\n", m.size(), ms_since(t0) / 1000);
 }
 
+namespace {
+
+// Lengths drawn log-uniformly in [64, 32768] (a serving batch mixes short and long contexts).
+std::vector<int> log_uniform_lens(int batch, Rng& rng) {
+  std::vector<int> lens;
+  for (int b = 0; b < batch; ++b) lens.push_back(static_cast<int>(std::exp(rng.uniform(std::log(64.f), std::log(32768.f)))));
+  return lens;
+}
+
+bool device_is_sm90a() { return kiln::mla::is_sm90a(kiln::KernelService::global().device_arch(0)); }
+
+}  // namespace
+
+TEST_CASE("mla: peaked softmax (large bmm1_scale, one dominant key, long rows)", "[gpu][mla]") {
+  // bmm1 1.0 puts the logits' spread at ~8 nats: a few keys carry each row. These are the rows where a
+  // P rounded once to bf16 leaves the contract's 5e-4 absolute tolerance; hi + lo P must not.
+  std::vector<MlaCase> m = {
+      fixed(16, 64, 1, false, true, kAllLens, 163840),
+      fixed(128, 64, 1, false, true, {65, 1, 2049, 256, 2048, 63, 64}, 163840),
+      fixed(128, 64, 2, false, true, {4097, 300, 1}),
+      fixed(16, 32, 4, true, true, kAllLens),
+      fixed(64, 64, 1, false, false, {32768}),
+      fixed(32, 128, 1, false, true, {65, 2049}),
+      fixed(48, 16, 2, false, true, {65, 2049, 1, 300}),
+  };
+  m[0].bmm1 = 1.0f;
+  m[1].bmm1 = 1.0f;
+  m[2].dominant_key = true;
+  m[3].bmm1 = 0.5f;
+  m[4].bmm1 = 0.3f;
+  m[5].dominant_key = true;
+  m[5].bmm1 = 0.3f;
+  m[6].bmm1 = 2.0f;
+  // The same rows through the portable mma.sync configuration.
+  MlaCase forced = m[1];
+  forced.kernel = MlaKernel::kMmaSync;
+  m.push_back(forced);
+  run_cases(m, base_seed() * 1000 + 500);
+}
+
+TEST_CASE("mla: mixed-length batches", "[gpu][mla]") {
+  Rng rng(base_seed() ^ 0x6d1c);
+  std::vector<MlaCase> m = {
+      fixed(16, 64, 1, false, true, log_uniform_lens(8, rng), 163840),
+      fixed(128, 64, 1, false, true, log_uniform_lens(6, rng), 163840),
+      fixed(128, 16, 2, false, true, log_uniform_lens(3, rng), 163840),
+      fixed(64, 128, 1, true, true, log_uniform_lens(5, rng), 163840),
+      packed(32, 64, 4, false, true, log_uniform_lens(5, rng), {4, 0, 1, 3, 4}, 163840),
+  };
+  run_cases(m, base_seed() * 1000 + 600);
+}
+
+TEST_CASE("mla: the portable mma.sync configuration (sm_120's) over a third of the matrix", "[gpu][mla]") {
+  // Forced on this GPU to prove the configuration every arch without wgmma runs is correct.
+  std::vector<MlaCase> m;
+  const auto all = conformance_matrix();
+  for (std::size_t i = 0; i < all.size(); i += 3) {
+    MlaCase c = all[i];
+    c.kernel = MlaKernel::kMmaSync;
+    m.push_back(c);
+  }
+  run_cases(m, base_seed() * 1000 + 700);
+}
+
+TEST_CASE("mla: the wgmma kernel forced on small head counts", "[gpu][mla]") {
+  if (!device_is_sm90a()) {
+    std::printf("SKIPPED: the wgmma kernel runs on sm_90a only\n");
+    return;
+  }
+  std::vector<MlaCase> m = {
+      fixed(16, 64, 1, false, true, kAllLens, 163840),
+      fixed(8, 32, 2, false, false, kMidLens),
+      packed(7, 16, 4, false, true, {1, 2049, 65, 4097}, {0, 4, 3, 1}),
+      fixed(24, 128, 1, false, true, kAllLens),
+  };
+  for (MlaCase& c : m) c.kernel = MlaKernel::kWgmma;
+  run_cases(m, base_seed() * 1000 + 750);
+}
+
 TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
   // Small launches that still reach every code path: split + combine, one split, two and more row
   // tiles, fp8, packed with an empty request, the rank-4 cache, padded block tables.
@@ -561,6 +693,8 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
       packed(7, 128, 8, false, true, {5, 200, 1}, {8, 0, 3}),
       fixed(24, 16, 4, true, true, {1, 32, 17}, 32),
       packed(64, 64, 2, false, false, {64, 65, 2}, {1, 0, 2}, 4096),
+      fixed(128, 64, 1, false, true, {1, 65, 300}, 163840),
+      fixed(24, 32, 16, false, true, {1, 200}),
   };
   m[0].bt_pad = 5;
   m[1].rank4_cache = true;
@@ -746,4 +880,7 @@ TEST_CASE("mla: fixed graph replay after in-place seq_lens and block_tables chan
   graph_replay(c, base_seed() * 1000 + 801);
   MlaCase dense = fixed(16, 16, 2, false, false, {1, 1, 1}, 2500);
   graph_replay(dense, base_seed() * 1000 + 802);
+  MlaCase wide = fixed(128, 64, 1, false, true, {1, 1, 1, 1, 1}, 163840);
+  wide.bt_pad = 2;
+  graph_replay(wide, base_seed() * 1000 + 803);
 }

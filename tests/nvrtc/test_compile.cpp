@@ -16,17 +16,18 @@
 #include <thread>
 #include <vector>
 
-#include "cache/cubin_store.h"
-#include "jit/build_request.h"
-#include "jit/compiler.h"
-#include "jit/error.h"
-#include "jit/family.h"
-#include "jit/semantic_key.h"
-#include "runtime/config.h"
-#include "runtime/driver.h"
-#include "runtime/kernel_service.h"
-#include "runtime/manifest.h"
-#include "runtime/nvfp4_writer/writer.h"
+#include "kiln/cache/cubin_store.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/config.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/manifest.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
@@ -320,6 +321,15 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
   };
   CHECK_FALSE(writer_policies("sm_90a").empty());
   CHECK(writer_policies("sm_90a") == writer_policies("sm_120a"));
+  // No key that can never launch on its target: each sparse key is a kernel the launcher runs there.
+  for (const auto& k : manifest_keys) {
+    if (k.family() != "sparse_nvfp4") continue;
+    INFO(k.str());
+    bool launchable = false;
+    for (const auto kernel : kiln::sparse::sparse_kernels_for(k.arch(), k.policy()["heads"].get<int>()))
+      launchable |= k.policy()["kernel"] == kiln::sparse::sparse_kernel_name(kernel);
+    CHECK(launchable);
+  }
 
   const CliResult first_run = run_cli({"prebuild", "--cache", cache.string(), "-j", "2", "--json"}, dir.path(), "first");
   const json first = prebuild_report(first_run);

@@ -1,13 +1,14 @@
 // The sparse_nvfp4 family compiles under NVRTC for every target arch (no GPU). Eight keys in all:
-// per arch, four policies that together cover both values of head_tiles, has_extra and split, so
-// every branch of the decode template and the merge kernel is instantiated on each arch.
+// on sm_90a the warpgroup-MMA kernel and the mma.sync kernel, on sm_120a the compact configuration,
+// covering both values of has_extra and split (and head_tiles for the mma.sync kernel), so every
+// branch of the decode templates and the merge kernel is instantiated.
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
-#include "runtime/kernel_service.h"
-#include "runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/config.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
 #include "tests/support/expect_compiled.h"
 #include "tests/support/temp_dir.h"
 
@@ -30,21 +31,22 @@ TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
   kiln::KernelService service(config);
 
   const std::vector<Case> cases = {
-      {"sm_90a", {64, 1, false, false}},   // TP 2 of 128 heads, sliding window only, direct
-      {"sm_90a", {128, 2, true, true}},    // full 128 heads, both pools, split + merge
-      {"sm_90a", {32, 2, false, true}},
-      {"sm_90a", {8, 1, true, false}},     // smallest head count (half a 16-row tile)
-      {"sm_120a", {16, 1, false, true}},
-      {"sm_120a", {64, 2, true, false}},
-      {"sm_120a", {128, 1, true, true}},
-      {"sm_120a", {96, 2, false, false}},
+      {"sm_90a", {64, 1, false, false, sp::SparseKernel::kSm90}},   // TP 2 of 128 heads, sliding window only, direct
+      {"sm_90a", {128, 1, true, true, sp::SparseKernel::kSm90}},    // full 128 heads, both pools, split + merge
+      {"sm_90a", {32, 2, false, true}},                             // the mma.sync kernel, two head tiles
+      {"sm_90a", {8, 1, true, false}},                              // smallest head count (half a 16-row tile)
+      {"sm_120a", {16, 1, false, true, sp::SparseKernel::kMmaSmall}},
+      {"sm_120a", {64, 1, true, false, sp::SparseKernel::kMmaSmall}},
+      {"sm_120a", {128, 1, true, true, sp::SparseKernel::kMmaSmall}},
+      {"sm_120a", {96, 1, false, false, sp::SparseKernel::kMmaSmall}},
   };
   for (const Case& c : cases) {
     const kiln::SemanticKey key = c.policy.key(c.arch);
     INFO(key.str());
     const nlohmann::json lowered = kiln::testing::expect_compiled(service, key);
     REQUIRE(lowered.size() == (c.policy.split ? 2u : 1u));
-    CHECK(lowered[0].get<std::string>().find("sparse_nvfp4_decode_kernel") != std::string::npos);
+    CHECK(lowered[0].get<std::string>().find(c.policy.kernel == sp::SparseKernel::kSm90 ? "sparse_nvfp4_sm90_kernel"
+                                                                                       : "sparse_nvfp4_decode_kernel") != std::string::npos);
     if (c.policy.split) CHECK(lowered[1].get<std::string>().find("sparse_nvfp4_merge_kernel") != std::string::npos);
   }
   // A second service over the same directory finds every entry on disk: nothing recompiles.

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "jit/semantic_key.h"
+#include "kiln/jit/semantic_key.h"
 
 namespace kiln::fleet {
 

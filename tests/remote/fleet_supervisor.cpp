@@ -50,11 +50,11 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
-#include "cache/cubin_store.h"
-#include "cache/remote_store.h"
+#include "kiln/cache/cubin_store.h"
+#include "kiln/cache/remote_store.h"
 #include "fleet_keys.h"
-#include "jit/build_request.h"
-#include "runtime/families.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/runtime/families.h"
 #include "tests/support/redis_server.h"
 
 namespace fs = std::filesystem;

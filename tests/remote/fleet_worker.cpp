@@ -25,10 +25,10 @@
 #include <xxhash.h>
 
 #include "fleet_keys.h"
-#include "jit/error.h"
-#include "runtime/config.h"
-#include "runtime/families.h"
-#include "runtime/kernel_service.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/config.h"
+#include "kiln/runtime/families.h"
+#include "kiln/runtime/kernel_service.h"
 
 namespace {
 

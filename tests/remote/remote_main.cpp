@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "runtime/families.h"
+#include "kiln/runtime/families.h"
 #include "tests/support/catch_session.h"
 #include "tests/support/redis_server.h"
 

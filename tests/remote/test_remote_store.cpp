@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "cache/cubin_store.h"
-#include "cache/remote_store.h"
-#include "cache/remote_value.h"
-#include "jit/error.h"
+#include "kiln/cache/cubin_store.h"
+#include "kiln/cache/remote_store.h"
+#include "kiln/cache/remote_value.h"
+#include "kiln/jit/error.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/stderr_capture.h"
 #include "tests/support/temp_dir.h"

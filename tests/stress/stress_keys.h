@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "jit/semantic_key.h"
-#include "runtime/mla_decode/family.h"
-#include "runtime/sparse_nvfp4/family.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
 
 namespace kiln::stress {
 

@@ -49,8 +49,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "jit/build_request.h"
-#include "runtime/families.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/runtime/families.h"
 #include "stress_keys.h"
 
 namespace fs = std::filesystem;

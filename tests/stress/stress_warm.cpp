@@ -36,12 +36,12 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
-#include "jit/build_request.h"
-#include "jit/error.h"
-#include "jit/log.h"
-#include "runtime/config.h"
-#include "runtime/families.h"
-#include "runtime/kernel_service.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/log.h"
+#include "kiln/runtime/config.h"
+#include "kiln/runtime/families.h"
+#include "kiln/runtime/kernel_service.h"
 #include "stress_keys.h"
 
 namespace {

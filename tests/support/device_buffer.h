@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/driver.h"
+#include "kiln/runtime/driver.h"
 
 namespace kiln::testing {
 

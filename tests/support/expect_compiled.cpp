@@ -2,7 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln::testing {
 

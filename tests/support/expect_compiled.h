@@ -3,8 +3,8 @@
 // fresh, real cubin came out.
 #include <nlohmann/json.hpp>
 
-#include "jit/semantic_key.h"
-#include "runtime/kernel_service.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/kernel_service.h"
 
 namespace kiln::testing {
 

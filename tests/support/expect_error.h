@@ -2,7 +2,7 @@
 // Runs a callable that must throw kiln::Error and returns the error for the test to inspect.
 #include <catch2/catch.hpp>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln::testing {
 

@@ -1,5 +1,6 @@
 #include "tests/support/nvfp4_reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -29,73 +30,86 @@ float e4m3_to_float(uint8_t v) {
   return sign ? -mag : mag;
 }
 
+namespace {
+
+// Index of the value nearest to `v` (>= 0) among the ascending `values`, ties to the even index;
+// past the largest value, the largest (the distances there are not exact in double).
+int nearest_even(double v, const double* values, int n) {
+  if (v >= values[n - 1]) return n - 1;
+  int best = 0;
+  for (int i = 1; i < n; ++i) {
+    const double d = std::fabs(values[i] - v), db = std::fabs(values[best] - v);
+    if (d < db || (d == db && i % 2 == 0)) best = i;
+  }
+  return best;
+}
+
+const std::array<double, 127>& e4m3_magnitudes() {  // codes 0x00..0x7e, ascending
+  static const auto m = [] {
+    std::array<double, 127> v{};
+    for (int c = 0; c < 127; ++c) v[c] = e4m3_to_float(uint8_t(c));
+    return v;
+  }();
+  return m;
+}
+
+constexpr double kE2m1Magnitudes[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+
+}  // namespace
+
 uint8_t float_to_e4m3_satfinite(float f) {
   if (std::isnan(f)) return 0x7f;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  const float a = std::fabs(f);
-  if (a >= 448.0f) return sign | 0x7e;
-  int e;
-  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  e -= 1;             // a = (1.x) * 2^e
-  if (a == 0.0f || e < -6) {
-    // Subnormal grid of 2^-9; nearbyint rounds half to even under the default rounding mode.
-    const int q = int(std::nearbyint(std::ldexp(a, 9)));
-    return uint8_t(sign | q);  // q == 8 is the smallest normal, encoded the same way
-  }
-  int m = int(std::nearbyint((std::ldexp(a, -e) - 1.0f) * 8.0f));
-  if (m == 8) {
-    m = 0;
-    e += 1;
-  }
-  return uint8_t(sign | ((e + 7) << 3) | m);
+  if (std::isinf(f)) return sign | 0x7e;
+  return uint8_t(sign | nearest_even(std::fabs(double(f)), e4m3_magnitudes().data(), 127));
 }
 
 float e2m1_to_float(uint8_t code) {
-  static const float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float v = kMag[code & 7];
+  const float v = float(kE2m1Magnitudes[code & 7]);
   return (code & 8) ? -v : v;
 }
 
 uint8_t float_to_e2m1(float y) {
-  const float a = std::fabs(y);
-  uint8_t m;
-  if (!(a > 0.25f)) m = 0;  // also NaN
-  else if (a < 0.75f) m = 1;
-  else if (a <= 1.25f) m = 2;
-  else if (a < 1.75f) m = 3;
-  else if (a <= 2.5f) m = 4;
-  else if (a < 3.5f) m = 5;
-  else if (a <= 5.0f) m = 6;
-  else m = 7;
-  return m == 0 ? 0 : uint8_t(m | (std::signbit(y) ? 8 : 0));
+  if (std::isnan(y)) return 0x7;
+  const uint8_t sign = std::signbit(y) ? 0x8 : 0x0;
+  if (std::isinf(y)) return sign | 0x7;
+  return uint8_t(sign | nearest_even(std::fabs(double(y)), kE2m1Magnitudes, 8));
+}
+
+const Nvfp4Reciprocals& nvfp4_exact_reciprocals() {
+  static const auto r = [] {
+    Nvfp4Reciprocals t{};
+    for (int c = 1; c < 127; ++c) t[c] = 1.0f / e4m3_to_float(uint8_t(c));
+    return t;
+  }();
+  return r;
 }
 
 namespace {
-// The writers' per-group rule, in fp32: one divide for the scale, one divide for its inverse, one
-// multiply per value (no fused operations).
-void quantize_group(const float* x, uint8_t* codes_out, uint8_t* scale_out) {
+// One group of 16 in fp32, one rounding per operation (no fused operations).
+void quantize_group(const float* x, uint8_t* codes_out, uint8_t* scale_out, const Nvfp4Reciprocals& rcp) {
   float amax = 0.0f;
-  for (int i = 0; i < 16; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  const float ratio = amax / 6.0f;
-  const uint8_t s = float_to_e4m3_satfinite(ratio);
-  const float scale = e4m3_to_float(s);
-  const float inv = scale == 0.0f ? 0.0f : 1.0f / scale;
   for (int i = 0; i < 16; ++i) {
-    const float y = x[i] * inv;
+    if (!std::isnan(x[i])) amax = std::max(amax, std::fabs(x[i]));
+  }
+  const uint8_t s = float_to_e4m3_satfinite(amax / 6.0f);
+  const float inv = rcp[s & 0x7f];
+  for (int i = 0; i < 16; ++i) {
+    volatile float y = x[i] * inv;  // volatile: rounded to fp32 here, whatever the host's flags
     codes_out[i] = float_to_e2m1(y);
   }
   *scale_out = s;
 }
 }  // namespace
 
-void nvfp4_quantize_token(const uint16_t* x, uint8_t* data, uint8_t* scales) {
+void nvfp4_quantize_token(const uint16_t* x, uint8_t* data, uint8_t* scales, const Nvfp4Reciprocals& rcp) {
   std::memset(data, 0, kNvfp4DataBytes);
   std::memset(scales, 0, kNvfp4ScaleBytes);
   for (int g = 0; g < kNvfp4Groups; ++g) {
     float v[16];
     uint8_t c[16];
     for (int i = 0; i < 16; ++i) v[i] = bf16_to_float(x[g * 16 + i]);
-    quantize_group(v, c, &scales[g]);
+    quantize_group(v, c, &scales[g], rcp);
     for (int i = 0; i < 16; i += 2) data[(g * 16 + i) / 2] = uint8_t(c[i] | (c[i + 1] << 4));
   }
   std::memcpy(data + 224, x + kNvfp4NopeDims, 128);  // RoPE bf16, little-endian as in memory
@@ -104,17 +118,18 @@ void nvfp4_quantize_token(const uint16_t* x, uint8_t* data, uint8_t* scales) {
 void nvfp4_round_trip_nope(float* x) {
   for (int g = 0; g < kNvfp4Groups; ++g) {
     uint8_t c[16], s;
-    quantize_group(x + g * 16, c, &s);
+    quantize_group(x + g * 16, c, &s, nvfp4_exact_reciprocals());
     const float scale = e4m3_to_float(s);
     for (int i = 0; i < 16; ++i) x[g * 16 + i] = e2m1_to_float(c[i]) * scale;
   }
 }
 
-void nvfp4_write_token(uint8_t* pool, long long page_stride, int page_size, long long index, const uint16_t* x) {
+void nvfp4_write_token(uint8_t* pool, long long page_stride, int page_size, long long index, const uint16_t* x,
+                       const Nvfp4Reciprocals& rcp) {
   const long long page = index / page_size, row = index % page_size;
   uint8_t* base = pool + page * page_stride;
   nvfp4_quantize_token(x, base + row * kNvfp4DataBytes,
-                       base + (long long)page_size * kNvfp4DataBytes + row * kNvfp4ScaleBytes);
+                       base + (long long)page_size * kNvfp4DataBytes + row * kNvfp4ScaleBytes, rcp);
 }
 
 void nvfp4_dequantize_token(const uint8_t* pool, long long page_stride, int page_size, long long index, float* out) {

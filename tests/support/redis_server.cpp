@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "jit/error.h"
+#include "kiln/jit/error.h"
 
 namespace kiln::testing {
 

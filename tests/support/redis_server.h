@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/redis_client.h"
+#include "kiln/cache/redis_client.h"
 
 namespace kiln::testing {
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <thread>
 
-#include "cache/cubin_store.h"
-#include "jit/error.h"
+#include "kiln/cache/cubin_store.h"
+#include "kiln/jit/error.h"
 
 namespace {
 

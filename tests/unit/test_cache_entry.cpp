@@ -7,8 +7,8 @@
 #include <random>
 #include <string>
 
-#include "cache/cache_entry.h"
-#include "jit/error.h"
+#include "kiln/cache/cache_entry.h"
+#include "kiln/jit/error.h"
 
 namespace {
 

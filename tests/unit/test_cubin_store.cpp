@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "cache/cubin_store.h"
-#include "cache/file_lock.h"
-#include "jit/error.h"
+#include "kiln/cache/cubin_store.h"
+#include "kiln/cache/file_lock.h"
+#include "kiln/jit/error.h"
 #include "tests/support/files.h"
 #include "tests/support/stderr_capture.h"
 #include "tests/support/subprocess.h"

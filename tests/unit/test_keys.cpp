@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "jit/build_request.h"
-#include "jit/cache_key.h"
-#include "jit/compiler.h"
-#include "jit/error.h"
-#include "jit/semantic_key.h"
-#include "jit/template_bundle.h"
+#include "kiln/jit/build_request.h"
+#include "kiln/jit/cache_key.h"
+#include "kiln/jit/compiler.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/jit/template_bundle.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/files.h"
 #include "tests/support/subprocess.h"

@@ -1,4 +1,4 @@
-// Launcher argument fuzz (issue 5, point 3), host only. For each launcher a seeded generator builds a
+// Launcher argument fuzz, host only. For each launcher a seeded generator builds a
 // random VALID argument set (fake, aligned, disjoint device addresses: nothing is dereferenced), then
 // applies 0..3 mutations from a catalogue. Each mutation is labelled from the spec (not from the
 // launcher's code): it keeps the set valid, breaks a named rule, or is "spec-silent" (the spec does
@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "jit/error.h"
-#include "runtime/mla_decode/launcher.h"
-#include "runtime/nvfp4_writer/writer.h"
-#include "runtime/sparse_nvfp4/launcher.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
 
 namespace {
 
@@ -387,9 +387,9 @@ std::vector<Mutation<MlaCase>> mla_catalogue() {
        }},
       {"query last dim != 576", X, [](MlaCase& c, Rng& r) { auto s = shape_of(c.q); s.back() = pick(r, {512, 575, 577, 640, 0}); reshape(c.q, s); return true; }},
       {"query heads 0 or > 128", X, [](MlaCase& c, Rng& r) { auto s = shape_of(c.q); s[s.size() - 2] = pick(r, {0, 129, 256}); reshape(c.q, s); return true; }},
-      {"fixed: SQ 0 or > 8", X, [](MlaCase& c, Rng& r) {
+      {"fixed: SQ 0 or > 64", X, [](MlaCase& c, Rng& r) {
          if (c.packed) return false;
-         auto s = shape_of(c.q); s[1] = pick(r, {0, 9, 16}); reshape(c.q, s);
+         auto s = shape_of(c.q); s[1] = pick(r, {0, 65, 128}); reshape(c.q, s);
          return true;
        }},
       {"query non-contiguous", X, [](MlaCase& c, Rng& r) { return break_contiguity(c.q, r); }},
@@ -475,7 +475,7 @@ std::vector<Mutation<MlaCase>> mla_catalogue() {
       {"seq_lens misaligned", X, [](MlaCase& c, Rng&) { shift(c.sl, 2); return true; }},
       {"seq_lens null", X, [](MlaCase& c, Rng&) { if (!c.B) return false; c.sl.data = nullptr; return true; }},
       {"packed: max_seq_len_q missing", X, [](MlaCase& c, Rng&) { if (!c.packed) return false; c.msq.reset(); return true; }},
-      {"packed: max_seq_len_q 0 or > 8", X, [](MlaCase& c, Rng& r) { if (!c.packed) return false; c.msq = pick(r, {0, -1, 9, 64}); return true; }},
+      {"packed: max_seq_len_q 0 or > 64", X, [](MlaCase& c, Rng& r) { if (!c.packed) return false; c.msq = pick(r, {0, -1, 65, 128}); return true; }},
       {"packed: total_q > B * max_seq_len_q", X, [](MlaCase& c, Rng& r) {
          if (!c.packed) return false;
          const std::int64_t t = std::int64_t(c.B) * c.SQ + rnd(r, 1, 8);

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "jit/error.h"
-#include "jit/semantic_key.h"
-#include "runtime/manifest.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/manifest.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/files.h"
 #include "tests/support/temp_dir.h"

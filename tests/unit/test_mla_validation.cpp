@@ -9,12 +9,12 @@
 #include <optional>
 #include <string>
 
-#include "jit/error.h"
-#include "jit/family.h"
-#include "jit/semantic_key.h"
-#include "runtime/mla_decode/family.h"
-#include "runtime/mla_decode/launcher.h"
-#include "runtime/mla_decode/planner.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/mla_decode/planner.h"
 
 namespace {
 
@@ -504,16 +504,16 @@ TEST_CASE("mla validation: query length bounds (packed / fixed)", "[unit]") {
     a.max_seq_len_q = 3;
     expect_invalid(a, "max_seq_len_q", "SQ = query.size(1) = 2");
   }
-  SECTION("fixed SQ 9 is not implemented, SQ 0 is invalid") {
-    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {4, 9, 16, 576});
-    expect_unsupported(a, "query", "SQ 9");
+  SECTION("fixed SQ 65 is not implemented, SQ 0 is invalid") {
+    a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {4, 65, 16, 576});
+    expect_unsupported(a, "query", "SQ 65");
     a.query = TensorView::contiguous(addr(kQuery), DType::kBf16, {4, 0, 16, 576});
-    expect_invalid(a, "query", "1..8");
+    expect_invalid(a, "query", "1..64");
   }
-  SECTION("packed max_seq_len_q 9 / 0") {
+  SECTION("packed max_seq_len_q 65 / 0") {
     a.make_packed(5, 2);
-    a.max_seq_len_q = 9;
-    expect_unsupported(a, "max_seq_len_q", "9");
+    a.max_seq_len_q = 65;
+    expect_unsupported(a, "max_seq_len_q", "65");
     a.max_seq_len_q = 0;
     expect_invalid(a, "max_seq_len_q", "0");
   }
@@ -617,7 +617,7 @@ TEST_CASE("mla workspace size helper", "[unit]") {
   };
   expect([&] { size(0, 1, false, DType::kBf16, 1); }, ErrorCode::kInvalidArgument, "heads");
   expect([&] { size(256, 1, false, DType::kBf16, 1); }, ErrorCode::kUnsupported, "heads");
-  expect([&] { size(16, 9, false, DType::kBf16, 1); }, ErrorCode::kUnsupported, "max_seq_len_q");
+  expect([&] { size(16, 65, false, DType::kBf16, 1); }, ErrorCode::kUnsupported, "max_seq_len_q");
   expect([&] { size(16, 1, false, DType::kF16, 1); }, ErrorCode::kUnsupported, "dtype");
   expect([&] { size(16, 1, false, DType::kBf16, -1); }, ErrorCode::kInvalidArgument, "batch");
   expect([&] { mla_workspace_size(16, 48, 4096, 1, false, DType::kBf16, DType::kBf16, MaskType::kCausal, 1); },
@@ -641,7 +641,8 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
                           {"packed", false},
                           {"dtype", "bf16"},
                           {"out_dtype", "bf16"},
-                          {"mask", "causal"}});
+                          {"mask", "causal"},
+                          {"kernel", "auto"}});
 
   const auto rejects = [&](const json& policy, const std::string& needle) {
     INFO(policy.dump());
@@ -662,7 +663,9 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"page_size", 48}}, "'page_size'");
   rejects({{"heads", 16}, {"max_seq_len", 0}}, "'max_seq_len'");
   rejects({{"heads", 129}, {"max_seq_len", 4096}}, "'heads'");
-  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"max_seq_len_q", 9}}, "'max_seq_len_q'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"max_seq_len_q", 65}}, "'max_seq_len_q'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"kernel", "tcgen05"}}, "'kernel'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"kernel", "wgmma"}}, "'kernel'");
 
   kiln::mla::MlaDecodePolicy p;
   p.heads = 64;
@@ -698,4 +701,78 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   q = p;
   q.dtype = DType::kBf16;
   CHECK(q.fingerprint() != p.fingerprint());
+  q = p;
+  q.kernel = kiln::mla::MlaKernel::kMmaSync;
+  CHECK(q.fingerprint() != p.fingerprint());
+}
+
+TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace bound", "[unit]") {
+  using kiln::mla::MlaPolicy;
+  const kiln::DeviceLimits h200{.sm_count = 132, .smem_per_sm = 233472, .smem_per_block_optin = 232448,
+                                .smem_reserved_per_block = 1024};
+  const kiln::DeviceLimits sm120{.sm_count = 84, .smem_per_sm = 102400, .smem_per_block_optin = 101376,
+                                 .smem_reserved_per_block = 1024};
+  MlaPolicy p;
+  p.heads = 128;
+  p.page_size = 64;
+  p.max_seq_len = 163840;
+
+  // bf16 H 128: the wgmma kernel on sm_90a, two 64-row tiles, one CTA per SM.
+  const kiln::mla::MlaPlan w = kiln::mla::plan(p, 4, h200, "sm_90a");
+  CHECK(w.variant.wgmma);
+  CHECK(w.decode.grid[0] == 66);
+  CHECK(w.decode.grid[1] == 2);
+  CHECK(w.decode.block[0] == 256);
+  CHECK(w.decode.smem_bytes <= 232448);
+  CHECK(w.needs_combine);
+  CHECK(w.combine.pdl);
+  CHECK(w.combine.grid[0] == 128);
+  CHECK(w.combine.grid[1] == 4);
+  CHECK(w.workspace.max_parts >= w.num_parts);
+
+  // The same key on sm_120a: the 16-row mma.sync configuration.
+  const kiln::mla::MlaPlan s = kiln::mla::plan(p, 4, sm120, "sm_120a");
+  CHECK_FALSE(s.variant.wgmma);
+  CHECK(s.decode.grid[1] == 8);
+  CHECK(s.workspace.max_parts >= s.num_parts);
+
+  // Every head count, query length and dtype fits sm_120's ~99 KB per block.
+  for (int heads : {1, 7, 16, 64, 128})
+    for (int sq : {1, 8, 64})
+      for (bool fp8 : {false, true}) {
+        MlaPolicy q = p;
+        q.heads = heads;
+        q.max_seq_len_q = sq;
+        q.fp8 = fp8;
+        INFO("heads " << heads << " sq " << sq << " fp8 " << fp8);
+        CHECK(kiln::mla::plan(q, 1, sm120, "sm_120a").decode.smem_bytes <= 101376);
+        q.kernel = kiln::kMlaKernelMmaSync;  // forced on the H200: the same configuration
+        CHECK(kiln::mla::plan(q, 1, h200, "sm_90a").decode.smem_bytes <= 101376);
+      }
+
+  // Small head counts stay on the mma.sync kernel unless forced; wgmma off sm_90a is refused.
+  MlaPolicy small = p;
+  small.heads = 16;
+  CHECK_FALSE(kiln::mla::plan(small, 1, h200, "sm_90a").variant.wgmma);
+  small.kernel = kiln::kMlaKernelWgmma;
+  CHECK(kiln::mla::plan(small, 1, h200, "sm_90a").variant.wgmma);
+  try {
+    kiln::mla::plan(small, 1, sm120, "sm_120a");
+    FAIL("wgmma accepted on sm_120a");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kUnsupported);
+    CHECK_THAT(e.what(), Catch::Contains("'kernel'"));
+  }
+
+  // One KV block per request can never split: no combine, no workspace.
+  MlaPolicy one_block = p;
+  one_block.max_seq_len = 32;
+  CHECK(kiln::mla::workspace_size(one_block, 8) == 0);
+  CHECK_FALSE(kiln::mla::plan(one_block, 8, h200, "sm_90a").needs_combine);
+
+  // The workspace holds a record per request and a slot per (request or part boundary) and row.
+  const kiln::mla::WorkspaceLayout ws = kiln::mla::workspace_layout(p, 4);
+  CHECK(ws.lse_bytes == static_cast<std::size_t>(4 + ws.max_parts - 1) * 128 * 4);
+  CHECK(ws.o_bytes == ws.lse_bytes * 512);
+  CHECK(ws.total_bytes >= ws.o_offset + ws.o_bytes);
 }

@@ -5,10 +5,10 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "cache/redis_client.h"
-#include "cache/remote_value.h"
-#include "jit/error.h"
-#include "runtime/config.h"
+#include "kiln/cache/redis_client.h"
+#include "kiln/cache/remote_value.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/config.h"
 
 using Catch::Matchers::Contains;
 using kiln::CacheEntry;

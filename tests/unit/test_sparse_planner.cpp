@@ -1,8 +1,10 @@
 // Planners of the sparse NVFP4 MLA decode: the spec's reference points and input checks.
 #include <catch2/catch.hpp>
 
-#include "jit/error.h"
-#include "runtime/sparse_nvfp4/planner.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
+#include "tests/support/sparse_plan_reference.h"
 
 using kiln::sparse::SplitPlan;
 namespace sp = kiln::sparse;
@@ -72,4 +74,26 @@ TEST_CASE("sparse planners reject bad input", "[unit]") {
     CHECK(e.code() == kiln::ErrorCode::kInvalidArgument);
     CHECK(std::string(e.what()).find("num_splits") != std::string::npos);
   }
+}
+
+TEST_CASE("sparse planners agree with the spec's rules written independently", "[unit]") {
+  // tests/support/sparse_plan_reference.cpp re-derives both planners from the spec's text; every
+  // branch (small and large dies, below and above one wave, each head-count rule) is crossed here.
+  int compared = 0;
+  for (int sms : {20, 40, 63, 64, 78, 114, 132, 188}) {
+    for (int tokens : {1, 2, 3, 6, 8, 12, 24, 48, 64, 128, 512}) {
+      for (int heads : {8, 16, 32, 48, 64, 96, 128}) {
+        for (const auto& [topk, extra] : {std::pair{1, 0}, {64, 0}, {65, 0}, {128, 0}, {512, 0}, {2048, 0}, {128, 512}, {1, 2048}}) {
+          const kiln::testing::SparsePlanRef want = kiln::testing::sparse_plan_reference(tokens, heads, topk, extra, sms);
+          const sp::SplitPlanResult got = sp::resolve_plan(tokens, heads, topk, extra, sms);
+          INFO("sms " << sms << " T " << tokens << " H " << heads << " topk " << topk << "+" << extra);
+          CHECK(got.head_tiles == want.head_tiles);
+          CHECK(got.num_splits == want.num_splits);
+          CHECK(got.chunks_per_block == want.chunks_per_block);
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(compared == 8 * 11 * 7 * 8);
 }

@@ -3,17 +3,19 @@
 // the driver is a bug; the engine API is only called where validation must fail first (or T == 0).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <string>
 
-#include "jit/error.h"
-#include "jit/family.h"
-#include "jit/semantic_key.h"
-#include "runtime/sparse_nvfp4/launcher.h"
-#include "runtime/sparse_nvfp4/planner.h"
+#include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
+#include "tests/support/sparse_plan_reference.h"
 
 namespace {
 
@@ -22,6 +24,10 @@ using kiln::Error;
 using kiln::ErrorCode;
 using kiln::TensorView;
 namespace sp = kiln::sparse;
+
+bool same_plan(const sp::SplitPlanResult& got, const kiln::testing::SparsePlanRef& want) {
+  return got.head_tiles == want.head_tiles && got.num_splits == want.num_splits && got.chunks_per_block == want.chunks_per_block;
+}
 
 void* addr(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
 
@@ -113,14 +119,14 @@ TEST_CASE("sparse validation: a well-formed call plans without a driver", "[unit
   full.opt.lse_scale = std::log(2.0);
   const sp::SplitPlanResult p = full.plan();
   CHECK(p.num_splits * p.chunks_per_block >= 10);
-  CHECK(p == sp::resolve_plan(4, 64, 128, 512, 132));
+  CHECK(same_plan(p, kiln::testing::sparse_plan_reference(4, 64, 128, 512, 132)));
 }
 
 TEST_CASE("sparse validation: T == 0 returns the plan without a launch or a driver", "[unit]") {
   Call c(0, 64, 512);
   const sp::SplitPlanResult planned = c.plan(188);
   CHECK(c.run() == planned);  // no driver on the unit machine: reaching it would throw kDriver
-  CHECK(planned == sp::resolve_plan(0, 64, 512, 0, 132));
+  CHECK(same_plan(planned, kiln::testing::sparse_plan_reference(0, 64, 512, 0, 132)));
   // Nothing is written at T == 0, so a splitting plan needs no scratch; null data is fine when empty.
   CHECK(planned.num_splits > 1);
   Call empty(0, 128, 2048);
@@ -175,7 +181,7 @@ TEST_CASE("sparse validation: spec reference points through plan resolution", "[
   // The extra section's chunks count: 128 + 512 -> 2 + 8 chunks.
   Call x(1, 64, 128);
   x.with_extra(512).with_mid(16);
-  CHECK(x.plan(188) == sp::resolve_plan(1, 64, 128, 512, 188));
+  CHECK(same_plan(x.plan(188), kiln::testing::sparse_plan_reference(1, 64, 128, 512, 188)));
   CHECK(x.plan(188).num_splits * x.plan(188).chunks_per_block >= 10);
 }
 
@@ -512,7 +518,7 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
   sp::register_sparse_family();
   const kiln::Family& f = kiln::find_family("sparse_nvfp4");
   const auto canon = f.canonicalize({{"heads", 64}});
-  CHECK(canon == nlohmann::json{{"heads", 64}, {"head_tiles", 1}, {"has_extra", false}, {"split", false}});
+  CHECK(canon == nlohmann::json{{"heads", 64}, {"head_tiles", 1}, {"has_extra", false}, {"split", false}, {"kernel", "mma"}});
   const auto fails = [&](const nlohmann::json& p, const std::string& part) {
     try {
       f.canonicalize(p);
@@ -534,20 +540,35 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
   fails({{"heads", 64}, {"page_size", 64}}, "no field 'page_size'");
   fails(nlohmann::json::array(), "JSON object");
 
+  fails({{"heads", 64}, {"kernel", "wgmma"}}, "'kernel'");
+  fails({{"heads", 64}, {"kernel", 1}}, "'kernel'");
+  fails({{"heads", 64}, {"head_tiles", 2}, {"kernel", "sm90"}}, "only kernel \"mma\"");
+  fails({{"heads", 64}, {"head_tiles", 2}, {"kernel", "mma_small"}}, "only kernel \"mma\"");
+  CHECK(f.canonicalize({{"heads", 64}})["kernel"] == "mma");
+
   const sp::SparsePolicy direct{128, 2, true, false};
   const kiln::KernelSource s1 = f.render(direct.key("sm_90a").policy());
   REQUIRE(s1.name_expressions.size() == 1);
-  CHECK(s1.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<128, 2, true, false>");
+  CHECK(s1.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<128, 2, true, false, false>");
   CHECK(s1.source.find("sparse_nvfp4/kernel.cuh") != std::string::npos);
-  const sp::SparsePolicy split{16, 1, false, true};
+  const sp::SparsePolicy split{16, 1, false, true, sp::SparseKernel::kMmaSmall};
   const kiln::KernelSource s2 = f.render(split.key("sm_120a").policy());
   REQUIRE(s2.name_expressions.size() == 2);
-  CHECK(s2.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<16, 1, false, true>");
+  CHECK(s2.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<16, 1, false, true, true>");
   CHECK(s2.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<16>");
+  const sp::SparsePolicy hopper{96, 1, true, true, sp::SparseKernel::kSm90};
+  const kiln::KernelSource s3 = f.render(hopper.key("sm_90a").policy());
+  REQUIRE(s3.name_expressions.size() == 2);
+  CHECK(s3.name_expressions[0] == "kiln::sparse_nvfp4_sm90_kernel<96, true, true>");
+  CHECK(s3.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<96>");
+  CHECK(s3.source.find("sparse_nvfp4/kernel_sm90.cuh") != std::string::npos);
 
   const kiln::SemanticKey k = direct.key("sm_90a");
   CHECK(kiln::SemanticKey::parse(k.str()) == k);
-  CHECK(k.str().rfind("sparse_nvfp4:sm_90a:has_extra=true,head_tiles=2,heads=128,split=false:", 0) == 0);
+  CHECK(k.str().rfind("sparse_nvfp4:sm_90a:has_extra=true,head_tiles=2,heads=128,kernel=mma,split=false:", 0) == 0);
+  CHECK(hopper.key("sm_90a").str().rfind("sparse_nvfp4:sm_90a:has_extra=true,head_tiles=1,heads=96,kernel=sm90,split=true:", 0) == 0);
+  CHECK(hopper.fingerprint() != sp::SparsePolicy{96, 1, true, true, sp::SparseKernel::kMma}.fingerprint());
+  CHECK(hopper.fingerprint() != sp::SparsePolicy{96, 1, true, true, sp::SparseKernel::kMmaSmall}.fingerprint());
   CHECK(direct.fingerprint() != split.fingerprint());
   CHECK(direct.fingerprint() != sp::SparsePolicy{128, 2, true, true}.fingerprint());
   CHECK(direct.fingerprint() != sp::SparsePolicy{128, 1, true, false}.fingerprint());
@@ -556,4 +577,35 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
 
   CHECK(sp::sparse_policy(64, true, {2, 4, 2}) == sp::SparsePolicy{64, 2, true, true});
   CHECK(sp::sparse_policy(8, false, {1, 1, 2}) == sp::SparsePolicy{8, 1, false, false});
+  // The 16- and 64-head kernels map a two-tile plan onto their own blocks: one key for both tilings.
+  CHECK(sp::sparse_policy(64, true, {2, 4, 2}, sp::SparseKernel::kSm90) == sp::SparsePolicy{64, 1, true, true, sp::SparseKernel::kSm90});
+  CHECK(sp::sparse_policy(64, false, {2, 1, 8}, sp::SparseKernel::kMmaSmall) ==
+        sp::SparsePolicy{64, 1, false, false, sp::SparseKernel::kMmaSmall});
+}
+
+TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
+  using K = sp::SparseKernel;
+  const sp::SplitPlanResult one{1, 1, 8}, two{2, 2, 16};
+  CHECK(sp::choose_kernel("sm_120a", 512, 128, two, 170) == K::kMmaSmall);
+  CHECK(sp::choose_kernel("sm_120a", 1, 8, one, 170) == K::kMmaSmall);
+  // sm_90a: the Hopper kernel from 7/8 of a wave of its 64-head blocks, for H a multiple of 64.
+  CHECK(sp::choose_kernel("sm_90a", 64, 128, one, 132) == K::kSm90);   // 128 blocks
+  CHECK(sp::choose_kernel("sm_90a", 64, 64, two, 132) == K::kSm90);    // 128 blocks
+  CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kMma);     // 64 blocks
+  CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kMma);     // 32 blocks
+  CHECK(sp::choose_kernel("sm_90a", 512, 32, two, 132) == K::kMma);    // padded 64-row tiles
+  CHECK(sp::choose_kernel("sm_90a", 512, 96, two, 132) == K::kMma);
+  CHECK(sp::choose_kernel("sm_90a", 58, 128, one, 132) == K::kSm90);   // 116 blocks: 8 * 116 >= 7 * 132
+  CHECK(sp::choose_kernel("sm_90a", 57, 128, one, 132) == K::kMma);
+  CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kMmaSmall) == K::kMmaSmall);
+  CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kSm90) == K::kSm90);
+  // Whatever it picks without an override is listed for the target (what prebuild manifests use).
+  for (const char* arch : {"sm_90a", "sm_120a"})
+    for (int heads : {8, 16, 32, 48, 64, 96, 128})
+      for (int tokens : {1, 8, 64, 512}) {
+        const K k = sp::choose_kernel(arch, tokens, heads, two, 132);
+        const auto all = sp::sparse_kernels_for(arch, heads);
+        CHECK(std::find(all.begin(), all.end(), k) != all.end());
+      }
+  expect_error([&] { sp::choose_kernel("sm_120a", 1, 64, one, 132, K::kSm90); }, "kernel", {"sm_90a"}, ErrorCode::kUnsupported);
 }

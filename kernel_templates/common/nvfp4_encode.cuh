@@ -1,0 +1,116 @@
+#pragma once
+// NVFP4 encoding of one 16-value group (E2M1 codes + one E4M3 scale), bit-exact with the upstream
+// writer (FlashInfer's DeepSeek V4 cache pack/append, built with -use_fast_math). Its compiled rule:
+//   amax  = fmaxf over |x| from 0 (a NaN element never wins);
+//   scale = cvt.rn.satfinite.e4m3(amax * fp32(1/6))   (the division by 6 folds into this multiply);
+//   inv   = scale == 0 ? 0 : rcp.approx.ftz(scale)     (MUFU.RCP, not a correctly rounded 1/scale);
+//   code  = cvt.rn.satfinite.e2m1(fp32(x * inv)): round to nearest, ties to the even code, |y| >= 6
+//           (and +-Inf) -> +-6, NaN -> +6 (code 0x7), and a value that rounds to zero keeps its sign
+//           (code 0x8 for negative values and -0).
+// sm_100+ has the E2M1 conversion instruction; sm_90 computes the same bits in software.
+#include "common/numeric.cuh"
+
+namespace kiln {
+
+#ifdef __CUDACC__
+
+__device__ __forceinline__ float rcp_approx_ftz(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+// Two values -> one byte, `lo` in the low nibble.
+__device__ __forceinline__ u32 e2m1x2_rn_satfinite(float lo, float hi) {
+  u32 r;
+  asm("{ .reg .b8 b; cvt.rn.satfinite.e2m1x2.f32 b, %1, %2; cvt.u32.u8 %0, b; }" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+#else
+// One value's E2M1 code (sign at bit 3) as cvt.rn.satfinite.e2m1x2.f32 gives it, computed in fp32
+// (sm_90 has no FP4 conversion), added into nibble k of `acc`. `y` must be finite with |y| <= 9.
+// The E2M1 grid step in |y|'s binade (0.5 below 2, then 1, then 2) is the ulp of
+// magic = 2^(22 + max(exponent, 0)), so |y| + magic rounds once to that grid, ties to even; 7 and
+// up round to 8 or more and are clamped to 6 (satfinite). Scaled by 2^-126, the rounded magnitude
+// lands on fp32's subnormal boundary, where its bits are code << 22. Multiplies place the fields,
+// so that most of the work runs on the FMA pipe.
+__device__ __forceinline__ void e2m1_accumulate_bounded(float y, int k, u32& acc) {
+  const float a = fabsf(y);
+  const float magic = __fmul_rn(__uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u), 0x1p22f);
+  const float r = fminf(__fsub_rn(__fadd_rn(a, magic), magic), 6.0f);
+  const u32 code22 = __float_as_uint(__fmul_rn(r, 0x1p-126f));
+  const u32 sign = __umulhi(__float_as_uint(y), 2u);
+  acc += (k <= 5 ? __umulhi(code22, 1u << (10 + 4 * k)) : code22 * (1u << (4 * k - 22))) + sign * (8u << (4 * k));
+}
+
+// Any y: the clamp to +-6.5 saturates (6.5 rounds to 6) and turns NaN into +6.5 (fminf drops NaN),
+// so the sign is read from the clamped value.
+__device__ __forceinline__ void e2m1_accumulate(float y, int k, u32& acc) {
+  e2m1_accumulate_bounded(fmaxf(fminf(y, 6.5f), -6.5f), k, acc);
+}
+
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+#endif
+
+// Sixteen bf16 values (a: elements 0..7, b: 8..15, little-endian pairs) -> eight code bytes
+// (lo: elements 0..7, hi: 8..15, element 2i in the low nibble of byte i) and the scale byte.
+__device__ __forceinline__ u32 nvfp4_encode_group16(const uint4& a, const uint4& b, u32& lo, u32& hi) {
+  const u32 w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(fmaxf(amax, fabsf(bf16x2_lo(w[i]))), fabsf(bf16x2_hi(w[i])));
+#else
+  // NaN propagates through this maximum: such a group (rare) takes the general path below.
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmax_nan(fmax_nan(amax, fabsf(bf16x2_lo(w[i]))), fabsf(bf16x2_hi(w[i])));
+  // Up to 6 * 448 every |x| / scale is at most 9 (6.4 for normal scales, 9 for subnormal ones).
+  const bool bounded = amax <= 2688.0f;
+  if (!bounded) {
+    amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(fmaxf(amax, fabsf(bf16x2_lo(w[i]))), fabsf(bf16x2_hi(w[i])));
+  }
+#endif
+  const u8 scale = float_to_e4m3_satfinite(__fmul_rn(amax, 0x1.555556p-3f));  // fp32(1/6)
+  const float s = e4m3_to_float(scale);
+  const float inv = s == 0.0f ? 0.0f : rcp_approx_ftz(s);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  u32 bytes[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) bytes[i] = e2m1x2_rn_satfinite(__fmul_rn(bf16x2_lo(w[i]), inv), __fmul_rn(bf16x2_hi(w[i]), inv));
+  lo = bytes[0] | (bytes[1] << 8) | (bytes[2] << 16) | (bytes[3] << 24);
+  hi = bytes[4] | (bytes[5] << 8) | (bytes[6] << 16) | (bytes[7] << 24);
+#else
+  lo = 0;
+  hi = 0;
+  if (bounded) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      e2m1_accumulate_bounded(__fmul_rn(bf16x2_lo(w[i]), inv), 2 * i, lo);
+      e2m1_accumulate_bounded(__fmul_rn(bf16x2_hi(w[i]), inv), 2 * i + 1, lo);
+      e2m1_accumulate_bounded(__fmul_rn(bf16x2_lo(w[4 + i]), inv), 2 * i, hi);
+      e2m1_accumulate_bounded(__fmul_rn(bf16x2_hi(w[4 + i]), inv), 2 * i + 1, hi);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      e2m1_accumulate(__fmul_rn(bf16x2_lo(w[i]), inv), 2 * i, lo);
+      e2m1_accumulate(__fmul_rn(bf16x2_hi(w[i]), inv), 2 * i + 1, lo);
+      e2m1_accumulate(__fmul_rn(bf16x2_lo(w[4 + i]), inv), 2 * i, hi);
+      e2m1_accumulate(__fmul_rn(bf16x2_hi(w[4 + i]), inv), 2 * i + 1, hi);
+    }
+  }
+#endif
+  return scale;
+}
+
+#endif  // __CUDACC__
+
+}  // namespace kiln

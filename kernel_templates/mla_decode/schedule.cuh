@@ -1,0 +1,212 @@
+#pragma once
+// Paged MLA decode: the device-side split of a batch's KV work over the grid's parts (params.cuh,
+// "Scheduling"). Every CTA derives its own pieces from seq_lens (and qo_indptr) at run time, so a
+// captured graph stays right when the lengths change between replays, and mixed lengths spread
+// evenly: part p takes the blocks whose units fall in [p W, (p + 1) W), W = max(ceil(total / parts),
+// ceil(longest request's blocks / kMlaMaxPieces)).
+#include "common/numeric.cuh"
+#include "mla_decode/params.cuh"
+
+namespace kiln {
+
+#ifdef __CUDACC__
+
+namespace mla_detail {
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+struct MlaRequest {
+  int tok0;     // first query token
+  int q_len;    // query rows per head
+  int seq_len;  // live KV length
+  int blocks;   // KV blocks of kBlockTokens (0 when the request has no query rows)
+};
+
+__device__ __forceinline__ int load_i32(const void* base, long long index) {
+  return __ldg(static_cast<const int*>(base) + index);
+}
+
+template <int kBlockTokens, int kMaxSeqLenQ, bool kPacked>
+__device__ __forceinline__ MlaRequest mla_request(const MlaDecodeParams& p, int b) {
+  MlaRequest r;
+  if constexpr (kPacked) {
+    r.tok0 = load_i32(p.qo_indptr, b);
+    r.q_len = load_i32(p.qo_indptr, b + 1) - r.tok0;
+  } else {
+    r.tok0 = b * kMaxSeqLenQ;
+    r.q_len = kMaxSeqLenQ;
+  }
+  r.seq_len = load_i32(p.seq_lens, b);
+  // A request with rows always gets a block, even at a (contract-breaking) length <= 0: its rows
+  // then see no key and are written as zeros instead of being left unwritten.
+  const int blocks = r.seq_len > 0 ? (r.seq_len + kBlockTokens - 1) / kBlockTokens : 1;
+  r.blocks = r.q_len > 0 ? blocks : 0;
+  return r;
+}
+
+__device__ __forceinline__ long long mla_cost(const MlaRequest& r, int piece_cost) {
+  return r.blocks > 0 ? static_cast<long long>(piece_cost) + r.blocks : 0;
+}
+
+// Sum and max over the CTA of one value per thread; every thread gets both. `scratch`: >= kThreads /
+// 16 slots; the caller must not touch it until the function returns.
+template <int kThreads>
+__device__ __forceinline__ void block_sum_max(long long v, long long m, long long* scratch, long long& sum,
+                                              long long& max) {
+  constexpr int kWarps = kThreads / 32;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, off);
+    const long long o = __shfl_xor_sync(0xffffffffu, m, off);
+    m = o > m ? o : m;
+  }
+  __syncthreads();  // a previous use of scratch is over
+  if ((threadIdx.x & 31) == 0) {
+    scratch[threadIdx.x >> 5] = v;
+    scratch[kWarps + (threadIdx.x >> 5)] = m;
+  }
+  __syncthreads();
+  sum = 0;
+  max = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    sum += scratch[w];
+    max = scratch[kWarps + w] > max ? scratch[kWarps + w] : max;
+  }
+}
+
+// Exclusive prefix sum over the CTA's threads (thread order); `total` gets the sum of all.
+template <int kThreads>
+__device__ __forceinline__ long long block_exclusive_scan(long long v, long long* scratch, long long& total) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x & 31;
+  long long inc = v;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const long long up = __shfl_up_sync(0xffffffffu, inc, off);
+    if (lane >= off) inc += up;
+  }
+  __syncthreads();
+  if (lane == 31) scratch[threadIdx.x >> 5] = inc;
+  __syncthreads();
+  long long before = 0;
+  total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const long long s = scratch[w];
+    if (w < static_cast<int>(threadIdx.x >> 5)) before += s;
+    total += s;
+  }
+  return before + inc - v;
+}
+
+// A part's place in the unit sequence: its range [lo, hi), the width W, and the first request whose
+// blocks reach into the range with that request's first unit.
+struct MlaPartCursor {
+  int b;
+  long long start;
+  long long lo, hi, width;
+};
+
+template <int kThreads, int kBlockTokens, int kMaxSeqLenQ, bool kPacked>
+__device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p, int part, long long* scratch) {
+  static_assert(kThreads % 32 == 0 && 2 * (kThreads / 32) + 2 <= kMlaSchedScratchBytes / 8, "scheduler scratch too small");
+  MlaPartCursor c;
+  if (p.num_parts == 1) {
+    // One part: every request whole, in order.
+    c.b = 0;
+    c.start = 0;
+    c.lo = 0;
+    c.hi = 0x7fffffffffffffffLL;
+    c.width = c.hi;
+    return c;
+  }
+  const int tid = threadIdx.x;
+  long long mine = 0, my_blocks = 0;
+  for (int b = tid; b < p.batch; b += kThreads) {
+    const MlaRequest r = mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, b);
+    mine += mla_cost(r, p.piece_cost);
+    my_blocks = r.blocks > my_blocks ? r.blocks : my_blocks;
+  }
+  long long total, max_blocks;
+  block_sum_max<kThreads>(mine, my_blocks, scratch, total, max_blocks);
+  // An even share of the units, but never so narrow that a request splits into more than
+  // kMlaMaxPieces pieces (each costs the combine a partial row).
+  const long long even = (total + p.num_parts - 1) / p.num_parts;
+  const long long narrowest = (max_blocks + kMlaMaxPieces - 1) / kMlaMaxPieces;
+  c.width = even > narrowest ? even : narrowest;
+  if (c.width < 1) c.width = 1;
+  c.lo = part * c.width;
+  c.hi = c.lo + c.width;
+
+  // The first request that ends after lo (ends are non-decreasing in b).
+  long long* found = scratch + 2 * (kThreads / 32);  // [0]: first b, [1]: its start (past the reductions' slots)
+  if (tid == 0) found[0] = p.batch;
+  long long carry = 0;
+  for (int base = 0; base < p.batch; base += kThreads) {
+    const int b = base + tid;
+    const long long cost = b < p.batch ? mla_cost(mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, b), p.piece_cost) : 0;
+    long long chunk_total;
+    const long long start = carry + block_exclusive_scan<kThreads>(cost, scratch, chunk_total);
+    if (b < p.batch && cost > 0 && start + cost > c.lo) atomicMin(reinterpret_cast<unsigned long long*>(found),
+                                                                 static_cast<unsigned long long>(b));
+    __syncthreads();
+    const int first = static_cast<int>(found[0]);
+    if (b == first) found[1] = start;
+    __syncthreads();
+    carry += chunk_total;
+    if (first < p.batch) break;  // uniform across the CTA
+  }
+  c.b = static_cast<int>(found[0]);
+  c.start = c.b < p.batch ? found[1] : 0;
+  __syncthreads();  // scratch is free again
+  return c;
+}
+
+// One piece: request b, its KV blocks [k0, k1) (tokens [k0 * kBlockTokens, min(k1 * kBlockTokens, L))).
+struct MlaPiece {
+  int b;
+  MlaRequest r;
+  int t0, t1;       // token range
+  bool whole;       // the request's only piece: write `out` directly
+  int first_part;   // valid when k0 == 0 (the part that holds the request's first block)
+  int num_pieces;
+  bool first;       // this piece holds block 0
+};
+
+// Calls fn(piece) for each piece of `part`, in request order. Every thread of the CTA runs the same
+// sequence (the lengths are re-read per request, from L1 after the first thread).
+template <int kThreads, int kBlockTokens, int kMaxSeqLenQ, bool kPacked, typename Fn>
+__device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int part, long long* scratch, Fn&& fn) {
+  const MlaPartCursor c = mla_part_begin<kThreads, kBlockTokens, kMaxSeqLenQ, kPacked>(p, part, scratch);
+  long long start = c.start;
+  for (int b = c.b; b < p.batch; ++b) {
+    const MlaRequest r = mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, b);
+    if (r.blocks == 0) continue;  // no query rows, no units
+    const long long first_unit = start + p.piece_cost;
+    if (first_unit >= c.hi) break;
+    const long long k0 = c.lo > first_unit ? c.lo - first_unit : 0;
+    const long long k1 = c.hi - first_unit < r.blocks ? c.hi - first_unit : r.blocks;
+    if (k1 > k0) {
+      MlaPiece piece;
+      piece.b = b;
+      piece.r = r;
+      piece.t0 = static_cast<int>(k0) * kBlockTokens;
+      const long long t1 = k1 * kBlockTokens;
+      piece.t1 = static_cast<int>(t1 < r.seq_len ? t1 : (r.seq_len > 0 ? r.seq_len : 0));
+      if (piece.t1 < piece.t0) piece.t1 = piece.t0;
+      piece.first = k0 == 0;
+      piece.whole = k0 == 0 && k1 == r.blocks;
+      piece.first_part = part;
+      piece.num_pieces = static_cast<int>((first_unit + r.blocks - 1) / c.width - part) + 1;
+      fn(piece);
+    }
+    start += mla_cost(r, p.piece_cost);
+  }
+}
+
+}  // namespace mla_detail
+
+#endif  // __CUDACC__
+
+}  // namespace kiln

@@ -1,0 +1,513 @@
+#pragma once
+// Sparse MLA decode over the NVFP4 cache, Hopper (sm_90a) warpgroup-MMA path.
+//
+// One CTA = one query token x 64 heads x one split; each candidate is gathered and decoded once per
+// CTA. 384 threads in three warpgroups:
+//  - WG2 (producer): two threads per candidate gather its 384-byte record with 16-byte cp.async
+//    into their own slots of a raw stage (masked slots zero-filled); once a K tile is free they copy
+//    the RoPE dims across, take the codes and scales into registers, start the next chunk's copies
+//    into the same slots, then decode into the tile (448 NoPE dims as f16 * 2^-7, 64 RoPE dims as
+//    bf16). The next gather is in flight while a chunk is decoded and multiplied; no thread reads
+//    another's slots.
+//  - WG0: S = Q K^T (64 heads x 64 candidates, both operands in shared memory), the online softmax,
+//    and O[:, 0:256] += P V with P (f16) from registers.
+//  - WG1: O[:, 256:512] += P V with P handed over through shared memory (f16 for the 192 NoPE
+//    dims, converted to bf16 for the 64 RoPE dims).
+// Every 64 x 512 operand uses the no-swizzle core-matrix layout: dims 8g..8g+7 of row r sit at
+// g * 1024 + r * 16. One K tile is then a K-major B for Q K^T and an N-major (transposed) B for P V,
+// and the producer's 16-byte stores of 8 consecutive rows are bank-conflict free.
+// As in the mma.sync path, decoded NoPE values are value * 2^-7 (exact in f16), Q's RoPE dims are
+// pre-multiplied by 2^-7, the 2^7 is folded into the softmax scale and restored on NoPE outputs.
+#include "common/mma.cuh"
+#include "common/nvfp4.cuh"
+#include "common/softmax.cuh"
+#include "sparse_nvfp4/kernel.cuh"
+#include "sparse_nvfp4/params.cuh"
+#include "sparse_nvfp4/sm90_ops.cuh"
+
+namespace kiln {
+
+#ifdef __CUDACC__
+namespace sparse_sm90 {
+
+// Shared-memory carve-up (bytes from the dynamic base); sparse_sm90_smem_bytes() is the total.
+constexpr u32 kQOff = 0;                        // Q: 64 rows x 512 dims x 2 B
+constexpr u32 kTileOff = kQOff + 65536u;        // two decoded K tiles of 64 rows x 512 dims x 2 B
+constexpr u32 kTileBytes = 65536u;
+constexpr u32 kRawOff = kTileOff + 2u * kTileBytes;
+constexpr u32 kRawRow = 400u;                   // 384 B record + 16 B: 8 consecutive rows hit distinct banks
+constexpr u32 kPOff = kRawOff + 64u * kRawRow;  // P fragments: [k-step 4][thread 128] x 16 B
+constexpr u32 kAlphaOff = kPOff + 8192u;        // float[64]: per-row rescale of the current chunk
+constexpr u32 kFactorOff = kAlphaOff + 256u;    // float[64]: final 1/l (-1 marks a row with no candidate)
+constexpr u32 kMaskOff = kFactorOff + 256u;     // u64 tile masks [2] (bit c: candidate c is valid)
+constexpr u32 kBarOff = kMaskOff + 16u;         // mbarriers: tile full [2], tile empty [2]
+static_assert(kBarOff + 32u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
+
+constexpr int kBarQ = 1, kBarPReady = 2, kBarPFree = 3, kBarEpilogue = 4;  // named barriers (256 threads)
+constexpr int kConsumers = 256;
+// Register split: setmaxnreg moves registers only within the block's launch allocation (168 x 384,
+// the __launch_bounds__ cap), so the three counts sum to 3 x 168 = 504. WG0 holds O (128), S (32)
+// and P (16); WG1 O (128) and two copies of P (32); the producer one chunk's codes and scales.
+constexpr int kRegsWg0 = 208, kRegsWg1 = 208, kRegsProducer = 88;
+static_assert(kRegsWg0 + kRegsWg1 + kRegsProducer == 3 * 168, "the warpgroups share the launch allocation");
+
+__device__ __forceinline__ u32 lds_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ u64 lds64(u32 addr) {
+  u64 v;
+  asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(v) : "r"(addr));
+  return v;
+}
+
+// Round-to-nearest-even onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6; magnitudes
+// <= 0.25 and NaN give 0. On each binade the grid is uniform (step .5 below 2, 1 below 4, 2 above),
+// and a tie rounds to the even multiple of the step, which is the even code.
+__device__ __forceinline__ float e2m1_round(float y) {
+  const float a = fabsf(y);
+  const float inv_step = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
+  float r;
+  asm("cvt.rni.f32.f32 %0, %1;" : "=f"(r) : "f"(a * inv_step));
+  r = fminf(r * (1.0f / inv_step), 6.0f);
+  r = a > 0.25f ? r : 0.0f;
+  return __uint_as_float(__float_as_uint(r) | (__float_as_uint(y) & 0x80000000u));
+}
+
+// Q rows head0 .. head0+63 into the interleaved layout: NoPE NVFP4 round-tripped by the writers'
+// rule as exact f16, RoPE as bf16 * 2^-7; rows past H are zero. 256 threads; consecutive threads
+// take consecutive rows, so each 16-byte store of a phase hits distinct banks.
+template <int kHeads>
+__device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid) {
+  const u16* q = static_cast<const u16*>(p.q);
+  for (int it = ctid; it < 64 * 28; it += kConsumers) {
+    const int r = it & 63, grp = it >> 6;
+    const int head = head0 + r;
+    float x[16];
+    if (head < kHeads) {
+      const uint4* src = reinterpret_cast<const uint4*>(q + ((long long)t * kHeads + head) * 512 + grp * 16);
+      const uint4 a = __ldg(src), b = __ldg(src + 1);
+      const u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        x[2 * i] = bf16x2_lo(v[i]);
+        x[2 * i + 1] = bf16x2_hi(v[i]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[i] = 0.0f;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    const float scale = e4m3_to_float(float_to_e4m3_satfinite(__fdiv_rn(amax, 6.0f)));
+    const float inv = scale == 0.0f ? 0.0f : __fdiv_rn(1.0f, scale);
+    u32 h[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      h[i] = pack_f16x2(e2m1_round(__fmul_rn(x[2 * i], inv)) * scale, e2m1_round(__fmul_rn(x[2 * i + 1], inv)) * scale);
+    sts128(q_smem + (2 * grp) * 1024 + r * 16, U32x4{h[0], h[1], h[2], h[3]});
+    sts128(q_smem + (2 * grp + 1) * 1024 + r * 16, U32x4{h[4], h[5], h[6], h[7]});
+  }
+  for (int it = ctid; it < 64 * 8; it += kConsumers) {
+    const int r = it & 63, unit = it >> 6;
+    const int head = head0 + r;
+    U32x4 v{0u, 0u, 0u, 0u};
+    if (head < kHeads) {
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(q + ((long long)t * kHeads + head) * 512 + 448 + unit * 8));
+      const u32 w[4] = {raw.x, raw.y, raw.z, raw.w};
+      u32 s[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        s[i] = pack_bf16x2(bf16x2_lo(w[i]) * (1.0f / sparse_detail::kKScaleUndo), bf16x2_hi(w[i]) * (1.0f / sparse_detail::kKScaleUndo));
+      v = U32x4{s[0], s[1], s[2], s[3]};
+    }
+    sts128(q_smem + (56 + unit) * 1024 + r * 16, v);
+  }
+}
+
+// The candidate index of slot `s` (0..63) of chunk `chunk`, or -1 when masked.
+template <bool kHasExtra>
+__device__ __forceinline__ int slot_index(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int t, int chunk, int s) {
+  const int* row;
+  int slot, len;
+  if (!kHasExtra || chunk < w.main_chunks) {
+    row = static_cast<const int*>(p.indices) + (long long)t * p.indices_row_stride;
+    slot = chunk * kSparseChunk + s;
+    len = w.main_len;
+  } else {
+    row = static_cast<const int*>(p.extra_indices) + (long long)t * p.extra_indices_row_stride;
+    slot = (chunk - w.main_chunks) * kSparseChunk + s;
+    len = w.extra_len;
+  }
+  const int idx = slot < len ? __ldg(row + slot) : -1;
+  return idx < 0 ? -1 : idx;
+}
+
+// A producer thread's share of one record: half 0 copies code units 0-6 (dims 0-223), RoPE units
+// 0-3 and scale unit 0 (groups 0-15); half 1 code units 7-13, RoPE units 4-7, scale unit 1 and a
+// second copy of scale unit 0 in the row's padding (unit 7 needs groups 14-15). A thread decodes only
+// bytes it copied itself. Masked slots are zero-filled, which decodes to zeros.
+constexpr u32 kScale0Copy = 384u;
+
+__device__ __forceinline__ void copy_unit(u32 dst, const u8* src, bool valid) {
+  cp_async_16_addr(dst, src, valid ? 16u : 0u);
+}
+
+template <bool kHasExtra>
+__device__ __forceinline__ void gather_half(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int chunk, int idx,
+                                            u32 row, int half) {
+  const bool in_main = !kHasExtra || chunk < w.main_chunks;
+  const u8* base = static_cast<const u8*>(in_main ? p.kv : p.extra_kv);
+  const long long page_stride = in_main ? p.kv_page_stride : p.extra_page_stride;
+  const int page_size = in_main ? p.kv_page_size : p.extra_page_size;
+  const bool valid = idx >= 0;
+  const u8* data = base;
+  const u8* scales = base;
+  if (valid) {
+    const int page = idx / page_size;
+    const int r = idx - page * page_size;
+    const u8* page_base = base + (long long)page * page_stride;
+    data = page_base + (long long)r * sparse_detail::kDataBytes;
+    scales = page_base + (long long)page_size * sparse_detail::kDataBytes + (long long)r * 32;
+  }
+  const int code0 = 7 * half, rope0 = 4 * half;
+#pragma unroll
+  for (int k = 0; k < 7; ++k) copy_unit(row + 16 * (code0 + k), valid ? data + 16 * (code0 + k) : base, valid);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) copy_unit(row + 224 + 16 * (rope0 + k), valid ? data + 224 + 16 * (rope0 + k) : base, valid);
+  copy_unit(row + sparse_detail::kDataBytes + 16 * half, valid ? scales + 16 * half : base, valid);
+  if (half == 1) copy_unit(row + kScale0Copy, valid ? scales : base, valid);
+}
+
+// Decodes code unit u (dims 32u..32u+31) with its two scale bytes into the tile column of `tile`.
+__device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 tile, int u) {
+  const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - sparse_detail::kKScaleExp>(u16(scale_pair));
+  const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
+  const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+  for (int wi = 0; wi < 4; ++wi) {
+    u32 o[4];
+    e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
+    sts128(tile + (4 * u + wi) * 1024, U32x4{o[0], o[1], o[2], o[3]});
+  }
+}
+
+}  // namespace sparse_sm90
+
+// kHeads: H (multiple of 8, <= 128), ceil(H / 64) CTAs per (token, split). kHasExtra: a second pool
+// shares the softmax. kSplit: write mid_out/mid_lse (merged by sparse_nvfp4_merge_kernel).
+template <int kHeads, bool kHasExtra, bool kSplit>
+__global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
+  using namespace sparse_detail;
+  using namespace sparse_sm90;
+  using namespace sm90;
+  static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
+  constexpr int kGroups = sparse_sm90_head_groups(kHeads);
+
+  if (kSplit) allow_dependent_grid();  // the merge kernel waits for this grid (sparse_detail)
+  extern __shared__ __align__(1024) u8 smem[];
+  const u32 sbase = smem_addr(smem);
+  const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;  // + 8 * buffer
+
+  const int tid = threadIdx.x;
+  int bx = blockIdx.x;
+  const int group = bx % kGroups;
+  bx /= kGroups;
+  const int split = kSplit ? bx % p.num_splits : 0;
+  const int t = kSplit ? bx / p.num_splits : bx;
+  const int head0 = group * kSparseSm90Heads;
+
+  const TokenWork work = token_work<kHasExtra>(p, t);
+  const int c_begin = kSplit ? split * p.chunks_per_block : 0;
+  int c_end = kSplit ? c_begin + p.chunks_per_block : work.total_chunks;
+  if (c_end > work.total_chunks) c_end = work.total_chunks;
+  const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
+
+  if (tid == 0) {
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(bar_full + 8 * b, 128);
+      mbar_init(bar_empty + 8 * b, kConsumers);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  const int lane = tid & 31;
+  if (tid >= kConsumers) {
+    // ------------------------------ producer warpgroup ------------------------------
+    setmaxnreg_dec<kRegsProducer>();
+    if (n_iter == 0) return;
+    const int ptid = tid - kConsumers, pw = ptid >> 5;
+    // Warps 0-1 take record half 0, warps 2-3 half 1 (no divergence); candidate `tok` of the chunk.
+    const int half = pw >> 1, tok = 32 * (pw & 1) + lane;
+    const u32 row = sbase + kRawOff + u32(tok) * kRawRow;
+    int idx = slot_index<kHasExtra>(p, work, t, c_begin, tok);
+    int idx_next = n_iter > 1 ? slot_index<kHasExtra>(p, work, t, c_begin + 1, tok) : -1;
+    gather_half<kHasExtra>(p, work, c_begin, idx, row, half);
+    cp_async_commit();
+    for (int i = 0; i < n_iter; ++i) {
+      const int b = i & 1;
+      cp_async_wait<0>();
+      U32x4 code[7];
+#pragma unroll
+      for (int k = 0; k < 7; ++k) code[k] = lds128(row + 16 * (7 * half + k));
+      // Scale bytes 2u, 2u+1 of code unit u sit in word u / 2 of the scale record: half 0 needs
+      // words 0-3 (scale unit 0), half 1 words 3-6 (the last word of its copy of unit 0, then unit 1).
+      U32x4 sw;
+      if (half == 0) {
+        sw = lds128(row + kDataBytes);
+      } else {
+        const U32x4 s1 = lds128(row + kDataBytes + 16);
+        sw = U32x4{lds_u32(row + kScale0Copy + 12), s1.x, s1.y, s1.z};
+      }
+      const u32 valid32 = __ballot_sync(0xffffffffu, idx >= 0);
+      if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
+      const u32 tile = sbase + kTileOff + u32(b) * kTileBytes + u32(tok) * 16;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sts128(tile + (56 + 4 * half + k) * 1024, lds128(row + 224 + 16 * (4 * half + k)));
+      // The slots are read: bar.warp.sync orders the loads before the copies that overwrite them.
+      __syncwarp();
+      if (i + 1 < n_iter) {
+        gather_half<kHasExtra>(p, work, c_begin + i + 1, idx_next, row, half);
+        idx = idx_next;
+        idx_next = i + 2 < n_iter ? slot_index<kHasExtra>(p, work, t, c_begin + i + 2, tok) : -1;
+      }
+      cp_async_commit();
+      // The half is warp-uniform; each branch indexes its registers with constants.
+      const u32 words[4] = {sw.x, sw.y, sw.z, sw.w};
+      if (half == 0) {
+#pragma unroll
+        for (int u = 0; u < 7; ++u) decode_unit(code[u], words[u >> 1] >> (16 * (u & 1)), tile, u);
+      } else {
+#pragma unroll
+        for (int u = 7; u < 14; ++u) decode_unit(code[u - 7], words[(u >> 1) - 3] >> (16 * (u & 1)), tile, u);
+      }
+      if (half == 0 && lane == 0) sts32(sbase + kMaskOff + 8 * b + 4 * pw, valid32);
+      fence_proxy_async_smem();
+      mbar_arrive(bar_full + 8 * b);
+    }
+    return;
+  }
+
+  // ------------------------------ consumer warpgroups ------------------------------
+  const int wg = tid >> 7;
+  const int wtid = tid & 127, w = wtid >> 5, g = lane >> 2, q4 = lane & 3;
+  const u32 q_smem = sbase + kQOff;
+  if (wg == 0) setmaxnreg_inc<kRegsWg0>();
+  else setmaxnreg_inc<kRegsWg1>();
+  stage_q<kHeads>(p, t, head0, q_smem, tid);
+  fence_proxy_async_smem();
+  named_barrier_sync(kBarQ, kConsumers);
+
+  const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
+  const float* sink = static_cast<const float*>(p.attn_sink);
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  if (wg == 0) {
+    // ---- WG0: S = Q K^T, softmax, O[:, 0:256] ----
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    float s[32];
+    // P of the chunk whose P V is in flight: the wgmma reads these registers until the next wait,
+    // so they live across the loop's back edge (pinned there, as ptxas must not reuse them).
+    u32 pf[4][4] = {};
+    float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
+    const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
+
+    auto issue_s = [&](int i) {
+      const u32 kt = sbase + kTileOff + u32(i & 1) * kTileBytes;
+      wgmma_fence_operand(s);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 28; ++ks)
+        wgmma_m64n64k16_ss_f16(s, smem_desc(q_smem + ks * 2048, 1024, 128), smem_desc(kt + ks * 2048, 1024, 128), ks > 0);
+#pragma unroll
+      for (int ks = 28; ks < 32; ++ks)
+        wgmma_m64n64k16_ss_bf16(s, smem_desc(q_smem + ks * 2048, 1024, 128), smem_desc(kt + ks * 2048, 1024, 128), 1);
+      wgmma_commit();
+    };
+
+    for (int i = 0; i < n_iter; ++i) {
+      const int b = i & 1;
+      const u32 kt = sbase + kTileOff + u32(b) * kTileBytes;
+      // S(i) queues behind P V of chunk i - 1 (issued at the end of the previous iteration). Issuing
+      // it one iteration early would carry S across the loop's back edge, which ptxas serializes.
+      mbar_wait(bar_full + 8 * b, u32((i >> 1) & 1));
+      issue_s(i);
+      wgmma_wait<0>();
+      wgmma_fence_operand(s);
+      wgmma_fence_operand(o);
+      pin_u32(pf);
+      if (i > 0) mbar_arrive(bar_empty + 8 * (b ^ 1));
+      const u64 mask = lds64(sbase + kMaskOff + 8 * b);
+      float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        const int col = 8 * (e >> 2) + 2 * q4 + (e & 1);
+        const float v = ((mask >> col) & 1u) ? s[e] * scale_log2 : neg_inf();
+        s[e] = v;
+        mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
+      }
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const float m_new = fmaxf(m_run[hr], quad_max(mx[hr]));
+        m_use[hr] = m_new == neg_inf() ? 0.0f : m_new;
+        alpha[hr] = fast_exp2(m_run[hr] - m_use[hr]);
+        m_run[hr] = m_new;
+      }
+      float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int e = 8 * kk + 2 * r;
+          const float p0 = fast_exp2(s[e] - m_use[r & 1]);
+          const float p1 = fast_exp2(s[e + 1] - m_use[r & 1]);
+          psum[r & 1] += p0 + p1;
+          pf[kk][r] = pack_f16x2(p0, p1);
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + psum[hr];
+#pragma unroll
+      for (int e = 0; e < 128; ++e) o[e] *= alpha[(e >> 1) & 1];
+
+      if (i > 0) named_barrier_sync(kBarPFree, kConsumers);  // WG1 holds chunk i - 1's P and alphas
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) sts128(sbase + kPOff + (kk * 128 + wtid) * 16, U32x4{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]});
+      if (q4 == 0) {
+        sts_f32(sbase + kAlphaOff + row_lo * 4, alpha[0]);
+        sts_f32(sbase + kAlphaOff + (row_lo + 8) * 4, alpha[1]);
+      }
+      named_arrive(kBarPReady, kConsumers);
+
+      wgmma_fence_operand(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_f16(o, pf[kk], smem_desc(kt + kk * 256, 128, 1024));
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operand(o);
+    pin_u32(pf);
+    if (n_iter > 0) mbar_arrive(bar_empty + 8 * ((n_iter - 1) & 1));
+
+    // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
+    float factor[2], lse[2];
+    bool empty[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int head = head0 + row_lo + 8 * hr;
+      const float l = quad_sum(l_run[hr]);
+      empty[hr] = !(l > 0.0f);
+      lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
+      factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
+      if (!kSplit && sink != nullptr && head < kHeads) {
+        const float s2 = sink[head] * kLog2e;
+        if (empty[hr]) {
+          lse[hr] = s2;
+        } else {
+          factor[hr] *= 1.0f / (1.0f + fast_exp2(s2 - lse[hr]));
+          const float hi = fmaxf(lse[hr], s2), lo = fminf(lse[hr], s2);
+          lse[hr] = hi + fast_log2(1.0f + fast_exp2(lo - hi));
+        }
+      } else if (empty[hr]) {
+        lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
+      }
+      if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
+    }
+    named_barrier_sync(kBarEpilogue, kConsumers);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int head = head0 + row_lo + 8 * hr;
+      if (head >= kHeads) continue;
+      const long long out_row = (long long)t * kHeads + head;
+      if (q4 == 0) {
+        if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
+        else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
+      }
+      if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
+      u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
+                        : static_cast<u16*>(p.output) + out_row * 512;
+      const float f = factor[hr] * kKScaleUndo;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+    }
+  } else {
+    // ---- WG1: O[:, 256:448] (f16 P) and O[:, 448:512] (bf16 P) ----
+    float o_nope[96], o_rope[32];
+#pragma unroll
+    for (int i = 0; i < 96; ++i) o_nope[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o_rope[i] = 0.0f;
+    for (int i = 0; i < n_iter; ++i) {
+      const int b = i & 1;
+      const u32 kt = sbase + kTileOff + u32(b) * kTileBytes;
+      named_barrier_sync(kBarPReady, kConsumers);
+      const float alpha[2] = {lds_f32(sbase + kAlphaOff + row_lo * 4), lds_f32(sbase + kAlphaOff + (row_lo + 8) * 4)};
+      u32 pf[4][4], pb[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const U32x4 v = lds128(sbase + kPOff + (kk * 128 + wtid) * 16);
+        pf[kk][0] = v.x;
+        pf[kk][1] = v.y;
+        pf[kk][2] = v.z;
+        pf[kk][3] = v.w;
+      }
+      if (i + 1 < n_iter) named_arrive(kBarPFree, kConsumers);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) pb[kk][r] = f16x2_to_bf16x2(pf[kk][r]);
+#pragma unroll
+      for (int e = 0; e < 96; ++e) o_nope[e] *= alpha[(e >> 1) & 1];
+#pragma unroll
+      for (int e = 0; e < 32; ++e) o_rope[e] *= alpha[(e >> 1) & 1];
+      mbar_wait(bar_full + 8 * b, u32((i >> 1) & 1));  // orders the producer's tile writes before the reads below
+      wgmma_fence_operand(o_nope);
+      wgmma_fence_operand(o_rope);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_m64n192k16_rs_f16(o_nope, pf[kk], smem_desc(kt + 32 * 1024 + kk * 256, 128, 1024));
+        wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], smem_desc(kt + 56 * 1024 + kk * 256, 128, 1024));
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(o_nope);
+      wgmma_fence_operand(o_rope);
+      pin_u32(pf);
+      pin_u32(pb);
+      mbar_arrive(bar_empty + 8 * b);
+    }
+    named_barrier_sync(kBarEpilogue, kConsumers);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int head = head0 + row_lo + 8 * hr;
+      if (head >= kHeads) continue;
+      float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
+      if (f < 0.0f) {
+        if (kSplit) continue;
+        f = 0.0f;
+      }
+      const long long out_row = (long long)t * kHeads + head;
+      u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
+                        : static_cast<u16*>(p.output) + out_row * 512;
+      const float fn = f * kKScaleUndo;
+#pragma unroll
+      for (int j = 0; j < 24; ++j)
+        *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
+    }
+  }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace kiln

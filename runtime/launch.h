@@ -1,0 +1,52 @@
+#pragma once
+// The launch path every family shares: find the warm handle (acquire / warm_policy), then launch
+// one of its entry points with cuLaunchKernelEx (launch). A family's launcher validates, plans,
+// fills its Params and calls these; it never talks to the driver itself.
+//
+// A policy type used here provides `std::uint64_t fingerprint() const` (cheap, no strings) and
+// `SemanticKey key(std::string_view arch) const` (see runtime/policy_schema.h).
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/runtime/kernel_handle.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/launch_config.h"
+
+namespace kiln {
+
+// Launches entry `entry` of `handle` on `stream` with `params` (a pointer to the kernel's one
+// by-value parameter block). Checks the dynamic shared memory against what the device allows for
+// that function (kUnsupported naming the key); a driver error throws kDriver naming the function.
+// Allocates and formats nothing unless it throws.
+void launch(const KernelHandle& handle, const LaunchConfig& config, const void* params, CUstream stream,
+            std::size_t entry = 0);
+
+template <class Params>
+void launch(const KernelHandle& handle, const LaunchConfig& config, const Params& params, CUstream stream,
+            std::size_t entry = 0) {
+  static_assert(std::is_trivially_copyable_v<Params>, "kernel parameter blocks are copied bytewise by the driver");
+  static_assert(!std::is_pointer_v<Params>, "pass the parameter block itself, not a pointer to it");
+  launch(handle, config, static_cast<const void*>(&params), stream, entry);
+}
+
+// The handle of `policy` on the calling thread's current device. A warm policy costs one hash
+// lookup; otherwise the key is built and warmed (refused while `stream` is capturing: kNotWarm).
+template <class Policy>
+const KernelHandle& acquire(KernelService& service, const Policy& policy, CUstream stream) {
+  // Captures one pointer pair, so the std::function stays in its small buffer: no allocation.
+  return service.acquire(
+      policy.fingerprint(), [&service, &policy] { return policy.key(service.device_arch(KernelService::current_device())); },
+      stream);
+}
+
+// Builds and loads `policy` on each device (arch from the device) and primes acquire()'s fast path.
+template <class Policy>
+void warm_policy(KernelService& service, const Policy& policy, const std::vector<int>& devices) {
+  for (int device : devices) service.warm(policy.key(service.device_arch(device)), device, policy.fingerprint());
+}
+
+}  // namespace kiln

@@ -1,0 +1,117 @@
+#include "tools/cache_ops.h"
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "kiln/jit/arch.h"
+#include "kiln/jit/error.h"
+#include "kiln/runtime/manifest.h"
+#include "tools/default_manifest.h"
+
+namespace kiln::tools {
+
+using nlohmann::json;
+
+std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::optional<std::string>& archs) {
+  std::optional<std::vector<std::string>> override_archs;
+  if (archs) override_archs = parse_arch_list(*archs);  // an empty --arch is an error, not "all"
+  if (manifest.empty()) return parse_manifest(default_manifest(), "(embedded default)", override_archs);
+  return load_manifest(manifest, override_archs);
+}
+
+std::vector<PrebuildOutcome> prebuild(
+    KernelService& service, const std::vector<SemanticKey>& keys, int jobs,
+    const std::function<void(std::size_t, std::size_t, const SemanticKey&, const PrebuildOutcome&)>& progress, bool push) {
+  if (jobs < 1) throw Error(ErrorCode::kInvalidArgument, fmt::format("jobs must be >= 1, got {}", jobs));
+  RemoteStore* remote = service.remote();
+  if (push && remote == nullptr) throw Error(ErrorCode::kInvalidArgument, "push needs a remote cache (KILN_REMOTE_CACHE)");
+  std::vector<PrebuildOutcome> outcomes(keys.size());
+  std::vector<std::size_t> order(keys.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::minstd_rand(static_cast<unsigned>(::getpid())));
+  std::atomic<std::size_t> next{0};
+  std::size_t done = 0;
+  std::mutex progress_mutex;
+  const auto worker = [&] {
+    for (std::size_t n = next++; n < keys.size(); n = next++) {
+      const std::size_t i = order[n];
+      const auto start = std::chrono::steady_clock::now();
+      PrebuildOutcome& out = outcomes[i];
+      try {
+        const Artifact a = service.build(keys[i]);
+        out.status = a.source == ArtifactSource::kCompiled ? "compiled" : "hit";
+        out.detail = std::string(artifact_source_name(a.source));
+        if (push) {
+          switch (remote->push(*a.entry, &out.push_problem)) {
+            case RemoteStore::PushResult::kUploaded: out.pushed = "uploaded"; break;
+            case RemoteStore::PushResult::kPresent: out.pushed = "present"; break;
+            case RemoteStore::PushResult::kFailed: out.pushed = "failed"; break;
+          }
+        }
+      } catch (const Error& e) {
+        out.status = "failed";
+        out.detail = e.what();
+      }
+      out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      ++done;
+      if (progress) progress(done, keys.size(), keys[i], out);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < std::min<int>(jobs, static_cast<int>(keys.size())); ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  return outcomes;
+}
+
+json prebuild_report(KernelService& service, const std::vector<SemanticKey>& keys,
+                     const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push) {
+  std::size_t compiled = 0, hits = 0, failed = 0, remote_hits = 0, uploaded = 0, present = 0, push_failed = 0;
+  json list = json::array();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const PrebuildOutcome& o = outcomes[i];
+    compiled += o.status == "compiled";
+    hits += o.status == "hit";
+    failed += o.status == "failed";
+    remote_hits += o.status == "hit" && o.detail == artifact_source_name(ArtifactSource::kRemote);
+    json item = {{"key", keys[i].str()}, {"outcome", o.status}, {"ms", o.ms}};
+    if (o.status == "failed") item["error"] = o.detail;
+    else item["source"] = o.detail;
+    if (push) {
+      item["pushed"] = o.pushed;
+      if (o.pushed == "failed") item["push_error"] = o.push_problem;
+      uploaded += o.pushed == "uploaded";
+      present += o.pushed == "present";
+      push_failed += o.pushed == "failed";
+    }
+    list.push_back(item);
+  }
+  json report = {{"keys", list},     {"compiled", compiled}, {"hits", hits},   {"remote_hits", remote_hits},
+                 {"failed", failed}, {"wall_ms", wall_ms},   {"jobs", jobs},
+                 {"cache_dir", service.config().cache_dir.string()}, {"writable", service.store().writable()}};
+  if (RemoteStore* remote = service.remote()) report["remote"] = remote->counters().to_json();
+  if (push) report["push"] = {{"uploaded", uploaded}, {"present", present}, {"failed", push_failed}};
+  return report;
+}
+
+json store_stats(KernelService& service) {
+  const StoreStats s = service.store().stats();
+  json layers = json::array();
+  for (const LayerStats& l : s.layers) {
+    layers.push_back({{"root", l.root.string()}, {"layer", tier_name(l.tier)}, {"present", l.present}, {"entries", l.entries}, {"bytes", l.bytes}});
+  }
+  json out = {{"layers", layers}, {"quarantined", s.quarantined}, {"temp_files", s.temp_files}, {"writable", s.writable}};
+  RemoteStore* remote = service.remote();
+  out["remote"] = remote ? remote->fleet_stats().to_json() : json(nullptr);
+  return out;
+}
+
+}  // namespace kiln::tools

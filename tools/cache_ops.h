@@ -1,0 +1,48 @@
+#pragma once
+// The cache operations that both interfaces offer (the kiln CLI and the Python package), with
+// their JSON reports, so the two print and return the same thing.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/kernel_service.h"
+
+namespace kiln::tools {
+
+// The keys of a manifest file, or of the embedded default manifest when `manifest` is empty;
+// `archs` (comma-separated) replaces the manifest's targets.
+std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::optional<std::string>& archs);
+
+struct PrebuildOutcome {
+  std::string status;        // compiled | hit | failed
+  std::string detail;        // where the hit came from, or the error
+  std::string pushed;        // with push: uploaded | present | failed
+  std::string push_problem;  // why the push failed
+  double ms = 0;
+};
+
+// Builds every key into `service`'s cache on `jobs` threads, in a per-process random order (so that
+// processes prebuilding one manifest together compile different keys first). With `push`, also
+// uploads each key to the service's remote tier (which it must have). `progress` (optional) is
+// called under a lock after each key with (done, total, key, outcome).
+std::vector<PrebuildOutcome> prebuild(
+    KernelService& service, const std::vector<SemanticKey>& keys, int jobs,
+    const std::function<void(std::size_t, std::size_t, const SemanticKey&, const PrebuildOutcome&)>& progress = {},
+    bool push = false);
+
+// {"keys": [{"key", "outcome", "ms"[, "source"][, "error"][, "pushed"[, "push_error"]]}], "compiled", "hits",
+//  "remote_hits", "failed", "wall_ms", "jobs", "cache_dir", "writable"[, "remote": counters][, "push":
+//  {"uploaded", "present", "failed"}]}
+nlohmann::json prebuild_report(KernelService& service, const std::vector<SemanticKey>& keys,
+                               const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push = false);
+
+// {"layers": [{"root", "layer", "present", "entries", "bytes"}], "quarantined", "temp_files", "writable",
+//  "remote": null or {"endpoint", "reachable"[, "problem"], "entries", "locks", "counters"}}
+// The remote counters are the fleet's: every process adds its own to a hash in Redis.
+nlohmann::json store_stats(KernelService& service);
+
+}  // namespace kiln::tools

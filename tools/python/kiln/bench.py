@@ -1,0 +1,110 @@
+"""`python -m kiln.bench [--out FILE]`: host time per call of the Python entry points against kiln's C++
+launchers on the same arguments (a warm key, outputs given), on GPU 0. Needs torch and a GPU.
+
+Each figure is the median over rounds of `calls` back-to-back launches timed on the host (the
+stream is synchronized between rounds, untimed; a round enqueues far less than the GPU's launch
+queue holds, so the host, not the GPU, sets the pace)."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import subprocess
+import time
+
+import torch
+
+import kiln
+from kiln import _native
+
+
+def _per_call_us(fn, calls: int, rounds: int) -> float:
+    samples = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn(calls)
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def _loop(call):
+    def run(n):
+        for _ in range(n):
+            call()
+    return run
+
+
+def measure(calls: int = 100, rounds: int = 50) -> dict:
+    dev = torch.device("cuda", 0)
+    # Paged MLA decode: one request, 1024 tokens of a 16-head, page-64 cache.
+    H, page, max_seq_len = 16, 64, 1024
+    q = torch.randn(1, 1, H, 576, device=dev).bfloat16()
+    kv = torch.randn(max_seq_len // page, page, 576, device=dev).bfloat16()
+    ws = torch.empty(kiln.mla_workspace_size(H, page, max_seq_len, 1, 1), dtype=torch.uint8, device=dev)
+    tables = torch.arange(max_seq_len // page, dtype=torch.int32, device=dev)[None]
+    lens = torch.full((1,), max_seq_len, dtype=torch.int32, device=dev)
+    out = torch.empty(1, 1, H, 512, dtype=torch.bfloat16, device=dev)
+    kiln.warm_mla(H, page, max_seq_len, 1, devices=[0])
+    decode = kiln.prims_ts_batch_decode_with_kv_cache_mla
+    op = torch.ops.kiln.mla_decode.default
+    mla = {
+        "cpp_us": _per_call_us(lambda n: _native.time_mla_cpp(q, kv, ws, tables, lens, max_seq_len, out, n), calls, rounds),
+        "python_us": _per_call_us(_loop(lambda: decode(q, kv, ws, 512, 64, tables, lens, max_seq_len, out=out)), calls,
+                                  rounds),
+        "torch_ops_us": _per_call_us(_loop(lambda: op(q, kv, ws, 512, 64, tables, lens, max_seq_len, None, None, out,
+                                                      1.0, 1.0, "causal", torch.bfloat16)), calls, rounds),
+    }
+    # Sparse NVFP4 decode: one token, 64 heads, 512 candidates.
+    T, Hs, topk = 1, 64, 512
+    sq = torch.randn(T, Hs, 512, device=dev).bfloat16()
+    cache = kiln.nvfp4_pack(torch.randn(16, 64, 512, device=dev).bfloat16())
+    idx = torch.randint(0, 16 * 64, (T, topk), dtype=torch.int32, device=dev)
+    output = torch.empty(T, Hs, 512, dtype=torch.bfloat16, device=dev)
+    lse = torch.empty(T, Hs, dtype=torch.float32, device=dev)
+    plan = kiln.cake_sparse_mla_sm120_dsv4_nvfp4_decode(sq, cache, idx, output, lse, 0.04, num_splits=1)
+    sparse_decode = kiln.cake_sparse_mla_sm120_dsv4_nvfp4_decode
+    sop = torch.ops.kiln.sparse_decode.default
+    sparse = {
+        "cpp_us": _per_call_us(lambda n: _native.time_sparse_cpp(sq, cache, idx, output, lse, n), calls, rounds),
+        "python_us": _per_call_us(_loop(lambda: sparse_decode(sq, cache, idx, output, lse, 0.04, num_splits=1)), calls,
+                                  rounds),
+        "torch_ops_us": _per_call_us(_loop(lambda: sop(sq, cache, idx, output, lse, 0.04, None, None, None, None, None,
+                                                       None, None, 1.0, 1, 16, None)), calls, rounds),
+        "plan": plan,
+    }
+    for r in (mla, sparse):
+        r["overhead_us"] = r["python_us"] - r["cpp_us"]
+    return {"what": "host time per call: Python entry point vs kiln's C++ launcher (warm key, outputs given)",
+            "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "calls_per_round": calls, "rounds": rounds, "mla": mla, "sparse": sparse}
+
+
+def _driver_version() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write the JSON report here")
+    parser.add_argument("--commit", default="unknown", help="the kiln commit the package was built from")
+    args = parser.parse_args()
+    report = {"commit": args.commit, "driver": _driver_version(), **measure()}
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Warm-up, sealing, streams and the on-disk cache (prebuild, stats) of kiln's kernel service."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Union
+
+from . import _native
+from ._torch import bfloat16, dtype
+
+Devices = Optional[Sequence[int]]
+
+
+def warm_mla(num_heads: int, page_size: int, max_seq_len: int, max_seq_len_q: int = 1, *, packed: bool = False,
+             dtype: dtype = bfloat16, out_dtype: dtype = bfloat16, mask_type: Literal['dense', 'causal'] = 'causal',
+             devices: Devices = None) -> None:
+    """Compile (or load from the cache) and load the paged MLA decode kernel of this static policy on
+    each device (default: every GPU), so later launches, and CUDA graph capture, only look it up.
+    ``dtype`` is the query and cache type; ``packed`` is ``qo_indptr is not None``."""
+    _native.warm_mla(int(num_heads), int(page_size), int(max_seq_len), int(max_seq_len_q), bool(packed), dtype,
+                     out_dtype, mask_type, _devices(devices))
+
+
+def warm_sparse(num_heads: int, *, has_extra: bool = False, head_tiles: Optional[int] = None,
+                split: Optional[bool] = None, devices: Devices = None) -> None:
+    """Warm the sparse NVFP4 decode kernels for ``num_heads`` heads (with or without an extra cache):
+    every head-tile count (1, and 2 when num_heads % 32 == 0) and both split variants, unless
+    ``head_tiles`` / ``split`` name one."""
+    tiles = [head_tiles] if head_tiles is not None else ([1, 2] if int(num_heads) % 32 == 0 else [1])
+    splits = [split] if split is not None else [False, True]
+    for t in tiles:
+        for s in splits:
+            _native.warm_sparse(int(num_heads), int(t), bool(has_extra), bool(s), _devices(devices))
+
+
+def warm_nvfp4_writer(page_size: int, *, ops: Sequence[str] = ("pack", "append"), devices: Devices = None) -> None:
+    """Warm the NVFP4 cache writer (``"pack"`` and/or ``"append"``) for one page size."""
+    for op in ops:
+        _native.warm_nvfp4_writer(op, int(page_size), _devices(devices))
+
+
+def warm_keys(keys: Sequence[str], devices: Devices = None) -> int:
+    """Warm printable semantic keys (as in a manifest) on each device whose arch they target;
+    returns the number of (key, device) pairs warmed."""
+    return _native.warm_keys(list(keys), _devices(devices))
+
+
+def warm_manifest(manifest: Union[str, os.PathLike, None] = None, devices: Devices = None) -> int:
+    """Warm every key of a manifest file (default: kiln's embedded manifest), like ``kiln warm``."""
+    return warm_keys(manifest_keys(manifest), devices)
+
+
+def manifest_keys(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str, Sequence[str], None] = None) -> List[str]:
+    """The printable semantic keys of a manifest file (default: kiln's embedded manifest); ``archs``
+    replaces its targets."""
+    return _native.manifest_keys("" if manifest is None else os.fspath(manifest), _archs(archs))
+
+
+def prebuild(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str, Sequence[str], None] = None,
+             jobs: Optional[int] = None, cache_dir: Union[str, os.PathLike, None] = None) -> Dict[str, Any]:
+    """Compile every key of a manifest into the cache without a GPU, like ``kiln prebuild --json``.
+
+    Returns ``{"keys": [{"key", "outcome", "ms"[, "error"]}], "compiled", "hits", "failed",
+    "wall_ms", "jobs", "cache_dir", "writable"}``; a failed key is reported there, not raised."""
+    keys = manifest_keys(manifest, archs=archs)
+    jobs = (os.cpu_count() or 1) if jobs is None else int(jobs)
+    return json.loads(_native.prebuild(keys, jobs, None if cache_dir is None else os.fspath(cache_dir)))
+
+
+def stats(cache_dir: Union[str, os.PathLike, None] = None) -> Dict[str, Any]:
+    """Entries and bytes per cache layer, like ``kiln stats --json``."""
+    return json.loads(_native.store_stats(None if cache_dir is None else os.fspath(cache_dir)))
+
+
+def counters() -> Dict[str, Any]:
+    """This process's kernel-service counters: memory, disk and read-only hits, compiles, loads."""
+    return json.loads(_native.counters())
+
+
+def seal() -> None:
+    """Refuse every further compile or load (errors name the key): call after warm-up."""
+    _native.seal()
+
+
+def unseal() -> None:
+    _native.unseal()
+
+
+def sealed() -> bool:
+    return _native.sealed()
+
+
+@contextlib.contextmanager
+def use_stream(stream: Any) -> Iterator[None]:
+    """Launch kiln's kernels on ``stream`` in this thread for the scope, instead of torch's current
+    stream of the tensors' device: a ``torch.cuda.Stream``, any object with ``cuda_stream`` or
+    ``ptr`` (CuPy), or a raw ``CUstream`` handle as an int."""
+    previous = _native.set_stream(_stream_handle(stream))
+    try:
+        yield
+    finally:
+        _native.set_stream(previous)
+
+
+def _stream_handle(stream: Any) -> int:
+    for attr in ("cuda_stream", "ptr"):
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    if isinstance(stream, int):
+        return stream
+    raise TypeError(f"stream: expected a torch.cuda.Stream, an object with .ptr or an int handle, got {type(stream).__name__}")
+
+
+def _devices(devices: Devices) -> Optional[List[int]]:
+    return None if devices is None else [int(d) for d in devices]
+
+
+def _archs(archs: Union[str, Sequence[str], None]) -> Optional[str]:
+    if archs is None or isinstance(archs, str):
+        return archs
+    return ",".join(archs)

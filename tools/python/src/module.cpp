@@ -1,0 +1,324 @@
+// kiln._native: the thin binding under the `kiln` Python package. The public functions (the seeds'
+// signatures, torch custom ops) are Python, in tools/python/kiln/; this module converts arguments
+// (py_tensors.h), calls the C++ API and maps kiln::Error to the package's exception classes.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <string>
+
+#include "kiln/jit/error.h"
+#include "kiln/jit/semantic_key.h"
+#include "py_tensors.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/families.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
+#include "tools/cache_ops.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace kiln::python {
+namespace {
+
+// kiln.errors.from_native(code, message, key, path, log) -> exception instance; set at import.
+PyObject* g_error_factory = nullptr;
+
+// Text from kiln (paths, keys, compiler logs) need not be UTF-8: undecodable bytes become U+FFFD.
+PyObject* text(std::string_view s) { return PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace"); }
+
+void raise_kiln_error(const Error& e) {
+  if (g_error_factory == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return;
+  }
+  const ErrorDetails& d = e.details();
+  PyObject* exc = PyObject_CallFunction(g_error_factory, "NNNNN", text(error_code_name(e.code())), text(e.what()),
+                                        text(d.key), text(d.path), text(d.log));
+  if (exc == nullptr) return;  // the factory's own error stays set
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
+  Py_DECREF(exc);
+}
+
+mla::MaskType mask_of(nb::handle mask) {
+  if (PyUnicode_Check(mask.ptr())) {
+    if (PyUnicode_CompareWithASCIIString(mask.ptr(), "causal") == 0) return mla::MaskType::kCausal;
+    if (PyUnicode_CompareWithASCIIString(mask.ptr(), "dense") == 0) return mla::MaskType::kDense;
+  }
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("mask_type: expected 'dense' or 'causal', got {}", nb::repr(mask).c_str()));
+}
+
+std::vector<int> device_list(const std::optional<std::vector<int>>& devices) {
+  if (devices) return *devices;
+  const Driver& d = Driver::get();
+  d.require("list the GPUs");
+  int count = 0;
+  d.check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  std::vector<int> all;
+  for (int i = 0; i < count; ++i) all.push_back(i);
+  return all;
+}
+
+KernelService& service_for(const std::optional<std::string>& cache_dir, std::unique_ptr<KernelService>& owned) {
+  if (!cache_dir) return KernelService::global();
+  Config c = Config::from_environment();
+  c.cache_dir = *cache_dir;
+  owned = std::make_unique<KernelService>(c);
+  return *owned;
+}
+
+void mla_decode(nb::handle query, nb::handle kv_cache, nb::handle workspace, int kv_lora_rank, int qk_rope_head_dim,
+                nb::handle block_tables, nb::handle seq_lens, long long max_seq_len, nb::handle qo_indptr,
+                std::optional<int> max_seq_len_q, nb::handle out, double bmm1_scale, double bmm2_scale,
+                nb::handle mask_type, nb::handle out_dtype) {
+  TensorArgs args;
+  const TensorView q = args.get(query.ptr(), "query");
+  const TensorView kv = args.get(kv_cache.ptr(), "kv_cache");
+  const TensorView ws = args.get(workspace.ptr(), "workspace_buffer");
+  const TensorView table = args.get(block_tables.ptr(), "block_tables");
+  const TensorView lens = args.get(seq_lens.ptr(), "seq_lens");
+  const std::optional<TensorView> indptr = args.optional(qo_indptr.ptr(), "qo_indptr");
+  const TensorView o = args.get(out.ptr(), "out");
+  const mla::MaskType mask = mask_of(mask_type);
+  const DType odt = dtype_of(out_dtype.ptr(), "out_dtype");
+  nb::gil_scoped_release release;
+  DeviceScope scope(args.device());
+  mla::prims_ts_batch_decode_with_kv_cache_mla(q, kv, ws, kv_lora_rank, qk_rope_head_dim, table, lens, max_seq_len,
+                                               indptr, max_seq_len_q, o, bmm1_scale, bmm2_scale, mask, odt,
+                                               args.stream());
+}
+
+nb::dict plan_dict(const sparse::SplitPlanResult& plan) {
+  nb::dict d;
+  d["head_tiles"] = plan.head_tiles;
+  d["num_splits"] = plan.num_splits;
+  d["chunks_per_block"] = plan.chunks_per_block;
+  return d;
+}
+
+nb::dict sparse_decode(nb::handle q, nb::handle kv_cache, nb::handle indices, nb::handle output, nb::handle out_lse,
+                       double sm_scale, nb::handle topk_length, nb::handle attn_sink, nb::handle extra_kv_cache,
+                       nb::handle extra_indices, nb::handle extra_topk_length, nb::handle mid_out, nb::handle mid_lse,
+                       double lse_scale, std::optional<int> num_splits, int max_splits, std::optional<int> head_tiles) {
+  TensorArgs args;
+  const TensorView qv = args.get(q.ptr(), "q");
+  const TensorView kv = args.get(kv_cache.ptr(), "kv_cache");
+  const TensorView idx = args.get(indices.ptr(), "indices");
+  const TensorView o = args.get(output.ptr(), "output");
+  const TensorView lse = args.get(out_lse.ptr(), "out_lse");
+  sparse::SparseOptions opt;
+  opt.topk_length = args.optional(topk_length.ptr(), "topk_length");
+  opt.attn_sink = args.optional(attn_sink.ptr(), "attn_sink");
+  opt.extra_kv_cache = args.optional(extra_kv_cache.ptr(), "extra_kv_cache");
+  opt.extra_indices = args.optional(extra_indices.ptr(), "extra_indices");
+  opt.extra_topk_length = args.optional(extra_topk_length.ptr(), "extra_topk_length");
+  opt.mid_out = args.optional(mid_out.ptr(), "mid_out");
+  opt.mid_lse = args.optional(mid_lse.ptr(), "mid_lse");
+  opt.lse_scale = lse_scale;
+  opt.num_splits = num_splits;
+  opt.max_splits = max_splits;
+  opt.head_tiles = head_tiles;
+  sparse::SplitPlanResult plan;
+  {
+    nb::gil_scoped_release release;
+    DeviceScope scope(args.device());
+    plan = sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(qv, kv, idx, o, lse, sm_scale, opt, args.stream());
+  }
+  return plan_dict(plan);
+}
+
+void nvfp4_pack(nb::handle latent, nb::handle cache) {
+  TensorArgs args;
+  const TensorView l = args.get(latent.ptr(), "latent");
+  const TensorView c = args.get(cache.ptr(), "cache");
+  nb::gil_scoped_release release;
+  DeviceScope scope(args.device());
+  nvfp4::pack(l, c, args.stream());
+}
+
+void nvfp4_append(nb::handle rows, nb::handle slot_mapping, nb::handle cache) {
+  TensorArgs args;
+  const TensorView r = args.get(rows.ptr(), "rows");
+  const TensorView s = args.get(slot_mapping.ptr(), "slot_mapping");
+  const TensorView c = args.get(cache.ptr(), "cache");
+  nb::gil_scoped_release release;
+  DeviceScope scope(args.device());
+  nvfp4::append(r, s, c, args.stream());
+}
+
+mla::MlaDecodePolicy mla_policy(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed,
+                                nb::handle dtype, nb::handle out_dtype, nb::handle mask_type) {
+  return mla::MlaDecodePolicy{heads, page_size, max_seq_len, max_seq_len_q, packed, dtype_of(dtype.ptr(), "dtype"),
+                              dtype_of(out_dtype.ptr(), "out_dtype"), mask_of(mask_type)};
+}
+
+// Host time of `iterations` back-to-back launches with these arguments (MLA: page-table decode with
+// default scales and causal mask; sparse: sm_scale 0.04, one split), measured in C++: the baseline
+// that kiln.bench reports the Python entry points' overhead against.
+double time_mla_cpp(nb::handle query, nb::handle kv_cache, nb::handle workspace, nb::handle block_tables,
+                    nb::handle seq_lens, long long max_seq_len, nb::handle out, int iterations) {
+  TensorArgs args;
+  const TensorView q = args.get(query.ptr(), "query");
+  const TensorView kv = args.get(kv_cache.ptr(), "kv_cache");
+  const TensorView ws = args.get(workspace.ptr(), "workspace_buffer");
+  const TensorView table = args.get(block_tables.ptr(), "block_tables");
+  const TensorView lens = args.get(seq_lens.ptr(), "seq_lens");
+  const TensorView o = args.get(out.ptr(), "out");
+  nb::gil_scoped_release release;
+  DeviceScope scope(args.device());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) {
+    mla::prims_ts_batch_decode_with_kv_cache_mla(q, kv, ws, 512, 64, table, lens, max_seq_len, std::nullopt,
+                                                 std::nullopt, o, 1.0, 1.0, mla::MaskType::kCausal, DType::kBf16,
+                                                 args.stream());
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double time_sparse_cpp(nb::handle q, nb::handle kv_cache, nb::handle indices, nb::handle output, nb::handle out_lse,
+                       int iterations) {
+  TensorArgs args;
+  const TensorView qv = args.get(q.ptr(), "q");
+  const TensorView kv = args.get(kv_cache.ptr(), "kv_cache");
+  const TensorView idx = args.get(indices.ptr(), "indices");
+  const TensorView o = args.get(output.ptr(), "output");
+  const TensorView lse = args.get(out_lse.ptr(), "out_lse");
+  sparse::SparseOptions opt;
+  opt.num_splits = 1;
+  nb::gil_scoped_release release;
+  DeviceScope scope(args.device());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) {
+    sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(qv, kv, idx, o, lse, 0.04, opt, args.stream());
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+}  // namespace kiln::python
+
+NB_MODULE(_native, m) {
+  using namespace kiln;
+  using namespace kiln::python;
+
+  register_builtin_families();  // manifests and keys name them before any service exists
+  nb::exception<NeedsDispatch>(m, "NeedsDispatch");
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      raise_kiln_error(e);
+    }
+  });
+
+  m.def("set_error_factory", [](nb::handle f) { g_error_factory = Py_NewRef(f.ptr()); });
+  m.def("init_torch", [](nb::handle torch) { init_torch(torch.ptr()); });
+  m.def("set_stream", [](std::optional<std::uintptr_t> handle) {
+    const std::optional<CUstream> previous = thread_stream();
+    set_thread_stream(handle ? std::optional<CUstream>(reinterpret_cast<CUstream>(*handle)) : std::nullopt);
+    return previous ? std::optional<std::uintptr_t>(reinterpret_cast<std::uintptr_t>(*previous)) : std::nullopt;
+  }, "handle"_a.none());
+
+  // Optional tensors and integers take None (nanobind refuses None for an argument unless told).
+  m.def("mla_decode", &mla_decode, "query"_a, "kv_cache"_a, "workspace"_a, "kv_lora_rank"_a, "qk_rope_head_dim"_a,
+        "block_tables"_a, "seq_lens"_a, "max_seq_len"_a, "qo_indptr"_a.none(), "max_seq_len_q"_a.none(), "out"_a,
+        "bmm1_scale"_a, "bmm2_scale"_a, "mask_type"_a, "out_dtype"_a);
+  m.def("sparse_decode", &sparse_decode, "q"_a, "kv_cache"_a, "indices"_a, "output"_a, "out_lse"_a, "sm_scale"_a,
+        "topk_length"_a.none(), "attn_sink"_a.none(), "extra_kv_cache"_a.none(), "extra_indices"_a.none(),
+        "extra_topk_length"_a.none(), "mid_out"_a.none(), "mid_lse"_a.none(), "lse_scale"_a, "num_splits"_a.none(),
+        "max_splits"_a, "head_tiles"_a.none());
+  m.def("nvfp4_pack", &nvfp4_pack);
+  m.def("nvfp4_append", &nvfp4_append);
+  m.def("time_mla_cpp", &time_mla_cpp);
+  m.def("time_sparse_cpp", &time_sparse_cpp);
+
+  m.def("mla_workspace_size", [](int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed,
+                                 nb::handle dtype, nb::handle out_dtype, nb::handle mask_type, int batch) {
+    return mla::mla_workspace_size(mla_policy(heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype, mask_type),
+                                   batch);
+  });
+  m.def("sparse_num_chunks", &sparse::num_chunks);
+  m.def("sparse_scratch_bytes", &sparse::scratch_bytes);
+  m.def("sparse_plan_head_tiles", &sparse::plan_head_tiles);
+  m.def("sparse_plan_splits", [](int tokens, int heads, int topk, int extra_topk, int sms, int max_splits, int head_tiles) {
+    const sparse::SplitPlan p = sparse::plan_splits(tokens, heads, topk, extra_topk, sms, max_splits, head_tiles);
+    return std::make_tuple(p.num_splits, p.chunks_per_block);
+  });
+  m.def("sparse_resolve_plan", [](int tokens, int heads, int topk, int extra_topk, int sms, std::optional<int> num_splits,
+                                  int max_splits, std::optional<int> head_tiles) {
+    return plan_dict(sparse::resolve_plan(tokens, heads, topk, extra_topk, sms, num_splits, max_splits, head_tiles));
+  }, "tokens"_a, "heads"_a, "topk"_a, "extra_topk"_a, "sms"_a, "num_splits"_a.none(), "max_splits"_a, "head_tiles"_a.none());
+  m.def("device_sm_count", [](int device) { return KernelService::global().device_sm_count(device); });
+
+  m.def("warm_mla", [](int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed, nb::handle dtype,
+                       nb::handle out_dtype, nb::handle mask_type, std::optional<std::vector<int>> devices) {
+    const mla::MlaDecodePolicy policy = mla_policy(heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype, mask_type);
+    const std::vector<int> list = device_list(devices);
+    nb::gil_scoped_release release;
+    mla::warm_mla(policy, list);
+  }, "heads"_a, "page_size"_a, "max_seq_len"_a, "max_seq_len_q"_a, "packed"_a, "dtype"_a, "out_dtype"_a, "mask_type"_a,
+     "devices"_a.none());
+  m.def("warm_sparse", [](int heads, int head_tiles, bool has_extra, bool split, std::optional<std::vector<int>> devices) {
+    const std::vector<int> list = device_list(devices);
+    nb::gil_scoped_release release;
+    sparse::warm_sparse(sparse::SparsePolicy{heads, head_tiles, has_extra, split}, list);
+  }, "heads"_a, "head_tiles"_a, "has_extra"_a, "split"_a, "devices"_a.none());
+  m.def("warm_nvfp4_writer", [](const std::string& op, int page_size, std::optional<std::vector<int>> devices) {
+    if (op != "pack" && op != "append") {
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("op: expected 'pack' or 'append', got '{}'", op));
+    }
+    const std::vector<int> list = device_list(devices);
+    nb::gil_scoped_release release;
+    nvfp4::warm({op == "pack" ? nvfp4::WriterOp::kPack : nvfp4::WriterOp::kAppend, page_size}, list);
+  }, "op"_a, "page_size"_a, "devices"_a.none());
+  m.def("warm_keys", [](const std::vector<std::string>& keys, std::optional<std::vector<int>> devices) {
+    const std::vector<int> list = device_list(devices);
+    nb::gil_scoped_release release;
+    KernelService& service = KernelService::global();
+    std::size_t warmed = 0;
+    for (int device : list) {
+      const std::string arch = service.device_arch(device);
+      std::vector<SemanticKey> mine;
+      for (const std::string& k : keys) {
+        SemanticKey key = SemanticKey::parse(k);
+        if (key.arch() == arch) mine.push_back(std::move(key));
+      }
+      service.warm(mine, {device});
+      warmed += mine.size();
+    }
+    return warmed;
+  }, "keys"_a, "devices"_a.none());
+
+  m.def("manifest_keys", [](const std::string& manifest, std::optional<std::string> archs) {
+    std::vector<std::string> out;
+    for (const SemanticKey& k : tools::manifest_keys(manifest, archs)) out.push_back(k.str());
+    return out;
+  }, "manifest"_a, "archs"_a.none());
+  m.def("prebuild", [](const std::vector<std::string>& key_texts, int jobs, std::optional<std::string> cache_dir) {
+    std::vector<SemanticKey> keys;
+    for (const std::string& k : key_texts) keys.push_back(SemanticKey::parse(k));
+    nb::gil_scoped_release release;
+    std::unique_ptr<KernelService> owned;
+    KernelService& service = service_for(cache_dir, owned);
+    const auto start = std::chrono::steady_clock::now();
+    const auto outcomes = tools::prebuild(service, keys, jobs);
+    const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return tools::prebuild_report(service, keys, outcomes, wall, jobs).dump();
+  }, "keys"_a, "jobs"_a, "cache_dir"_a.none());
+  m.def("store_stats", [](std::optional<std::string> cache_dir) {
+    std::unique_ptr<KernelService> owned;
+    return tools::store_stats(service_for(cache_dir, owned)).dump();
+  }, "cache_dir"_a.none());
+  m.def("counters", [] { return KernelService::global().counters().to_json().dump(); });
+  m.def("seal", [] { KernelService::global().seal(); });
+  m.def("unseal", [] { KernelService::global().unseal(); });
+  m.def("sealed", [] { return KernelService::global().sealed(); });
+}

@@ -1,0 +1,76 @@
+"""The cache from Python: manifests, prebuild (NVRTC, no GPU), stats, and the `kiln` command."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import kiln
+
+WRITER_MANIFEST = {"archs": ["sm_90a"],
+                   "policies": [{"family": "nvfp4_writer", "policy": {"op": ["pack", "append"], "page_size": 64}}]}
+
+
+@pytest.fixture
+def manifest(tmp_path):
+    path = tmp_path / "writer.json"
+    path.write_text(json.dumps(WRITER_MANIFEST))
+    return path
+
+
+def test_manifest_keys(manifest):
+    keys = kiln.manifest_keys(manifest)
+    assert len(keys) == 2 and all(k.startswith("nvfp4_writer:sm_90a:") for k in keys)
+    assert {k.split(":")[2] for k in kiln.manifest_keys(manifest, archs=["sm_120a"])} == {"op=pack,page_size=64",
+                                                                                        "op=append,page_size=64"}
+    assert all(":sm_120a:" in k for k in kiln.manifest_keys(manifest, archs="sm_120a"))
+    assert len(kiln.manifest_keys()) > 10  # the embedded default manifest
+
+
+def test_manifest_errors(tmp_path):
+    with pytest.raises(kiln.NotFoundError, match="manifest"):
+        kiln.manifest_keys(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"keys": [')
+    with pytest.raises(kiln.InvalidArgumentError, match="line 1"):
+        kiln.manifest_keys(bad)
+    with pytest.raises(kiln.InvalidArgumentError):
+        kiln.manifest_keys(archs="sm_00")
+
+
+def test_prebuild_then_hits_and_stats(manifest, cache_dir):
+    first = kiln.prebuild(manifest, jobs=2, cache_dir=cache_dir)
+    assert (first["compiled"], first["hits"], first["failed"]) == (2, 0, 0)
+    assert first["cache_dir"] == str(cache_dir) and first["writable"]
+    assert {k["outcome"] for k in first["keys"]} == {"compiled"}
+    second = kiln.prebuild(manifest, cache_dir=cache_dir)
+    assert (second["compiled"], second["hits"]) == (0, 2)
+    stats = kiln.stats(cache_dir)
+    writable = [layer for layer in stats["layers"] if layer["layer"] == "writable"]
+    assert writable[0]["entries"] == 2 and writable[0]["bytes"] > 0
+
+
+def test_cli_is_installed_with_the_package(manifest, cache_dir):
+    kiln.prebuild(manifest, cache_dir=cache_dir)
+    out = subprocess.run([sys.executable, "-m", "kiln", "stats", "--cache", str(cache_dir), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == kiln.stats(cache_dir)
+    script = pathlib.Path(sys.executable).parent / "kiln"
+    assert script.exists(), "the `kiln` console script"
+    bad = subprocess.run([str(script), "frobnicate"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown command" in bad.stderr
+
+
+def test_counters_and_seal():
+    assert set(kiln.counters()) >= {"memory_hits", "disk_hits", "compiles", "loads"}
+    assert not kiln.sealed()
+    kiln.seal()
+    try:
+        assert kiln.sealed()
+    finally:
+        kiln.unseal()
+    assert not kiln.sealed()

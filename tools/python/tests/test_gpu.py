@@ -1,0 +1,397 @@
+"""kiln from torch on the GPU: both decode ops and the NVFP4 writer against torch fp32 references at
+the spec tolerances, CUDA graph capture and replay after in-place metadata changes, not-warm and
+sealed errors, torch.compile(fullgraph=True), torch.library.opcheck, two streams, and (with two
+GPUs) per-device handles and refusal of tensors spread over devices."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+import kiln  # noqa: E402
+
+LOG2E = 1.4426950408889634
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+# ---------------------------------------------------------------- references (torch, fp32)
+
+def mla_reference(q, kv, block_tables, seq_lens, bmm1, bmm2, causal, qo_indptr=None):
+    """spec/mla_decode.md "Math": one request at a time, fp32."""
+    q, kv = q.float().cpu(), kv.float().cpu().reshape(-1, kv.shape[-2], 576)
+    tables, lens = block_tables.cpu(), seq_lens.cpu()
+    page = kv.shape[1]
+    batch = lens.shape[0]
+    starts = qo_indptr.cpu().tolist() if qo_indptr is not None else [b * q.shape[1] for b in range(batch + 1)]
+    rows = q.reshape(-1, q.shape[-2], 576)
+    out = torch.zeros(rows.shape[0], rows.shape[1], 512)
+    for b in range(batch):
+        L = int(lens[b])
+        t = torch.arange(L)
+        C = kv[tables[b, t // page].long(), t % page]  # [L, 576]
+        qb = rows[starts[b]:starts[b + 1]]               # [q_len, H, 576]
+        s = torch.einsum("ihd,td->iht", qb, C) * bmm1
+        if causal:
+            q_len = qb.shape[0]
+            visible = t[None, :] <= (L - q_len + torch.arange(q_len))[:, None]
+            s = s.masked_fill(~visible[:, None, :], float("-inf"))
+        out[starts[b]:starts[b + 1]] = torch.einsum("iht,td->ihd", torch.softmax(s, -1), C[:, :512]) * bmm2
+    return out.reshape(*q.shape[:-1], 512)
+
+
+def nvfp4_quantize(rows_bf16):
+    """spec/sparse_nvfp4_decode.md "Quantize": bf16 [N, 512] -> (codes [N, 224], scales [N, 28], rope [N, 128]) bytes."""
+    x = rows_bf16.float()
+    g = x[:, :448].reshape(-1, 28, 16)
+    amax = g.abs().amax(-1)
+    scale = (amax / 6.0).clamp(max=448.0).to(torch.float8_e4m3fn)
+    sf = scale.float()
+    inv = torch.where(sf == 0, torch.zeros_like(sf), 1.0 / sf)
+    y = g * inv[..., None]
+    m = y.abs()
+    code = ((m > 0.25).int() + (m >= 0.75).int() + (m > 1.25).int() + (m >= 1.75).int() + (m > 2.5).int()
+            + (m >= 3.5).int() + (m > 5.0).int())
+    code = torch.where((code > 0) & (y < 0), code + 8, code).reshape(-1, 448).to(torch.uint8)
+    packed = code[:, 0::2] | (code[:, 1::2] << 4)
+    rope = rows_bf16[:, 448:].contiguous().view(torch.uint8)
+    return packed, scale.view(torch.uint8), rope
+
+
+def nvfp4_pages(rows_bf16, page):
+    """The 384-byte page layout of quantized rows: [P, page * 384] uint8."""
+    packed, scales, rope = nvfp4_quantize(rows_bf16)
+    pages = rows_bf16.shape[0] // page
+    data = torch.cat([packed, rope], 1).reshape(pages, page * 352)
+    pad = torch.zeros(scales.shape[0], 4, dtype=torch.uint8, device=scales.device)
+    sc = torch.cat([scales, pad], 1).reshape(pages, page * 32)
+    return torch.cat([data, sc], 1)
+
+
+def nvfp4_dequantize(pages_u8, page):
+    """[P, page * 384] bytes -> fp32 [P * page, 512] rows."""
+    P = pages_u8.shape[0]
+    data = pages_u8[:, :page * 352].reshape(P * page, 352)
+    scales = pages_u8[:, page * 352:].reshape(P * page, 32)[:, :28].contiguous().view(torch.float8_e4m3fn).float()
+    codes = torch.stack([data[:, :224] & 15, data[:, :224] >> 4], -1).reshape(-1, 448).long()
+    table = torch.tensor(E2M1, device=pages_u8.device)
+    mag = table[codes & 7]
+    vals = torch.where(codes >= 8, -mag, mag).reshape(-1, 28, 16) * scales[..., None]
+    rope = data[:, 224:352].contiguous().view(torch.bfloat16).float()
+    return torch.cat([vals.reshape(-1, 448), rope], 1)
+
+
+def sparse_reference(q, rows, indices, sm_scale, extra_rows=None, extra_indices=None, sink=None, lse_scale=1.0):
+    """spec/sparse_nvfp4_decode.md "Semantics": q with NoPE dims NVFP4-round-tripped, fp32."""
+    T, H, _ = q.shape
+    qr = q.reshape(T * H, 512)
+    qhat = torch.cat([nvfp4_dequantize(nvfp4_pages(qr, 1), 1)[:, :448], qr[:, 448:].float()], 1).reshape(T, H, 512)
+    out = torch.zeros(T, H, 512, device=q.device)
+    lse = torch.empty(T, H, device=q.device)
+    for t in range(T):
+        idx = indices[t][indices[t] >= 0].long()
+        K = rows[idx]
+        if extra_rows is not None:
+            K = torch.cat([K, extra_rows[extra_indices[t][extra_indices[t] >= 0].long()]])
+        s = sm_scale * qhat[t] @ K.T  # [H, n]
+        L = torch.logsumexp(s, -1)
+        o = torch.softmax(s, -1) @ K
+        if sink is not None:
+            o = o * torch.sigmoid(L - sink)[:, None]
+            L = torch.logaddexp(L, sink)
+        out[t], lse[t] = o, L * LOG2E * lse_scale
+    return out, lse
+
+
+def assert_close(got, want, rtol, atol, rel_l2=None):
+    got, want = got.float().cpu(), want.float().cpu()
+    err = (got - want).abs()
+    bad = (err > atol + rtol * want.abs()) | got.isnan()
+    assert int(bad.sum()) == 0, f"{int(bad.sum())} of {bad.numel()} out of tolerance, max|err| {float(err.max()):.3g}"
+    if rel_l2 is not None:
+        assert float((got - want).norm() / want.norm()) <= rel_l2
+
+
+# ---------------------------------------------------------------- problems
+
+class Mla:
+    """A paged MLA decode problem on `device`: bf16, page 64, H 16, causal, max_seq_len 1024."""
+
+    H, page, max_seq_len = 16, 64, 1024
+
+    def __init__(self, device=0, B=4, SQ=2, seed=0, packed=False):
+        g = torch.Generator().manual_seed(seed)
+        self.device = torch.device("cuda", device)
+        pages = B * self.max_seq_len // self.page
+        self.kv = (torch.rand(pages, self.page, 576, generator=g) * 2 - 1).bfloat16().to(self.device)
+        self.block_tables = torch.randperm(pages, generator=g).int().reshape(B, -1).to(self.device)
+        self.seq_lens = torch.randint(SQ, self.max_seq_len + 1, (B,), generator=g).int().to(self.device)
+        self.packed = packed
+        if packed:
+            q_lens = torch.randint(0, SQ + 1, (B,), generator=g)
+            self.qo_indptr = torch.cat([torch.zeros(1), q_lens.cumsum(0)]).int().to(self.device)
+            shape = (int(q_lens.sum()), self.H, 576)
+        else:
+            self.qo_indptr = None
+            shape = (B, SQ, self.H, 576)
+        self.SQ, self.B = SQ, B
+        self.q = (torch.rand(*shape, generator=g) * 2 - 1).bfloat16().to(self.device)
+        self.out = torch.empty(*shape[:-1], 512, dtype=torch.bfloat16, device=self.device)
+        self.workspace = torch.empty(kiln.mla_workspace_size(self.H, self.page, self.max_seq_len, SQ, B, packed=packed),
+                                     dtype=torch.uint8, device=self.device)
+        self.bmm1, self.bmm2 = 0.072, 1.3
+
+    def warm(self, devices=None):
+        kiln.warm_mla(self.H, self.page, self.max_seq_len, self.SQ, packed=self.packed,
+                      devices=[self.device.index] if devices is None else devices)
+
+    def run(self, out=None):
+        kw = dict(qo_indptr=self.qo_indptr, max_seq_len_q=self.SQ) if self.packed else {}
+        return kiln.prims_ts_batch_decode_with_kv_cache_mla(
+            self.q, self.kv, self.workspace, 512, 64, self.block_tables, self.seq_lens, self.max_seq_len,
+            out=self.out if out is None else out, bmm1_scale=self.bmm1, bmm2_scale=self.bmm2, **kw)
+
+    def reference(self):
+        return mla_reference(self.q, self.kv, self.block_tables, self.seq_lens, self.bmm1, self.bmm2, True,
+                             self.qo_indptr)
+
+    def check(self, got):
+        assert_close(got, self.reference(), 1e-2, 5e-4, 0.02)
+
+
+class Sparse:
+    """A sparse NVFP4 decode problem: H 64, 512 main + 64 extra candidates, a sink, page 64."""
+
+    H, page = 64, 64
+
+    def __init__(self, device=0, T=8, topk=512, extra=64, seed=1):
+        g = torch.Generator().manual_seed(seed)
+        self.device = torch.device("cuda", device)
+        pool = 32 * self.page
+        self.latent = torch.randn(pool, 512, generator=g).bfloat16().to(self.device)
+        self.extra_latent = torch.randn(4 * self.page, 512, generator=g).bfloat16().to(self.device)
+        self.cache = kiln.nvfp4_pack(self.latent.view(-1, self.page, 512))
+        self.extra_cache = kiln.nvfp4_pack(self.extra_latent.view(-1, self.page, 512))
+        self.indices = torch.randint(-1, pool, (T, topk), generator=g).int().to(self.device)
+        self.extra_indices = torch.randint(0, 4 * self.page, (T, extra), generator=g).int().to(self.device)
+        self.sink = (torch.rand(self.H, generator=g) * 6 - 2).to(self.device)
+        self.q = torch.randn(T, self.H, 512, generator=g).bfloat16().to(self.device)
+        self.output = torch.empty(T, self.H, 512, dtype=torch.bfloat16, device=self.device)
+        self.out_lse = torch.empty(T, self.H, dtype=torch.float32, device=self.device)
+        chunks = kiln.cake_sparse_mla_sm120_dsv4_nvfp4_num_chunks(topk, extra)
+        self.mid_out = torch.empty(T, self.H, chunks, 512, dtype=torch.bfloat16, device=self.device)
+        self.mid_lse = torch.empty(T, self.H, chunks, dtype=torch.float32, device=self.device)
+        self.sm_scale = 512 ** -0.5
+
+    def run(self, **kw):
+        return kiln.cake_sparse_mla_sm120_dsv4_nvfp4_decode(
+            self.q, self.cache, self.indices, self.output, self.out_lse, self.sm_scale, attn_sink=self.sink,
+            extra_kv_cache=self.extra_cache, extra_indices=self.extra_indices, mid_out=self.mid_out,
+            mid_lse=self.mid_lse, **kw)
+
+    def check(self):
+        rows = nvfp4_dequantize(nvfp4_pages(self.latent, self.page), self.page)
+        extra = nvfp4_dequantize(nvfp4_pages(self.extra_latent, self.page), self.page)
+        out, lse = sparse_reference(self.q, rows, self.indices, self.sm_scale, extra, self.extra_indices, self.sink)
+        assert_close(self.output, out, 5e-2, 5e-2)
+        assert_close(self.out_lse, lse, 2e-2, 2e-2)
+
+
+# ---------------------------------------------------------------- tests
+
+def test_writer_matches_the_reference_bytes():
+    latent = torch.randn(6 * 64, 512, device="cuda").bfloat16()
+    latent[5, :16] = 0  # an all-zero group: scale 0, codes 0
+    latent[7, 32:48] *= 1e-3
+    cache = kiln.nvfp4_pack(latent.view(6, 64, 512))
+    assert cache.shape == (6, 64, 384) and cache.dtype == torch.uint8
+    want = nvfp4_pages(latent, 64)
+    assert torch.equal(cache.view(6, -1), want)
+    # append into an HND view, with masked (-1, out of range) and duplicate slots (the lowest row wins)
+    hnd = torch.zeros(6, 1, 64, 384, dtype=torch.uint8, device="cuda")
+    rows = torch.randn(5, 512, device="cuda").bfloat16()
+    slots = torch.tensor([3, -1, 100, 6 * 64, 3], dtype=torch.int32, device="cuda")
+    kiln.nvfp4_append(rows, slots, hnd)
+    got = nvfp4_dequantize(hnd.view(6, -1), 64)
+    ref = nvfp4_dequantize(nvfp4_pages(rows[[0, 2]], 1), 1)  # one-token pages
+    assert torch.equal(got[3], ref[0]) and torch.equal(got[100], ref[1])
+    assert int(got.abs().sum(1).ne(0).sum()) == 2  # nothing else was written
+
+
+class DLPackOnly:
+    """A DLPack producer that is not a torch.Tensor."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, stream=None):
+        return self.t.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_any_dlpack_producer():
+    latent = torch.randn(2 * 64, 512, device="cuda").bfloat16()
+    cache = torch.zeros(2, 64, 384, dtype=torch.uint8, device="cuda")
+    kiln.nvfp4_pack(DLPackOnly(latent.view(2, 64, 512)), DLPackOnly(cache))
+    assert torch.equal(cache.view(2, -1), nvfp4_pages(latent, 64))
+    again = torch.zeros_like(cache)
+    kiln.nvfp4_pack(torch.utils.dlpack.to_dlpack(latent.view(2, 64, 512)), torch.utils.dlpack.to_dlpack(again))
+    torch.cuda.synchronize()
+    assert torch.equal(again, cache)
+
+
+def test_mla_fixed_and_packed_and_out_none():
+    for packed in (False, True):
+        p = Mla(packed=packed, seed=2 + packed)
+        p.check(p.run())
+    p = Mla(seed=4)
+    out = kiln.prims_ts_batch_decode_with_kv_cache_mla(p.q, p.kv, p.workspace, 512, 64, p.block_tables, p.seq_lens,
+                                                      p.max_seq_len, bmm1_scale=p.bmm1, bmm2_scale=p.bmm2)
+    assert out.dtype == torch.bfloat16 and out.device == p.device
+    p.check(out)
+
+
+def test_sparse_direct_and_split():
+    p = Sparse()
+    plan = p.run(num_splits=1)
+    assert plan["num_splits"] == 1
+    p.check()
+    plan = p.run(num_splits=4)  # 9 chunks: 3 per block, so the plan normalises to 3 splits
+    assert plan["num_splits"] == 3 and plan["chunks_per_block"] == 3
+    p.check()
+    plan = p.run()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tiles = kiln.cake_sparse_mla_sm120_dsv4_nvfp4_plan_head_tiles(num_tokens=8, num_heads=64, topk=512, extra_topk=64,
+                                                                  num_sms=sms)
+    splits = kiln.cake_sparse_mla_sm120_dsv4_nvfp4_plan_splits(num_tokens=8, num_heads=64, topk=512, extra_topk=64,
+                                                               num_sms=sms, head_tiles=tiles)
+    assert plan == {"head_tiles": tiles, "num_splits": splits[0], "chunks_per_block": splits[1]}
+    p.check()
+
+
+def test_graph_capture_and_replay_after_metadata_changes():
+    p = Mla(seed=5)
+    p.warm()
+    s = Sparse(seed=6)
+    kiln.warm_sparse(64, has_extra=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        p.run()
+        s.run()
+    p.seq_lens.copy_(torch.randint(2, p.max_seq_len + 1, (p.B,), device="cuda", dtype=torch.int32))
+    p.block_tables.copy_(p.block_tables.flip(1))
+    s.indices.copy_(torch.randint(-1, 32 * 64, s.indices.shape, device="cuda", dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    p.check(p.out)
+    s.check()
+    eager = p.out.clone()
+    p.run()
+    assert torch.equal(eager, p.out)
+
+
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # the refused launch was its only work
+def test_capture_of_a_cold_key_names_it_and_sealed_refuses():
+    p = Mla(seed=7)
+    p.max_seq_len = 1000  # a policy nobody warmed
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(kiln.NotWarmError) as info:
+        with torch.cuda.graph(graph):
+            p.run()
+    assert info.value.key and "max_seq_len=1000" in info.value.key and info.value.code == "not_warm"
+    p.max_seq_len = 999
+    kiln.seal()
+    try:
+        with pytest.raises(kiln.SealedError) as info:
+            p.run()
+        assert "max_seq_len=999" in info.value.key
+    finally:
+        kiln.unseal()
+
+
+def test_two_streams():
+    a, b = Mla(seed=8), Mla(seed=9)
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    for _ in range(3):
+        with torch.cuda.stream(s1):
+            a.run()
+        with torch.cuda.stream(s2):
+            b.run()
+    torch.cuda.synchronize()
+    a.check(a.out)
+    b.check(b.out)
+    c = Mla(seed=10)
+    with kiln.use_stream(s2):
+        c.run()
+    s2.synchronize()
+    c.check(c.out)
+
+
+def test_compile_fullgraph():
+    p, s = Mla(seed=11), Sparse(seed=12)
+
+    def step(q, seq_lens, out, sq, output, out_lse):
+        o = kiln.prims_ts_batch_decode_with_kv_cache_mla(q, p.kv, p.workspace, 512, 64, p.block_tables, seq_lens,
+                                                        p.max_seq_len, out=out, bmm1_scale=p.bmm1, bmm2_scale=p.bmm2)
+        plan = kiln.cake_sparse_mla_sm120_dsv4_nvfp4_decode(sq, s.cache, s.indices, output, out_lse, s.sm_scale,
+                                                            attn_sink=s.sink, extra_kv_cache=s.extra_cache,
+                                                            extra_indices=s.extra_indices, mid_out=s.mid_out,
+                                                            mid_lse=s.mid_lse, num_splits=2)
+        return o, plan["num_splits"]
+
+    compiled = torch.compile(step, fullgraph=True)
+    o, splits = compiled(p.q, p.seq_lens, p.out, s.q, s.output, s.out_lse)
+    torch.cuda.synchronize()
+    assert splits == 2
+    p.check(o)
+    p.check(p.out)  # the op's write reached the caller's tensor
+    s.check()
+
+
+def test_opcheck():
+    p, s = Mla(seed=13), Sparse(seed=14)
+    ops = torch.ops.kiln
+    torch.library.opcheck(ops.mla_decode.default, (p.q, p.kv, p.workspace, 512, 64, p.block_tables, p.seq_lens,
+                                                   p.max_seq_len, None, None, p.out, p.bmm1, p.bmm2, "causal",
+                                                   torch.bfloat16))
+    torch.library.opcheck(ops.sparse_decode.default, (s.q, s.cache, s.indices, s.output, s.out_lse, s.sm_scale, None,
+                                                      s.sink, s.extra_cache, s.extra_indices, None, s.mid_out, s.mid_lse,
+                                                      1.0, 2, 16, None))
+    latent = torch.randn(2, 64, 512, device="cuda").bfloat16()
+    cache = torch.empty(2, 64, 384, dtype=torch.uint8, device="cuda")
+    torch.library.opcheck(ops.nvfp4_pack.default, (latent, cache))
+    torch.library.opcheck(ops.nvfp4_append.default, (latent[0], torch.arange(64, dtype=torch.int32, device="cuda"),
+                                                     cache))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_devices():
+    p0, p1 = Mla(device=0, seed=15), Mla(device=1, seed=15)  # same values on both devices
+    p0.warm(devices=[0, 1])
+    kiln.warm_sparse(64, has_extra=True, devices=[0, 1])
+    loads = kiln.counters()["loads"]
+    # torch's current device stays 0: the launch follows the tensors (stream of cuda:1) all the same.
+    assert torch.cuda.current_device() == 0
+    p0.run()
+    p1.run()
+    on_stream = torch.empty_like(p1.out)
+    with torch.cuda.stream(torch.cuda.Stream(device=1)):
+        p1.run(out=on_stream)
+    torch.cuda.synchronize(0)
+    torch.cuda.synchronize(1)
+    assert kiln.counters()["loads"] == loads  # both devices' handles were warm: nothing loaded
+    assert torch.equal(p0.out.cpu(), p1.out.cpu()) and torch.equal(on_stream, p1.out)
+    p1.check(p1.out)
+    s1 = Sparse(device=1, seed=16)
+    s1.run()
+    torch.cuda.synchronize(1)
+    s1.check()
+    with pytest.raises(kiln.InvalidArgumentError, match="block_tables is on cuda:0 but query is on cuda:1"):
+        kiln.prims_ts_batch_decode_with_kv_cache_mla(p1.q, p1.kv, p1.workspace, 512, 64, p0.block_tables, p1.seq_lens,
+                                                    p1.max_seq_len, out=p1.out)
+    with pytest.raises(kiln.InvalidArgumentError, match="query: the tensor is on cuda:1 but the stream belongs to cuda:0"):
+        with kiln.use_stream(torch.cuda.Stream(device=0)):
+            p1.run()
