@@ -50,12 +50,15 @@ std::optional<RemoteOptions> remote_from_environment() {
   if (auto v = env("KILN_REMOTE_CACHE_PASSWORD")) r.endpoint.password = *v;
   if (auto v = env("KILN_REMOTE_CACHE_PREFIX")) r.key_prefix = *v;
   if (auto v = env("KILN_REMOTE_CACHE_SECRET")) r.secret = *v;
+  const auto ms = [](const char* name, std::chrono::milliseconds& out, long long lo, long long hi) {
+    if (auto v = env(name)) out = parse_ms(name, *v, lo, hi);
+  };
   constexpr long long kDay = 24LL * 3600 * 1000;
-  if (auto v = env("KILN_REMOTE_CACHE_CONNECT_TIMEOUT_MS")) r.connect_timeout = parse_ms("KILN_REMOTE_CACHE_CONNECT_TIMEOUT_MS", *v, 1, 60000);
-  if (auto v = env("KILN_REMOTE_CACHE_TIMEOUT_MS")) r.command_timeout = parse_ms("KILN_REMOTE_CACHE_TIMEOUT_MS", *v, 1, 60000);
-  if (auto v = env("KILN_REMOTE_CACHE_LOCK_TTL_MS")) r.lock_ttl = parse_ms("KILN_REMOTE_CACHE_LOCK_TTL_MS", *v, 100, kDay);
-  if (auto v = env("KILN_REMOTE_CACHE_WAIT_MS")) r.wait_bound = parse_ms("KILN_REMOTE_CACHE_WAIT_MS", *v, 0, kDay);
-  if (auto v = env("KILN_REMOTE_CACHE_RETRY_MS")) r.retry_after = parse_ms("KILN_REMOTE_CACHE_RETRY_MS", *v, 0, kDay);
+  ms("KILN_REMOTE_CACHE_CONNECT_TIMEOUT_MS", r.connect_timeout, 1, 60000);
+  ms("KILN_REMOTE_CACHE_TIMEOUT_MS", r.command_timeout, 1, 60000);
+  ms("KILN_REMOTE_CACHE_LOCK_TTL_MS", r.lock_ttl, 100, kDay);
+  ms("KILN_REMOTE_CACHE_WAIT_MS", r.wait_bound, 0, kDay);
+  ms("KILN_REMOTE_CACHE_RETRY_MS", r.retry_after, 0, kDay);
   return r;
 }
 
