@@ -22,6 +22,7 @@
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "tools/bench.h"
+#include "tools/bench_ceilings.h"
 #include "tools/bench_remote.h"
 #include "tools/bench_report.h"
 
@@ -30,15 +31,6 @@ namespace kiln::tools {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 std::filesystem::path fresh_dir(const std::string& base, const std::string& name) {
   const auto dir = std::filesystem::path(base) / name;
   std::filesystem::remove_all(dir);
@@ -73,12 +65,12 @@ json cold_compile(const SemanticKey& key, const std::string& base, int runs) {
   std::vector<double> ms;
   for (int i = 0; i < runs; ++i) {
     KernelService service(bench_config(fresh_dir(base, fmt::format("cold-{}-{}", key.family(), i))));
-    const auto t0 = Clock::now();
+    const auto t0 = BenchClock::now();
     service.build(key);
-    ms.push_back(ms_since(t0));
+    ms.push_back(bench_ms_since(t0));
   }
-  std::fprintf(stderr, "cold compile %-60s median %8.1f ms of %d\n", key.str().c_str(), median(ms), runs);
-  return {{"key", key.str()}, {"runs_ms", ms}, {"median_ms", median(ms)}};
+  std::fprintf(stderr, "cold compile %-60s median %8.1f ms of %d\n", key.str().c_str(), bench_median(ms), runs);
+  return {{"key", key.str()}, {"runs_ms", ms}, {"median_ms", bench_median(ms)}};
 }
 
 CUdeviceptr device_zeros(std::size_t bytes) {
@@ -115,9 +107,9 @@ json launch_overhead(CUstream stream, Bare&& bare, Full&& full, const char* name
   std::vector<double> b, f;
   const auto timed = [&](auto&& call) {
     d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
-    const auto t = Clock::now();
+    const auto t = BenchClock::now();
     for (int i = 0; i < kBatch; ++i) call();
-    const double us = ms_since(t) * 1e3 / kBatch;
+    const double us = bench_ms_since(t) * 1e3 / kBatch;
     d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
     return us;
   };
@@ -125,9 +117,9 @@ json launch_overhead(CUstream stream, Bare&& bare, Full&& full, const char* name
     b.push_back(timed(bare));
     f.push_back(timed(full));
   }
-  std::fprintf(stderr, "launch %-8s bare cuLaunchKernelEx %.2f us, launcher %.2f us, overhead %.2f us\n", name, median(b),
-               median(f), median(f) - median(b));
-  return {{"bare_cuLaunchKernelEx_us", median(b)}, {"launcher_us", median(f)}, {"overhead_us", median(f) - median(b)},
+  std::fprintf(stderr, "launch %-8s bare cuLaunchKernelEx %.2f us, launcher %.2f us, overhead %.2f us\n", name, bench_median(b),
+               bench_median(f), bench_median(f) - bench_median(b));
+  return {{"bare_cuLaunchKernelEx_us", bench_median(b)}, {"launcher_us", bench_median(f)}, {"overhead_us", bench_median(f) - bench_median(b)},
           {"target_overhead_us", 1.0}};
 }
 
@@ -256,7 +248,7 @@ json launch_overheads(const std::string& base) {
 double prebuild_wall_ms(const std::vector<SemanticKey>& keys, const std::filesystem::path& dir, int jobs) {
   KernelService service(bench_config(dir));
   std::atomic<std::size_t> next{0};
-  const auto start = Clock::now();
+  const auto start = BenchClock::now();
   std::vector<std::thread> pool;
   for (int t = 0; t < jobs; ++t) {
     pool.emplace_back([&] {
@@ -264,7 +256,7 @@ double prebuild_wall_ms(const std::vector<SemanticKey>& keys, const std::filesys
     });
   }
   for (auto& t : pool) t.join();
-  return ms_since(start);
+  return bench_ms_since(start);
 }
 
 }  // namespace
@@ -288,13 +280,13 @@ int run_bench(const BenchOptions& options) {
     json cold = json::array();
     std::vector<double> ms;
     for (const SemanticKey& key : writer_keys(arch)) {
-      const auto t0 = Clock::now();
+      const auto t0 = BenchClock::now();
       service.build(key);
-      ms.push_back(ms_since(t0));
+      ms.push_back(bench_ms_since(t0));
       cold.push_back({{"key", key.str()}, {"ms", ms.back()}});
       std::fprintf(stderr, "cold compile %-60s %8.1f ms\n", key.str().c_str(), ms.back());
     }
-    results["cold_compile"] = {{"per_key", cold}, {"median_ms", median(ms)}, {"target_ms", 1000}};
+    results["cold_compile"] = {{"per_key", cold}, {"median_ms", bench_median(ms)}, {"target_ms", 1000}};
   }
   results["cold_compile_mla"] = cold_compile(mla_bench_policy().key(arch), base, 3);
   results["cold_compile_sparse"] = cold_compile(sparse_bench_policy().key(arch), base, 3);
@@ -310,16 +302,16 @@ int run_bench(const BenchOptions& options) {
     json per_key = json::array();
     std::vector<double> ms;
     for (const SemanticKey& key : writer_keys(arch)) {
-      const auto t0 = Clock::now();
+      const auto t0 = BenchClock::now();
       if (gpu) service.warm(key, 0);
       else service.build(key);
-      ms.push_back(ms_since(t0));
+      ms.push_back(bench_ms_since(t0));
       per_key.push_back({{"key", key.str()}, {"ms", ms.back()}});
     }
-    results["disk_hit_warm"] = {{"per_key", per_key}, {"first_ms", ms.front()}, {"median_ms", median(ms)}, {"target_ms", 1.0},
+    results["disk_hit_warm"] = {{"per_key", per_key}, {"first_ms", ms.front()}, {"median_ms", bench_median(ms)}, {"target_ms", 1.0},
                                 {"includes", gpu ? "read, checksum, cuModuleLoadData, attributes" : "read, checksum (no GPU)"},
                                 {"compiles", service.counters().compiles}};
-    std::fprintf(stderr, "disk-hit warm: first %.3f ms, median %.3f ms per key (%s)\n", ms.front(), median(ms),
+    std::fprintf(stderr, "disk-hit warm: first %.3f ms, median %.3f ms per key (%s)\n", ms.front(), bench_median(ms),
                  gpu ? "with module load" : "no GPU: read+verify");
   }
 
@@ -339,10 +331,10 @@ int run_bench(const BenchOptions& options) {
     // In-memory lookup: what every launch pays to find its warm handle.
     constexpr int kLookups = 2'000'000;
     const std::uint64_t fp = policy.fingerprint();
-    const auto t0 = Clock::now();
+    const auto t0 = BenchClock::now();
     const KernelHandle* sink = nullptr;
     for (int i = 0; i < kLookups; ++i) sink = service.find(fp, 0);
-    const double lookup_ns = ms_since(t0) * 1e6 / kLookups;
+    const double lookup_ns = bench_ms_since(t0) * 1e6 / kLookups;
     if (sink == nullptr) throw Error(ErrorCode::kInternal, "lookup benchmark lost its handle");
     results["lookup_ns"] = {{"value", lookup_ns}, {"target_ns", 100}};
     std::fprintf(stderr, "in-memory lookup: %.1f ns\n", lookup_ns);

@@ -18,6 +18,7 @@
 #include "kiln/jit/build_request.h"
 #include "kiln/jit/error.h"
 #include "kiln/runtime/kernel_service.h"
+#include "tools/bench_ceilings.h"
 
 extern char** environ;
 
@@ -27,15 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 fs::path fresh_dir(const fs::path& path) {
   fs::remove_all(path);
   fs::create_directories(path);
@@ -83,7 +75,7 @@ FleetRun fleet_start(int processes, const fs::path& dir, const std::string& pref
 
   FleetRun run;
   std::vector<pid_t> pids;
-  const auto start = Clock::now();
+  const auto start = BenchClock::now();
   for (int i = 0; i < processes; ++i) {
     const fs::path cache = fresh_dir(dir / std::to_string(i));
     std::vector<std::string> args = {self, "prebuild", "--json", "-j", "1", "--cache", cache.string()};
@@ -113,7 +105,7 @@ FleetRun fleet_start(int processes, const fs::path& dir, const std::string& pref
     }
     run.failed_processes += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
-  run.wall_ms = ms_since(start);
+  run.wall_ms = bench_ms_since(start);
   for (int i = 0; i < processes; ++i) {
     std::ifstream in(dir / fmt::format("{}.json", i));
     std::stringstream text;
@@ -165,26 +157,26 @@ json bench_remote(const RemoteOptions& configured, const fs::path& base, const f
     json per_key = json::array();
     std::vector<double> warm_ms, fetch_ms;
     for (const SemanticKey& key : keys) {
-      const auto t0 = Clock::now();
+      const auto t0 = BenchClock::now();
       const ArtifactSource source = service.build(key).source;
       if (gpu) service.warm(key, 0);
-      warm_ms.push_back(ms_since(t0));
+      warm_ms.push_back(bench_ms_since(t0));
       if (source != ArtifactSource::kRemote) {
         throw Error(ErrorCode::kInternal, fmt::format("bench: {} came from {}, not the remote tier", key.str(),
                                                       artifact_source_name(source)));
       }
-      const auto t1 = Clock::now();
+      const auto t1 = BenchClock::now();
       if (!fetcher.fetch(make_build_request(key).cache_key)) throw Error(ErrorCode::kInternal, "bench: remote fetch missed");
-      fetch_ms.push_back(ms_since(t1));
+      fetch_ms.push_back(bench_ms_since(t1));
       per_key.push_back({{"key", key.str()}, {"warm_ms", warm_ms.back()}, {"fetch_ms", fetch_ms.back()}});
     }
     out["remote_hit_warm"] = {{"per_key", per_key},
-                              {"median_ms", median(warm_ms)},
+                              {"median_ms", bench_median(warm_ms)},
                               {"includes", gpu ? "Redis read, verify, local publish (fsync), cuModuleLoadData, attributes"
                                                : "Redis read, verify, local publish (fsync); no GPU"}};
-    out["remote_fetch"] = {{"median_ms", median(fetch_ms)}, {"includes", "Redis read + checksum (+ HMAC) verify"}};
-    std::fprintf(stderr, "remote-hit warm: median %.3f ms per key (fetch + verify alone %.3f ms)\n", median(warm_ms),
-                 median(fetch_ms));
+    out["remote_fetch"] = {{"median_ms", bench_median(fetch_ms)}, {"includes", "Redis read + checksum (+ HMAC) verify"}};
+    std::fprintf(stderr, "remote-hit warm: median %.3f ms per key (fetch + verify alone %.3f ms)\n", bench_median(warm_ms),
+                 bench_median(fetch_ms));
   }
 
   if (fleet_processes > 0) {
