@@ -263,10 +263,7 @@ nlohmann::json BenchCeilings::report() const {
           {"mma_sync_peak_tflop_s", {{"start", mma_start_}, {"end", mma_end_}, {"used", mma_tflop_s()}, {"method", BenchMmaPeak::method()}}},
           {"wgmma_peak_tflop_s",
            {{"start", wgmma_start_}, {"end", wgmma_end_}, {"used", wgmma_tflop_s()},
-            {"method", wgmma_ ? BenchWgmmaPeak::method() : std::string("not measured: wgmma needs sm_90a")}}},
-          {"wgmma_peak_tflop_s_reference",
-           {{"value", kWgmmaReferenceTflops},
-            {"note", "bf16 wgmma rate measured elsewhere on an H200 of this workplace, NOT in this run; pct_wgmma_790 is relative to it"}}}};
+            {"method", wgmma_ ? BenchWgmmaPeak::method() : std::string("not measured: wgmma needs sm_90a")}}}};
 }
 
 void BenchCeilings::print() const {

@@ -23,9 +23,6 @@
 namespace kiln::tools {
 
 inline constexpr std::size_t kBenchMiB = std::size_t{1} << 20;
-// bf16 wgmma rate measured elsewhere on an H200 of this workplace (NOT in the run): a reference
-// for kernels whose mma.sync ceiling understates Hopper's tensor cores.
-inline constexpr double kWgmmaReferenceTflops = 790.0;
 
 using BenchClock = std::chrono::steady_clock;
 double bench_ms_since(BenchClock::time_point t);
@@ -146,7 +143,7 @@ class BenchCeilings {
   double copy_tb_s() const { return std::max(copy_start_, copy_end_); }
   double mma_tflop_s() const { return std::max(mma_start_, mma_end_); }
   double wgmma_tflop_s() const { return std::max(wgmma_start_, wgmma_end_); }  // 0 off sm_90a
-  // The report's "ceilings" object: both readings, the ones used, the methods, the wgmma reference.
+  // The report's "ceilings" object: both readings, the ones used and the methods.
   nlohmann::json report() const;
   // The "ceilings: ..." line above the compact table.
   void print() const;
