@@ -72,7 +72,11 @@ ProcessResult Subprocess::wait() {
 
 fs::path kiln_cli_path() {
   if (const char* p = std::getenv("KILN_CLI"); p && *p) return p;
+#ifdef KILN_CLI_PATH
+  return KILN_CLI_PATH;
+#else
   return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "kiln";
+#endif
 }
 
 }  // namespace kiln::testing

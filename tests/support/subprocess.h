@@ -48,7 +48,8 @@ class Subprocess {
   pid_t pid_ = -1;
 };
 
-// The `kiln` CLI: $KILN_CLI (set by ctest), else ../kiln next to this test binary's directory.
+// The `kiln` CLI: $KILN_CLI, else the build's own (compile definition KILN_CLI_PATH), else ../kiln
+// next to this test binary's directory.
 std::filesystem::path kiln_cli_path();
 
 }  // namespace kiln::testing

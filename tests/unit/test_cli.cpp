@@ -1,7 +1,7 @@
 // The real `kiln` CLI as a subprocess: bad input gives one clear line on stderr and exit code 2;
 // maintenance commands work on an empty cache. No compiling here (that is the nvrtc suite's job).
 //
-// The binary comes from $KILN_CLI (set by ctest), else ../kiln next to this test binary's directory.
+// The binary comes from kiln::testing::kiln_cli_path().
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
