@@ -62,10 +62,11 @@ int run_prebuild(const CommonOptions& common, const std::string& manifest, const
   const double wall = ms_since(start);
   const json report = prebuild_report(service, keys, outcomes, wall, jobs, push);
   if (common.json) std::printf("%s\n", report.dump(2).c_str());
-  std::fprintf(stderr, "prebuild: %zu keys: %zu compiled, %zu hit (%zu from the remote cache), %zu failed in %.1f s (-j %d, cache %s)\n",
-               keys.size(), report["compiled"].get<std::size_t>(), report["hits"].get<std::size_t>(),
-               report["remote_hits"].get<std::size_t>(), report["failed"].get<std::size_t>(), wall / 1000.0, jobs,
-               service.config().cache_dir.c_str());
+  const std::string remote_hits =
+      service.remote() ? fmt::format(" ({} from the remote cache)", report["remote_hits"].get<std::size_t>()) : "";
+  std::fprintf(stderr, "prebuild: %zu keys: %zu compiled, %zu hit%s, %zu failed in %.1f s (-j %d, cache %s)\n", keys.size(),
+               report["compiled"].get<std::size_t>(), report["hits"].get<std::size_t>(), remote_hits.c_str(),
+               report["failed"].get<std::size_t>(), wall / 1000.0, jobs, service.config().cache_dir.c_str());
   std::size_t push_failed = 0;
   if (push) {
     const json& p = report["push"];
