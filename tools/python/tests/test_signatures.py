@@ -1,20 +1,22 @@
-"""The public functions have the upstream signatures exactly: the two seeds are read from
-shared/seeds/*.txt beside the checkout (FlashInfer's documentation of them), the planner helpers are FlashInfer's
+"""The public functions have the upstream signatures exactly: the two seeds' signature lines are kept in
+seed_signatures.txt (copied from shared/seeds/*.txt, FlashInfer's documentation of them, and compared with
+those files where shared/ is beside the checkout), the planner helpers are FlashInfer's
 (flashinfer/mla/_sparse_mla_sm120/_cake_dsv4_nvfp4.py)."""
 from __future__ import annotations
 
 import ast
 import inspect
 import re
+from pathlib import Path
 
 import pytest
 
 import kiln
 from conftest import REPO, have_torch
 
-# shared/ lies beside the checkout (CI, the main checkout) or beside a folder of worktrees.
-SEEDS = next((p / "shared" / "seeds" for p in REPO.parents if (p / "shared" / "seeds").is_dir()),
-             REPO.parent / "shared" / "seeds")
+SIGNATURES = Path(__file__).with_name("seed_signatures.txt")
+# shared/ lies beside the main checkout or beside a folder of worktrees; a fresh clone may have none.
+SEEDS = next((p / "shared" / "seeds" for p in REPO.parents if (p / "shared" / "seeds").is_dir()), None)
 
 PLANNERS = {
     "cake_sparse_mla_sm120_dsv4_nvfp4_num_chunks": "topk: int, extra_topk: int = 0) -> int",
@@ -28,15 +30,18 @@ PLANNERS = {
 }
 
 
-def seed_texts():
-    """{qualified name: "params) -> return"} from the signature line of each seed file."""
+def signature_lines(text):
+    """{qualified name: "params) -> return"} from the signature lines of a seed text."""
     out = {}
-    for path in sorted(SEEDS.glob("*.txt")):
-        for line in path.read_text().splitlines():
-            m = re.match(r"^([\w.]+)\((.*)\) → (.+)$", line.strip())
-            if m:
-                out[m.group(1)] = f"{m.group(2)}) -> {m.group(3)}"
+    for line in text.splitlines():
+        m = re.match(r"^([\w.]+)\((.*)\) → (.+)$", line.strip())
+        if m:
+            out[m.group(1)] = f"{m.group(2)}) -> {m.group(3)}"
     return out
+
+
+def seed_texts():
+    return signature_lines(SIGNATURES.read_text())
 
 
 def expected(text):
@@ -76,7 +81,15 @@ def actual(fn):
 def test_both_seeds_are_read():
     names = sorted(seed_texts())
     assert names == ["flashinfer.attention.prims_ts.prims_ts_batch_decode_with_kv_cache_mla",
-                     "flashinfer.mla.cake_sparse_mla_sm120_dsv4_nvfp4_decode"], f"seeds in {SEEDS}: {names}"
+                     "flashinfer.mla.cake_sparse_mla_sm120_dsv4_nvfp4_decode"], f"seeds in {SIGNATURES}: {names}"
+
+
+@pytest.mark.skipif(SEEDS is None, reason="no shared/seeds beside this checkout to compare seed_signatures.txt with")
+def test_signature_lines_match_the_seed_files():
+    from_seeds = {}
+    for path in sorted(SEEDS.glob("*.txt")):
+        from_seeds.update(signature_lines(path.read_text()))
+    assert seed_texts() == from_seeds
 
 
 @pytest.mark.parametrize("qualified", sorted(seed_texts()))
