@@ -281,8 +281,7 @@ const KernelHandle* KernelService::find(std::uint64_t fingerprint, int device) c
 }
 
 const KernelHandle& KernelService::acquire(std::uint64_t fingerprint, const std::function<SemanticKey()>& make_key,
-                                           CUstream stream) {
-  const int device = current_device();
+                                           CUstream stream, int device) {
   if (const KernelHandle* h = find(fingerprint, device)) return *h;
   const SemanticKey key = make_key();
   const Driver& d = Driver::get();
@@ -297,20 +296,6 @@ const KernelHandle& KernelService::acquire(std::uint64_t fingerprint, const std:
                 {.key = key.str()});
   }
   return warm(key, device, fingerprint);
-}
-
-int KernelService::current_device() {
-  const Driver& d = Driver::get();
-  d.require("find the current device");
-  CUdevice dev = 0;
-  const CUresult r = d.cuCtxGetDevice(&dev);
-  if (r == CUDA_ERROR_INVALID_CONTEXT) {
-    throw Error(ErrorCode::kDriver,
-                "the calling thread has no current CUDA context, so there is no current device; launch on a stream of "
-                "the target device (launchers make its context current) or make a device's context current first");
-  }
-  d.check(r, "cuCtxGetDevice");
-  return static_cast<int>(dev);
 }
 
 const KernelService::DeviceInfo& KernelService::device_info(int device) {

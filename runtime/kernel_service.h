@@ -72,16 +72,14 @@ class KernelService {
   void warm(const std::vector<SemanticKey>& keys, const std::vector<int>& devices);
 
   // The hot path. `fingerprint` identifies the key cheaply (a family hashes its POD policy and arch);
-  // on a miss `make_key` builds the full key. If the kernel is not warm and `stream` is capturing,
+  // on a miss `make_key` builds the full key. `device` is the stream's (launchers know it already). If the kernel is not warm and `stream` is capturing,
   // throws kNotWarm naming the key and compiles nothing; when sealed, throws kSealed.
-  const KernelHandle& acquire(std::uint64_t fingerprint, const std::function<SemanticKey()>& make_key, CUstream stream);
+  const KernelHandle& acquire(std::uint64_t fingerprint, const std::function<SemanticKey()>& make_key, CUstream stream,
+                              int device);
 
   // Lookup only: nullptr when `fingerprint` is not warm on `device`.
   const KernelHandle* find(std::uint64_t fingerprint, int device) const noexcept;
 
-  // Device ordinal of the calling thread's current context (launchers make their stream's context
-  // current first, runtime/stream_device.h); throws kDriver when the thread has no context.
-  static int current_device();
   // Exact arch and limits of a device, read from the driver on first use; later calls are one
   // atomic load (launchers ask on every call).
   const std::string& device_arch(int device);

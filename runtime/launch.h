@@ -33,14 +33,14 @@ void launch(const KernelHandle& handle, const LaunchConfig& config, const Params
   launch(handle, config, static_cast<const void*>(&params), stream, entry);
 }
 
-// The handle of `policy` on the calling thread's current device. A warm policy costs one hash
+// The handle of `policy` on `device` (the stream's: StreamDevice). A warm policy costs one hash
 // lookup; otherwise the key is built and warmed (refused while `stream` is capturing: kNotWarm).
 template <class Policy>
-const KernelHandle& acquire(KernelService& service, const Policy& policy, CUstream stream) {
-  // Captures one pointer pair, so the std::function stays in its small buffer: no allocation.
+const KernelHandle& acquire(KernelService& service, const Policy& policy, CUstream stream, int device) {
+  // Captures three words, so the std::function stays in its small buffer: no allocation.
   return service.acquire(
-      policy.fingerprint(), [&service, &policy] { return policy.key(service.device_arch(KernelService::current_device())); },
-      stream);
+      policy.fingerprint(), [&service, &policy, device] { return policy.key(service.device_arch(device)); }, stream,
+      device);
 }
 
 // Builds and loads `policy` on each device (arch from the device) and primes acquire()'s fast path.

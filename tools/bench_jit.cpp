@@ -146,7 +146,7 @@ json launch_overheads(const std::string& base) {
     lc.block[0] = kNvfp4WriterThreads;
     CUlaunchConfig bc = bare_config(lc, stream);
     void* args[] = {&params};
-    const CUfunction fn = acquire(service, policy, stream).entry(0).function;
+    const CUfunction fn = acquire(service, policy, stream, 0).entry(0).function;
     out["writer_append"] = launch_overhead(
         stream, [&] { d.cuLaunchKernelEx(&bc, fn, args, nullptr); },
         [&] { nvfp4::append(v_rows, v_slots, v_cache, stream, service); }, "writer");
@@ -184,7 +184,7 @@ json launch_overheads(const std::string& base) {
     params.out_scale = 1.0f;
     CUlaunchConfig bc = bare_config(plan.decode, stream);
     void* args[] = {&params};
-    const CUfunction fn = acquire(service, policy, stream).entry(0).function;
+    const CUfunction fn = acquire(service, policy, stream, 0).entry(0).function;
     out["mla_decode"] = launch_overhead(
         stream, [&] { d.cuLaunchKernelEx(&bc, fn, args, nullptr); },
         [&] {
@@ -230,7 +230,7 @@ json launch_overheads(const std::string& base) {
     lc.smem_bytes = sparse_decode_smem_bytes(plan.head_tiles);
     CUlaunchConfig bc = bare_config(lc, stream);
     void* args[] = {&params};
-    const CUfunction fn = acquire(service, policy, stream).entry(0).function;
+    const CUfunction fn = acquire(service, policy, stream, 0).entry(0).function;
     out["sparse_nvfp4"] = launch_overhead(
         stream, [&] { d.cuLaunchKernelEx(&bc, fn, args, nullptr); },
         [&] { sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(v_q, v_kv, v_idx, v_out, v_lse, 0.1, opt, stream, service); },

@@ -13,6 +13,7 @@
 // Decoded NoPE values are stored as value * 2^-7 (exact in f16 for every e2m1 x e4m3 product); the
 // Q RoPE dims are pre-multiplied by 2^-7 too, so every logit is 2^-7 * s and the 2^7 is folded into
 // the softmax scale. NoPE output columns are multiplied back by 2^7 at the end.
+#include "common/mbarrier.cuh"
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
@@ -26,7 +27,6 @@ namespace sparse_detail {
 
 constexpr int kBarProducers = 1;
 constexpr int kBarFull = 3;       // + buffer: producers arrive, every team waits
-constexpr int kBarEmpty = 5;      // + buffer: every team arrives, producers wait
 constexpr int kBarTeam0 = 2, kBarTeam1 = 7;  // softmax exchanges inside one consumer team
 constexpr int kNopeDims = 448;
 constexpr int kKScaleExp = 7;                       // decoded NoPE = value * 2^-7
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   constexpr int kSets = kHeadTiles == 1 ? 4 : 2;
   constexpr int kConsumers = kHeadTiles * kSparseConsumerThreads;
   constexpr int kProducers = sparse_producer_threads(kHeadTiles);
-  constexpr int kHandoff = kConsumers + kProducers;  // FULL / EMPTY barrier size
+  constexpr int kHandoff = kConsumers + kProducers;  // FULL barrier size
 
   if (kSplit) allow_dependent_grid();
   extern __shared__ __align__(128) u8 smem[];
@@ -309,6 +309,10 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   float* red_max = reinterpret_cast<float*>(smem + sparse_smem_red_offset(kHeadTiles, kSmall));  // [2][4][32]
   float* red_l = red_max + 2 * 4 * 32;                                                            // [4][32]
   u32* masks = reinterpret_cast<u32*>(smem + sparse_smem_mask_offset(kHeadTiles, kSmall));        // [2][4]
+  // Consumers release a decoded tile through an mbarrier (every consumer thread arrives) rather than
+  // bar.arrive, so the release orders their reads before the producers' next writes for every tool
+  // that checks it, and they never wait for the producers.
+  const u32 bar_empty = smem_addr(smem + sparse_smem_empty_offset(kHeadTiles, kSmall));  // + 8 * buffer
 
   const int tid = threadIdx.x;
   int bx = blockIdx.x;
@@ -324,6 +328,10 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   if (c_end > work.total_chunks) c_end = work.total_chunks;
   const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
 
+  if (tid == 0)
+    for (int b = 0; b < kTileBufs; ++b) mbar_init(bar_empty + 8 * b, kConsumers);
+  __syncthreads();
+
   if (kSmall && tid >= kConsumers) {
     // --------------------- producers, compact configuration ---------------------
     // Thread (cand, half) = (ptid / 2, ptid % 2); chunk i + 1's loads are issued before chunk i is
@@ -336,7 +344,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       const int b = i & 1;
       bool valid_next = false;
       if (i + 1 < n_iter) valid_next = load_candidate_regs<kHasExtra>(p, work, t, c_begin + i + 1, cand, half, next);
-      if (i >= 1) bar_sync(kBarEmpty, kHandoff);
+      if (i >= 1) mbar_wait(bar_empty, u32((i - 1) & 1));
       decode_candidate_regs(cur, tiles + cand * kTileRow, cand, half);
       const u32 ballot = __ballot_sync(0xffffffffu, valid_cur && half == 0);
       if (lane == 0) masks[b * 4 + (ptid >> 5)] = compress_even_bits(ballot);
@@ -369,7 +377,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       const int b = i & 1;
       cp_async_wait<1>();
       bar_sync(kBarProducers, kProducers);
-      if (i >= 2) bar_sync(kBarEmpty + b, kHandoff);
+      if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) - 1) & 1));
 #pragma unroll
       for (int r = 0; r < kReps; ++r) {
         const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
@@ -546,7 +554,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
         }
       }
     }
-    if (i + kTileBufs < n_iter) bar_arrive(kBarEmpty + tb, kHandoff);
+    if (i + kTileBufs < n_iter) mbar_arrive(bar_empty + 8 * tb);
   }
 
   // ---- epilogue: total row sums, normalisation, sink ----

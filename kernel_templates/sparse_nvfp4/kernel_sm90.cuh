@@ -40,10 +40,10 @@ constexpr u32 kPOff = kRawOff + 64u * kRawRow;  // P fragments: [k-step 4][threa
 constexpr u32 kAlphaOff = kPOff + 8192u;        // float[64]: per-row rescale of the current chunk
 constexpr u32 kFactorOff = kAlphaOff + 256u;    // float[64]: final 1/l (-1 marks a row with no candidate)
 constexpr u32 kMaskOff = kFactorOff + 256u;     // u64 tile masks [2] (bit c: candidate c is valid)
-constexpr u32 kBarOff = kMaskOff + 16u;         // mbarriers: tile full [2], tile empty [2]
-static_assert(kBarOff + 32u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
+constexpr u32 kBarOff = kMaskOff + 16u;         // mbarriers: tile full [2], tile empty [2], P free
+static_assert(kBarOff + 40u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
 
-constexpr int kBarQ = 1, kBarPReady = 2, kBarPFree = 3, kBarEpilogue = 4;  // named barriers (256 threads)
+constexpr int kBarQ = 1, kBarPReady = 2, kBarEpilogue = 4;  // named barriers (256 threads)
 constexpr int kConsumers = 256;
 // Register split: setmaxnreg moves registers only within the block's launch allocation (168 x 384,
 // the __launch_bounds__ cap), so the three counts sum to 3 x 168 = 504. WG0 holds O (128), S (32)
@@ -210,6 +210,9 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   extern __shared__ __align__(1024) u8 smem[];
   const u32 sbase = smem_addr(smem);
   const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;  // + 8 * buffer
+  // WG1 releases P and the alphas once it has them in registers; an mbarrier (not bar.arrive) so
+  // the release orders WG1's reads before WG0's next writes for every tool that checks it.
+  const u32 bar_p_free = bar_full + 32;
 
   const int tid = threadIdx.x;
   int bx = blockIdx.x;
@@ -230,6 +233,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       mbar_init(bar_full + 8 * b, 128);
       mbar_init(bar_empty + 8 * b, kConsumers);
     }
+    mbar_init(bar_p_free, 128);
     mbar_fence_init();
   }
   __syncthreads();
@@ -375,7 +379,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 #pragma unroll
       for (int e = 0; e < 128; ++e) o[e] *= alpha[(e >> 1) & 1];
 
-      if (i > 0) named_barrier_sync(kBarPFree, kConsumers);  // WG1 holds chunk i - 1's P and alphas
+      if (i > 0) mbar_wait(bar_p_free, u32((i - 1) & 1));  // WG1 holds chunk i - 1's P and alphas
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) sts128(sbase + kPOff + (kk * 128 + wtid) * 16, U32x4{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]});
       if (q4 == 0) {
@@ -458,7 +462,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         pf[kk][2] = v.z;
         pf[kk][3] = v.w;
       }
-      if (i + 1 < n_iter) named_arrive(kBarPFree, kConsumers);
+      if (i + 1 < n_iter) mbar_arrive(bar_p_free);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
 #pragma unroll

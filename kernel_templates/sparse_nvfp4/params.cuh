@@ -85,10 +85,14 @@ KILN_SPARSE_HD constexpr unsigned sparse_smem_red_offset(int head_tiles, bool sm
 KILN_SPARSE_HD constexpr unsigned sparse_smem_mask_offset(int head_tiles, bool small) {
   return sparse_smem_red_offset(head_tiles, small) + (2u * 4u * 32u + 4u * 32u) * 4u;
 }
-// Dynamic shared memory of one decode block: 206,368 B (head_tiles 1) or 226,848 B (head_tiles 2);
-// 87,584 B in the compact configuration.
-KILN_SPARSE_HD constexpr unsigned sparse_decode_smem_bytes(int head_tiles, bool small = false) {
+// Then one "tile empty" mbarrier per decoded tile buffer.
+KILN_SPARSE_HD constexpr unsigned sparse_smem_empty_offset(int head_tiles, bool small) {
   return sparse_smem_mask_offset(head_tiles, small) + 2u * 4u * 4u;
+}
+// Dynamic shared memory of one decode block: 206,384 B (head_tiles 1) or 226,864 B (head_tiles 2);
+// 87,592 B in the compact configuration.
+KILN_SPARSE_HD constexpr unsigned sparse_decode_smem_bytes(int head_tiles, bool small = false) {
+  return sparse_smem_empty_offset(head_tiles, small) + 8u * unsigned(sparse_tile_buffers(small));
 }
 static_assert(sparse_decode_smem_bytes(1, true) <= 99u * 1024u, "the compact configuration must fit sm_120's 99 KiB");
 KILN_SPARSE_HD constexpr int sparse_head_groups(int heads, int head_tiles) {
@@ -107,8 +111,8 @@ KILN_SPARSE_HD constexpr long long sparse_merge_grid(int tokens, int heads) {
 constexpr int kSparseSm90Threads = 384;
 constexpr int kSparseSm90Heads = 64;
 // Q (64 KiB) + two decoded K tiles (128 KiB) + a 64-record raw stage (25,600 B) + P (8 KiB) +
-// per-row scalars, masks and mbarriers: 230,960 B (the sm_90 opt-in limit is 232,448).
-KILN_SPARSE_HD constexpr unsigned sparse_sm90_smem_bytes() { return 230960u; }
+// per-row scalars, masks and mbarriers: 230,968 B (the sm_90 opt-in limit is 232,448).
+KILN_SPARSE_HD constexpr unsigned sparse_sm90_smem_bytes() { return 230968u; }
 KILN_SPARSE_HD constexpr int sparse_sm90_head_groups(int heads) { return (heads + kSparseSm90Heads - 1) / kSparseSm90Heads; }
 KILN_SPARSE_HD constexpr long long sparse_sm90_grid(int tokens, int heads, int num_splits) {
   return (long long)tokens * sparse_sm90_head_groups(heads) * num_splits;

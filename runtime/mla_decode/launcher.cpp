@@ -281,7 +281,7 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   on.check(qo_indptr, "qo_indptr");
   on.check(out, "out");
   const MlaDecodePolicy& policy = problem.policy;
-  const KernelHandle& handle = acquire(service, policy, stream);
+  const KernelHandle& handle = acquire(service, policy, stream, on.device());
   const MlaPlan p = plan(policy.planner_policy(), problem.batch, service.device_limits(handle.device),
                          service.device_arch(handle.device));
 

@@ -294,8 +294,9 @@ LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& 
   return decode;
 }
 
-void launch_sparse(const SparsePolicy& policy, const SparseNvfp4Params& params, CUstream stream, KernelService& service) {
-  const KernelHandle& handle = acquire(service, policy, stream);
+void launch_sparse(const SparsePolicy& policy, const SparseNvfp4Params& params, CUstream stream, int device,
+                   KernelService& service) {
+  const KernelHandle& handle = acquire(service, policy, stream, device);
   launch(handle, decode_config(policy, params), params, stream, 0);
   if (policy.split) {
     LaunchConfig merge;
@@ -378,7 +379,7 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   const SparseKernel kernel = choose_kernel(device_is_sm90(service, on.device()) ? "sm_90a" : "sm_120a", static_cast<int>(c.tokens),
                                             c.heads, plan, sms, opt.kernel);
   const SparseNvfp4Params params = make_params(a, c, plan);
-  launch_sparse(sparse_policy(c.heads, c.has_extra, plan, kernel), params, stream, service);
+  launch_sparse(sparse_policy(c.heads, c.has_extra, plan, kernel), params, stream, on.device(), service);
   return plan;
 }
 
