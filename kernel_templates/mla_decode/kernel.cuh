@@ -54,10 +54,8 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
     long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);
     if (threadIdx.x == 0) {
-      // Q and stage fills: every thread of both warpgroups arrives (cp.async completion, .noinc).
+      // Every thread of both warpgroups arrives once per fill (cp.async completion, .noinc).
       for (int i = 0; i < 1 + kMlaWgStages; ++i) mbar_init(base + kMlaWgBarOffset + 8 * i, kMlaWgThreads);
-      // Exchange buffer releases: every thread of the reading warpgroup arrives.
-      for (int i = 0; i < 2; ++i) mbar_init(base + kMlaWgBarOffset + 8 * (1 + kMlaWgStages + i), kMlaWgThreads / 2);
       mbar_fence_init();
     }
     __syncthreads();

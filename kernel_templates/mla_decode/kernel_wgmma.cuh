@@ -2,20 +2,18 @@
 // Paged MLA decode on Hopper warpgroup MMAs (sm_90a), one piece at a time (schedule.cuh).
 //
 // One CTA = 64 query rows (row = i * H + h) of one part; two warpgroups. Per 64-token KV tile:
-//   S = Q K^T split over the 576 columns: warpgroup 0 takes columns 0-287, warpgroup 1 288-575, each
-//     as 18 m64n64k16 wgmmas over all 64 tokens (14 with Q from shared memory, 4 with the Q columns
-//     it keeps in registers: 0-63 and the RoPE 512-575);
-//   the two fp32 partials cross through shared memory (the one meeting per tile), so each
-//     warpgroup holds the whole S and runs the same softmax: no row-max or P exchange;
-//   P = exp2(S - m) as bf16 hi + lo (P - hi) register fragments (a single bf16 P misses the
-//     contract's 1e-2 / 5e-4 tolerances);
+//   S = Q K^T: warpgroup w computes the 64 rows x tokens [32 w, 32 w + 32): 32 m64n32k16 wgmmas with
+//     Q's 512 latent columns and K both from shared memory, 4 more with Q's 64 RoPE columns from
+//     registers;
+//   the row max crosses the two warpgroups through shared memory (one named barrier);
+//   P = exp2(S - m) is stored as bf16 hi + lo (P - hi) in shared memory (a single bf16 P misses the
+//     contract's 1e-2 / 5e-4 tolerances), a second named barrier;
 //   O += P V: warpgroup w owns output columns [256 w, 256 w + 256): 8 m64n256k16 wgmmas (4 token
-//     steps x hi, lo) with P from registers and B the same shared K tile read MN-major: V is never
-//     loaded twice.
+//     steps x hi, lo) whose B operand is the same shared K tile read MN-major: V is never loaded twice.
 // Loads are cp.async into 128-byte-swizzled tiles (any page size works; zero-fill past the range),
-// completing on one mbarrier per stage. Two stages: warpgroup w refills the columns its own P V reads
-// (w = 0: 0-255, w = 1: 256-575); what the other warpgroup read there (its S columns, the exchange
-// in the RoPE block) precedes the meeting of the tile or releases the exchange mbarrier.
+// completing on one mbarrier per stage. Two stages: warpgroup w refills exactly the columns only its
+// own P V reads (w = 0: 0-255, w = 1: 256-575), so a refill needs no cross-warpgroup handshake
+// beyond the per-tile barriers, and tile j + 1 streams in while tile j computes.
 #include "common/mbarrier.cuh"
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
@@ -57,7 +55,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
   static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
 
   const int tid = threadIdx.x;
-  const int wg = tid >> 7;  // warpgroup: S columns [288 wg, 288 wg + 288), output columns [256 wg, 256 wg + 256)
+  const int wg = tid >> 7;  // warpgroup: output columns [256 wg, 256 wg + 256), S tokens [32 wg, 32 wg + 32)
   const int wt = tid & 127;
   const int warp = wt >> 5;
   const int lane = tid & 31;
@@ -80,13 +78,13 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
   }
   const int n_tiles = (t1 - t0 + kMlaWgTileTokens - 1) / kMlaWgTileTokens;
 
-  const u32 q_smem = base + kMlaWgQOffset;  // column blocks 1..7
+  const u32 q_smem = base + kMlaWgQOffset;
   const u32 stage_smem = base + kMlaWgStageOffset;
-  const u32 x0 = base + kMlaWgXOffset;          // warpgroup 0's partial S
-  const u32 x1 = x0 + kMlaWgXBytes;             // second half of warpgroup 1's
+  const u32 p_hi = base + kMlaWgPOffset;
+  const u32 p_lo = p_hi + kMlaWgPBytes;
+  const u32 red = base + kMlaWgRedOffset;  // [warpgroup][64 rows] fp32
   const u32 bar_q = base + kMlaWgBarOffset;
-  const u32 bar_full = bar_q + 8;               // + 8 * stage
-  const u32 bar_xfree = bar_full + 8 * kMlaWgStages;  // + 8 * writer: the reader is done with it
+  const u32 bar_full = bar_q + 8;  // + 8 * stage
 
   float o[128];
 #pragma unroll
@@ -94,7 +92,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
   float m_lo = neg_inf(), m_hi = neg_inf();
   float l_lo = 0.f, l_hi = 0.f;
 
-  // Every thread of both warpgroups is done with the previous piece's Q, stages and exchange.
+  // Every thread of both warpgroups is done with the previous piece's Q, stages, P and row sums.
   named_barrier_sync(1, kMlaWgThreads);
   if (n_tiles > 0) {
     const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
@@ -138,17 +136,15 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       cp_async_mbar_arrive(bar_full + 8 * stage);
     };
 
-    // Q columns 64-511 (chunks 8..63 of each row), shared by all 256 threads.
+    // Q: 64 rows x 512 latent columns, warpgroup wg loads columns [256 wg, 256 wg + 256).
 #pragma unroll 4
-    for (int i = 0; i < kMlaWgRows * 64 / kMlaWgThreads; ++i) {
-      const int idx = i * kMlaWgThreads + tid;
-      const int r = idx >> 6;
-      const int ch = idx & 63;
+    for (int i = 0; i < kMlaWgRows * 32 / 128; ++i) {
+      const int idx = i * 128 + wt;
+      const int r = idx >> 5;
+      const int ch = 32 * wg + (idx & 31);
       const bool valid = row0 + r < rows_b;
-      if (ch >= 8) {
-        cp_async_16_addr(q_smem + ((ch >> 3) - 1) * 8192 + sw128(r, ch & 7),
-                         valid ? q_rows + r * kRowBytes + ch * 16 : q_rows, valid ? 16u : 0u);
-      }
+      cp_async_16_addr(q_smem + (ch >> 3) * 8192 + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
+                       valid ? 16u : 0u);
     }
     cp_async_mbar_arrive(bar_q);
     int pages[4];
@@ -156,19 +152,18 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     load_tile(0, pages, st.tiles & 1);
     pages_of(1, pages);
 
-    // This warpgroup's register Q columns (0-63 or 512-575) as A fragments of 4 k-steps.
-    u32 q_reg[4][4];
+    // Q's RoPE columns as register A fragments (k-steps 0..3 of the last 64 columns).
+    u32 q_rope[4][4];
     {
-      const int qc = wg ? kMlaDimV : 0;
       const bool v_lo = row0 + r_lo < rows_b, v_hi = row0 + r_hi < rows_b;
-      const unsigned char* q_lo = q_rows + r_lo * kRowBytes + (qc + 2 * c4) * 2;
-      const unsigned char* q_hi = q_rows + r_hi * kRowBytes + (qc + 2 * c4) * 2;
+      const unsigned char* q_lo = q_rows + r_lo * kRowBytes + (kMlaDimV + 2 * c4) * 2;
+      const unsigned char* q_hi = q_rows + r_hi * kRowBytes + (kMlaDimV + 2 * c4) * 2;
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        q_reg[ks][0] = ld_u32_if(q_lo + ks * 32, v_lo);
-        q_reg[ks][1] = ld_u32_if(q_hi + ks * 32, v_hi);
-        q_reg[ks][2] = ld_u32_if(q_lo + ks * 32 + 16, v_lo);
-        q_reg[ks][3] = ld_u32_if(q_hi + ks * 32 + 16, v_hi);
+        q_rope[ks][0] = ld_u32_if(q_lo + ks * 32, v_lo);
+        q_rope[ks][1] = ld_u32_if(q_hi + ks * 32, v_hi);
+        q_rope[ks][2] = ld_u32_if(q_lo + ks * 32 + 16, v_lo);
+        q_rope[ks][3] = ld_u32_if(q_hi + ks * 32 + 16, v_hi);
       }
     }
 
@@ -178,48 +173,44 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       lim_hi = seq_len - q_len + (row0 + r_hi) / kHeads;
     }
     const float scale = p.scale_log2;
-    const u64 dq = wgmma_desc_sw128(q_smem, 16, 1024);  // column block kb at (kb - 1) * 8192
+    // P stores: row r, tokens 32 wg + 8 n + 2 c4 (+1): chunk 4 wg + n of the 64-token row.
+    const u32 p_row_lo = r_lo * 128 + 4 * c4;
+    const u32 p_row_hi = r_hi * 128 + 4 * c4;
+
+    const u64 dq = wgmma_desc_sw128(q_smem, 16, 1024);
+    const u64 dp_hi = wgmma_desc_sw128(p_hi, 16, 1024);
+    const u64 dp_lo = wgmma_desc_sw128(p_lo, 16, 1024);
 
     mbar_wait(bar_q, st.pieces & 1);
     ++st.pieces;
 
     for (int j = 0; j < n_tiles; ++j) {
-      // ---- partial S = Q K^T over this warpgroup's 288 columns ----
-      const u32 n = st.tiles;  // this tile's index over the CTA's life: stage n % 2, exchange n
-      const u32 stage = n & 1u;
-      mbar_wait(bar_full + 8 * stage, (n >> 1) & 1u);
+      const u32 stage = st.tiles & 1;
+      mbar_wait(bar_full + 8 * stage, (st.tiles >> 1) & 1);
       ++st.tiles;
       // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.
       fence_proxy_async_smem();
       const u32 k_smem = stage_smem + stage * kMlaWgStageBytes;
-      // Warpgroup 0: column block 0 (Q in registers), blocks 1-3, the first half of block 4;
-      // warpgroup 1: block 8 (RoPE, Q in registers), blocks 5-7, the second half of block 4. The
-      // same instruction sequence in both (only descriptors differ) keeps the wgmmas convergent.
-      const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
-      const u32 blk0 = 1 + 4 * wg;
-      const u64 dq_main = wgmma_desc_advance(dq, (blk0 - 1) * 8192);
-      const u64 dk_main = wgmma_desc_advance(dk, blk0 * 8192);
-      const u64 dq_b4 = wgmma_desc_advance(dq, 3 * 8192 + wg * 64);
-      const u64 dk_b4 = wgmma_desc_advance(dk, 4 * 8192 + wg * 64);
-      const u64 dk_reg = wgmma_desc_advance(dk, wg * kMlaWgRopeBlockOffset);
-      float s[32];
+      // Descriptors of this tile's operands; every step below adds a constant byte offset.
+      const u64 dk = wgmma_desc_sw128(k_smem + wg * 4096, 16, 1024);
+      const u64 dv = wgmma_desc_sw128(k_smem + wg * 4 * 8192, 8192, 1024);
+
+      // ---- S = Q K^T for tokens [32 wg, 32 wg + 32) ----
+      float s[16];
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) WgmmaBf16<64>::rs<0>(s, q_reg[ks], wgmma_desc_advance(dk_reg, ks * 32), ks > 0);
+      for (int kb = 0; kb < 8; ++kb) {
 #pragma unroll
-      for (int ks = 0; ks < 12; ++ks) {
-        const u32 off = (ks >> 2) * 8192 + (ks & 3) * 32;
-        WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq_main, off), wgmma_desc_advance(dk_main, off), true);
+        for (int ks = 0; ks < 4; ++ks) {
+          WgmmaBf16<32>::ss<0>(s, wgmma_desc_advance(dq, kb * 8192 + ks * 32), wgmma_desc_advance(dk, kb * 8192 + ks * 32),
+                               kb + ks > 0);
+        }
       }
 #pragma unroll
-      for (int ks = 0; ks < 2; ++ks) {
-        WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq_b4, ks * 32), wgmma_desc_advance(dk_b4, ks * 32), true);
-      }
+      for (int ks = 0; ks < 4; ++ks) WgmmaBf16<32>::rs<0>(s, q_rope[ks], wgmma_desc_advance(dk, 8 * 8192 + ks * 32), true);
       wgmma_commit();
-      // The exchange of tile n - 1 sits in the RoPE block that warpgroup 1 refills next, and both
-      // warpgroups write this tile's exchange below: the other warpgroup has read the previous one.
-      if (n > 0) mbar_wait(bar_xfree + 8 * wg, (n - 1) & 1u);
-      // Tile j + 1 streams into the other stage while S runs.
+      // Tile j + 1 streams into the other stage while S runs: this warpgroup's P V of tile j - 1
+      // (the only reader of the columns it refills, besides both S of tile j - 1) is complete.
       if (j + 1 < n_tiles) {
         load_tile(j + 1, pages, stage ^ 1u);
         pages_of(j + 2, pages);
@@ -227,35 +218,11 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       wgmma_wait<0>();
       wgmma_fence_operand(s);
 
-      // Register i of thread t sits at float4 (i / 4) * 128 + t of the exchange. Warpgroup 1's
-      // first half overwrites the RoPE block its wgmmas just read (async proxy).
-      const u32 xw_lo = wg ? k_smem + kMlaWgRopeBlockOffset : x0;
-      const u32 xw_hi = wg ? x1 : x0 + kMlaWgXBytes / 2;
-      const u32 xr_lo = wg ? x0 : k_smem + kMlaWgRopeBlockOffset;
-      const u32 xr_hi = wg ? x0 + kMlaWgXBytes / 2 : x1;
-      fence_proxy_async_smem();
-#pragma unroll
-      for (int v = 0; v < 8; ++v) {
-        const u32 addr = (v < 4 ? xw_lo : xw_hi) + ((v & 3) * 128 + wt) * 16;
-        sts128(addr, U32x4{__float_as_uint(s[4 * v]), __float_as_uint(s[4 * v + 1]), __float_as_uint(s[4 * v + 2]),
-                           __float_as_uint(s[4 * v + 3])});
-      }
-      named_barrier_sync(2, kMlaWgThreads);
-#pragma unroll
-      for (int v = 0; v < 8; ++v) {
-        const U32x4 x = lds128((v < 4 ? xr_lo : xr_hi) + ((v & 3) * 128 + wt) * 16);
-        s[4 * v] += __uint_as_float(x.x);
-        s[4 * v + 1] += __uint_as_float(x.y);
-        s[4 * v + 2] += __uint_as_float(x.z);
-        s[4 * v + 3] += __uint_as_float(x.w);
-      }
-      mbar_arrive(bar_xfree + 8 * (wg ^ 1));
-
-      // ---- mask, scale, row max (both warpgroups compute the same values) ----
-      const int tok_base = t0 + j * kMlaWgTileTokens + 2 * c4;
+      // ---- mask, scale, row max across the two warpgroups ----
+      const int tok_base = t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4;
       float mx_lo = neg_inf(), mx_hi = neg_inf();
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
+      for (int i = 0; i < 16; ++i) {
         const int t = tok_base + 8 * (i >> 2) + (i & 1);
         const bool hi = (i >> 1) & 1;
         bool ok = t < t1;
@@ -267,6 +234,13 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       }
       mx_lo = quad_max(mx_lo);
       mx_hi = quad_max(mx_hi);
+      if (c4 == 0) {
+        sts_f32(red + (wg * 64 + r_lo) * 4, mx_lo);
+        sts_f32(red + (wg * 64 + r_hi) * 4, mx_hi);
+      }
+      named_barrier_sync(2, kMlaWgThreads);
+      mx_lo = fmaxf(mx_lo, lds_f32(red + ((wg ^ 1) * 64 + r_lo) * 4));
+      mx_hi = fmaxf(mx_hi, lds_f32(red + ((wg ^ 1) * 64 + r_hi) * 4));
       const float mnew_lo = fmaxf(m_lo, mx_lo);
       const float mnew_hi = fmaxf(m_hi, mx_hi);
       // A row that has seen nothing yet keeps max -inf; subtract 0 instead so exp2 gives 0, not NaN.
@@ -277,22 +251,25 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       m_lo = mnew_lo;
       m_hi = mnew_hi;
 
-      // ---- P = exp2(S - m) as bf16 hi + lo A fragments: k-step ks holds S registers 8 ks .. 8 ks + 7 ----
-      u32 ph[4][4], pl[4][4];
+      // ---- P = exp2(S - m) as bf16 hi + lo, into the shared P tiles ----
       float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float muse = (k & 1) ? muse_hi : muse_lo;
-          const float p0 = fast_exp2(s[8 * ks + 2 * k] - muse);
-          const float p1 = fast_exp2(s[8 * ks + 2 * k + 1] - muse);
-          if (k & 1) sum_hi += p0 + p1;
-          else sum_lo += p0 + p1;
-          const u32 h = pack_bf16x2(p0, p1);
-          ph[ks][k] = h;
-          pl[ks][k] = pack_bf16x2(p0 - bf16x2_lo(h), p1 - bf16x2_hi(h));
-        }
+      for (int n = 0; n < 4; ++n) {
+        const float p0 = fast_exp2(s[4 * n + 0] - muse_lo);
+        const float p1 = fast_exp2(s[4 * n + 1] - muse_lo);
+        const float p2 = fast_exp2(s[4 * n + 2] - muse_hi);
+        const float p3 = fast_exp2(s[4 * n + 3] - muse_hi);
+        sum_lo += p0 + p1;
+        sum_hi += p2 + p3;
+        const u32 h01 = pack_bf16x2(p0, p1);
+        const u32 h23 = pack_bf16x2(p2, p3);
+        const u32 chunk = static_cast<u32>(4 * wg + n);
+        const u32 off_lo = p_row_lo + ((chunk ^ static_cast<u32>(g)) << 4);
+        const u32 off_hi = p_row_hi + ((chunk ^ static_cast<u32>(g)) << 4);
+        sts32(p_hi + off_lo, h01);
+        sts32(p_hi + off_hi, h23);
+        sts32(p_lo + off_lo, pack_bf16x2(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
+        sts32(p_lo + off_hi, pack_bf16x2(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
       }
       l_lo = l_lo * alpha_lo + sum_lo;
       l_hi = l_hi * alpha_hi + sum_hi;
@@ -301,15 +278,17 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
 #pragma unroll
         for (int i = 0; i < 128; ++i) o[i] *= ((i >> 1) & 1) ? alpha_hi : alpha_lo;
       }
+      // P was written through the generic proxy; both warpgroups' wgmmas read it.
+      fence_proxy_async_smem();
+      named_barrier_sync(3, kMlaWgThreads);
 
       // ---- O += P V over this warpgroup's 256 columns ----
-      const u64 dv = wgmma_desc_sw128(k_smem + wg * 4 * 8192, 8192, 1024);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const u64 dvk = wgmma_desc_advance(dv, ks * 2048);
-        WgmmaBf16<256>::rs<1>(o, ph[ks], dvk, true);
-        WgmmaBf16<256>::rs<1>(o, pl[ks], dvk, true);
+        WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_hi, ks * 32), dvk, true);
+        WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -317,9 +296,18 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     }
   }
 
-  // ---- epilogue: each warpgroup holds its rows' whole sums; normalise, store ----
-  const float lt_lo = quad_sum(l_lo);
-  const float lt_hi = quad_sum(l_hi);
+  // ---- epilogue: row sums across the warpgroups, normalise, store ----
+  l_lo = quad_sum(l_lo);
+  l_hi = quad_sum(l_hi);
+  // Every red read of the last tile happened before barrier 3, which both warpgroups have passed.
+  if (c4 == 0) {
+    sts_f32(red + (wg * 64 + r_lo) * 4, l_lo);
+    sts_f32(red + (wg * 64 + r_hi) * 4, l_hi);
+  }
+  named_barrier_sync(2, kMlaWgThreads);
+  const float lt_lo = lds_f32(red + r_lo * 4) + lds_f32(red + (64 + r_lo) * 4);
+  const float lt_hi = lds_f32(red + r_hi * 4) + lds_f32(red + (64 + r_hi) * 4);
+  // Both warpgroups read red before the next piece's first write (barrier 1 at its start).
 
   const int col0 = 256 * wg + 2 * c4;
 #pragma unroll

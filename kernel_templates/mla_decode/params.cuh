@@ -161,30 +161,28 @@ KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
 }
 
 // ---- wgmma kernel (sm_90a) geometry ----
-// 64 query rows per CTA, KV tiles of 64 tokens, two consumer warpgroups: S = Q K^T is split over the
-// 576 columns (warpgroup 0: 0-287, warpgroup 1: 288-575), output columns over 0-255 / 256-511.
-// Shared memory, each tile in the 128-byte swizzle layout (8 KB per 64 columns):
-//   Q columns 64-511 (warpgroup 0 keeps columns 0-63 in registers, warpgroup 1 the 64 RoPE
-//   columns), two KV stages (64 tokens x 576), the partial-S exchange (warpgroup 0's 16 KB, the
-//   second half of warpgroup 1's; its first half goes to the current stage's RoPE block, dead once
-//   warpgroup 1's S is done), scheduler scratch, mbarriers (Q full, stage full x 2, exchange free x 2).
+// 64 query rows per CTA, KV tiles of 64 tokens, two consumer warpgroups (output columns 0-255 and
+// 256-511). Shared memory, each tile in the 128-byte swizzle layout (8 KB per 64 columns):
+//   Q (64 rows x 512 latent columns; the 64 RoPE columns live in registers), two KV stages
+//   (64 tokens x 576), P hi and lo (64 x 64 bf16 each), row max / sum exchange, scheduler scratch,
+//   mbarriers (Q full, stage full x 2).
 constexpr int kMlaWgRows = 64;
 constexpr int kMlaWgTileTokens = 64;
 constexpr int kMlaWgThreads = 256;
-constexpr int kMlaWgQOffset = 0;                                        // column block 1 first
-constexpr int kMlaWgQBytes = kMlaWgRows * (kMlaDimV - 64) * 2;          // 57344
+constexpr int kMlaWgQOffset = 0;
+constexpr int kMlaWgQBytes = kMlaWgRows * kMlaDimV * 2;                 // 65536
 constexpr int kMlaWgStageOffset = kMlaWgQOffset + kMlaWgQBytes;
 constexpr int kMlaWgStageBytes = kMlaWgTileTokens * kMlaDimQk * 2;      // 73728
 constexpr int kMlaWgStages = 2;
-constexpr int kMlaWgRopeBlockOffset = 8 * 8192;                         // inside a stage
-constexpr int kMlaWgXOffset = kMlaWgStageOffset + kMlaWgStages * kMlaWgStageBytes;
-constexpr int kMlaWgXBytes = kMlaWgRows * kMlaWgTileTokens * 4;         // one warpgroup's fp32 partial S
-constexpr int kMlaWgSchedOffset = kMlaWgXOffset + kMlaWgXBytes + kMlaWgXBytes / 2;
+constexpr int kMlaWgPOffset = kMlaWgStageOffset + kMlaWgStages * kMlaWgStageBytes;
+constexpr int kMlaWgPBytes = kMlaWgRows * kMlaWgTileTokens * 2;          // 8192 (hi), then lo
+constexpr int kMlaWgRedOffset = kMlaWgPOffset + 2 * kMlaWgPBytes;
+constexpr int kMlaWgRedBytes = 2 * kMlaWgRows * 4;                      // [warpgroup][row] fp32
+constexpr int kMlaWgSchedOffset = kMlaWgRedOffset + kMlaWgRedBytes;
 constexpr int kMlaWgBarOffset = kMlaWgSchedOffset + kMlaSchedScratchBytes;
-constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + kMlaWgStages + 2);
+constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + kMlaWgStages);
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
-static_assert(kMlaWgSmemBytes <= 227 * 1024, "the wgmma kernel must fit sm_90a's 227 KB per block");
 
 KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v) { return v.wgmma ? kMlaWgThreads : mla_threads(v.tile); }
 KILN_MLA_HD constexpr int mla_variant_rows(MlaVariant v) { return v.wgmma ? kMlaWgRows : mla_tile_rows(v.tile); }
