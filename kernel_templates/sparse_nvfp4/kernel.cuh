@@ -35,11 +35,13 @@ constexpr unsigned kDataBytes = 352u;               // per token, before the pag
 constexpr unsigned kTileRow = 1024u;
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }  // no host math headers
 
-// Programmatic dependent launch: the merge kernel is launched as a dependent of the decode kernel,
-// so its blocks may start (and wait here) before the decode grid ends. The wait returns once the
-// decode grid has completed and its writes are visible; each decode block lets the merge be
-// scheduled as soon as it starts (the merge cannot take an SM a decode block still needs, since
-// every decode block has started by then).
+// Programmatic dependent launch: every kernel of the family is launched as a dependent of the
+// kernel before it in the stream and reads no input before griddepcontrol.wait, which returns once
+// that kernel has completed and its writes are visible. So a launch's blocks are scheduled, and set
+// up their shared memory, during the previous kernel's tail (for the merge: the decode grid's) and
+// not after it. Each kernel lets its dependents be scheduled as soon as its blocks start: a
+// dependent cannot take an SM one of this grid's blocks still needs, since all of them have started
+// by then.
 __device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void allow_dependent_grid() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
@@ -300,7 +302,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   constexpr int kProducers = sparse_producer_threads(kHeadTiles);
   constexpr int kHandoff = kConsumers + kProducers;  // FULL barrier size
 
-  if (kSplit) allow_dependent_grid();
+  allow_dependent_grid();
   extern __shared__ __align__(128) u8 smem[];
   u8* tiles = smem;
   u8* stages = smem + 2 * kSparseTileBytes;  // absent in the compact configuration
@@ -322,14 +324,14 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   const int t = kSplit ? bx / p.num_splits : bx;
   const int head0 = group * kRows;
 
+  if (tid == 0)
+    for (int b = 0; b < kTileBufs; ++b) mbar_init(bar_empty + 8 * b, kConsumers);
+  wait_for_prior_grid();  // the first read of an input (sparse_detail)
   const TokenWork work = token_work<kHasExtra>(p, t);
   const int c_begin = kSplit ? split * p.chunks_per_block : 0;
   int c_end = kSplit ? c_begin + p.chunks_per_block : work.total_chunks;
   if (c_end > work.total_chunks) c_end = work.total_chunks;
   const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
-
-  if (tid == 0)
-    for (int b = 0; b < kTileBufs; ++b) mbar_init(bar_empty + 8 * b, kConsumers);
   __syncthreads();
 
   if (kSmall && tid >= kConsumers) {
@@ -618,6 +620,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
 template <int kHeads>
 __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
+  allow_dependent_grid();
   wait_for_prior_grid();
   const long long row = (long long)blockIdx.x * kSparseMergeRowsPerBlock + threadIdx.x / 64;
   if (row >= (long long)p.num_tokens * kHeads) return;

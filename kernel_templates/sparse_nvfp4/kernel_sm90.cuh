@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
   constexpr int kGroups = sparse_sm90_head_groups(kHeads);
 
-  if (kSplit) allow_dependent_grid();  // the merge kernel waits for this grid (sparse_detail)
+  allow_dependent_grid();  // programmatic dependent launch: sparse_detail
   extern __shared__ __align__(1024) u8 smem[];
   const u32 sbase = smem_addr(smem);
   const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;  // + 8 * buffer
@@ -234,12 +234,6 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   const int t = kSplit ? bx / p.num_splits : bx;
   const int head0 = group * kSparseSm90Heads;
 
-  const TokenWork work = token_work<kHasExtra>(p, t);
-  const int c_begin = kSplit ? split * p.chunks_per_block : 0;
-  int c_end = kSplit ? c_begin + p.chunks_per_block : work.total_chunks;
-  if (c_end > work.total_chunks) c_end = work.total_chunks;
-  const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
-
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
       mbar_init(bar_full + 8 * b, 128);
@@ -248,6 +242,12 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     mbar_init(bar_p_free, 128);
     mbar_fence_init();
   }
+  wait_for_prior_grid();  // the first read of an input
+  const TokenWork work = token_work<kHasExtra>(p, t);
+  const int c_begin = kSplit ? split * p.chunks_per_block : 0;
+  int c_end = kSplit ? c_begin + p.chunks_per_block : work.total_chunks;
+  if (c_end > work.total_chunks) c_end = work.total_chunks;
+  const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
   __syncthreads();
 
   const int lane = tid & 31;

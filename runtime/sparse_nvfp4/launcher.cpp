@@ -297,12 +297,16 @@ LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& 
 void launch_sparse(const SparsePolicy& policy, const SparseNvfp4Params& params, CUstream stream, int device,
                    KernelService& service) {
   const KernelHandle& handle = acquire(service, policy, stream, device);
-  launch(handle, decode_config(policy, params), params, stream, 0);
+  // Both kernels are programmatic dependents of the kernel before them in the stream: their blocks
+  // start during its tail and wait for it (griddepcontrol.wait) before reading any input.
+  LaunchConfig decode = decode_config(policy, params);
+  decode.pdl = true;
+  launch(handle, decode, params, stream, 0);
   if (policy.split) {
     LaunchConfig merge;
     merge.grid[0] = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, policy.heads));
     merge.block[0] = kSparseMergeThreads;
-    merge.pdl = true;  // its blocks start during the decode grid's tail and wait for it (griddepcontrol.wait)
+    merge.pdl = true;
     launch(handle, merge, params, stream, 1);
   }
 }
