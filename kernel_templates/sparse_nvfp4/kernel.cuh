@@ -615,8 +615,10 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
 }
 
 // Combines the splits of sparse_nvfp4_decode_kernel<..., kSplit = true>: one 64-thread group per
-// (token, head), 8 dims per thread. Empty splits (lse == -1e30) weigh 0 and are never read; the
-// loads of up to kBatch splits are in flight together (one at a time made T = 1 latency-bound).
+// (token, head), 8 dims per thread. The LSEs and partial rows of up to kBatch splits are loaded
+// together, before any is looked at, so a call with <= kBatch splits waits for one round trip to
+// L2 (more splits: a running maximum rescales the sums batch by batch). An empty split (lse ==
+// -1e30) weighs 0 and its stale row is discarded by a select, so it cannot leak a NaN.
 template <int kHeads>
 __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
@@ -627,37 +629,46 @@ __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel
   const int head = int(row % kHeads);
   const int d0 = (threadIdx.x % 64) * 8;
   const float* lse_row = static_cast<const float*>(p.mid_lse) + row * p.split_stride;
-  float gmax = kSparseEmptySplitLse;
-  for (int s = 0; s < p.num_splits; ++s) gmax = fmaxf(gmax, lse_row[s]);
-  const bool empty = !(gmax > 0.5f * kSparseEmptySplitLse);
+  const u16* mid = static_cast<const u16*>(p.mid_out) + row * p.split_stride * 512 + d0;
+  constexpr int kBatch = 16;
+  constexpr float kLive = 0.5f * kSparseEmptySplitLse;
+  float gmax = kSparseEmptySplitLse;  // the largest live LSE so far
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   float wsum = 0.0f;
-  if (!empty) {
-    constexpr int kBatch = 8;
-    const u16* mid = static_cast<const u16*>(p.mid_out) + row * p.split_stride * 512 + d0;
-    for (int s0 = 0; s0 < p.num_splits; s0 += kBatch) {
-      float w[kBatch];
-      U32x4 v[kBatch];
+  for (int s0 = 0; s0 < p.num_splits; s0 += kBatch) {
+    float ls[kBatch];
+    U32x4 v[kBatch];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int s = s0 + u;
-        const float ls = s < p.num_splits ? lse_row[s] : kSparseEmptySplitLse;
-        const bool live = ls > 0.5f * kSparseEmptySplitLse;
-        w[u] = live ? fast_exp2(ls - gmax) : 0.0f;
-        v[u] = ldg128_if(mid + static_cast<long long>(s) * 512, live);
-      }
+    for (int u = 0; u < kBatch; ++u) {
+      const int s = s0 + u;
+      const bool in = s < p.num_splits;
+      ls[u] = in ? lse_row[s] : kSparseEmptySplitLse;
+      v[u] = ldg128_if(mid + static_cast<long long>(s) * 512, in);
+    }
+    float bmax = gmax;
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        wsum += w[u];
-        const u32 vv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+    for (int u = 0; u < kBatch; ++u) bmax = fmaxf(bmax, ls[u]);
+    if (bmax > gmax && s0 > 0) {
+      const float rescale = fast_exp2(gmax - bmax);
+      wsum *= rescale;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          acc[2 * i] += w[u] * bf16x2_lo(vv[i]);
-          acc[2 * i + 1] += w[u] * bf16x2_hi(vv[i]);
-        }
+      for (int i = 0; i < 8; ++i) acc[i] *= rescale;
+    }
+    gmax = bmax;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const bool live = ls[u] > kLive;
+      const float w = live ? fast_exp2(ls[u] - gmax) : 0.0f;
+      wsum += w;
+      const u32 vv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[2 * i] += w * (live ? bf16x2_lo(vv[i]) : 0.0f);
+        acc[2 * i + 1] += w * (live ? bf16x2_hi(vv[i]) : 0.0f);
       }
     }
   }
+  const bool empty = !(gmax > kLive);
   constexpr float kLog2e = 1.4426950408889634f;
   float lse = empty ? neg_inf() : gmax + fast_log2(wsum);
   float factor = empty ? 0.0f : 1.0f / wsum;
