@@ -224,58 +224,89 @@ __device__ __forceinline__ u32 compress_even_bits(u32 x) {
   return (x | (x >> 8)) & 0x0000ffffu;
 }
 
-// Q (16 * kHeadTiles rows) into shared memory: NoPE NVFP4 round-tripped (the writers' rule) as exact
-// f16, RoPE as bf16 * 2^-7. Rows past H are zero.
-template <int kHeads, int kRows>
-__device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int tid) {
-  const u16* q = static_cast<const u16*>(p.q);
-  for (int g = tid; g < kRows * 28; g += kSparseConsumerThreads) {
-    const int r = g / 28, grp = g - r * 28;
-    const int head = head0 + r;
-    float x[16];
-    if (head < kHeads) {
-      const uint4* src = reinterpret_cast<const uint4*>(q + ((long long)t * kHeads + head) * 512 + grp * 16);
-      const uint4 a = __ldg(src), b = __ldg(src + 1);
-      const u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+// Round-to-nearest-even onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6; magnitudes
+// <= 0.25 and NaN give 0. On each binade the grid is uniform (step .5 below 2, 1 below 4, 2 above),
+// and a tie rounds to the even multiple of the step, which is the even code.
+__device__ __forceinline__ float e2m1_round(float y) {
+  const float a = fabsf(y);
+  const float inv_step = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
+  float r;
+  asm("cvt.rni.f32.f32 %0, %1;" : "=f"(r) : "f"(a * inv_step));
+  r = fminf(r * (1.0f / inv_step), 6.0f);
+  r = a > 0.25f ? r : 0.0f;
+  return __uint_as_float(__float_as_uint(r) | (__float_as_uint(y) & 0x80000000u));
+}
+
+// One 16-dim NoPE group of Q NVFP4 round-tripped by the writers' rule, as 16 exact f16 values.
+__device__ __forceinline__ void quantize_q_group(uint4 a, uint4 b, u32 (&h)[8]) {
+  const u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  float x[16];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        x[2 * i] = bf16x2_lo(v[i]);
-        x[2 * i + 1] = bf16x2_hi(v[i]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) x[i] = 0.0f;
-    }
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    const u8 sbyte = float_to_e4m3_satfinite(__fdiv_rn(amax, 6.0f));
-    const float scale = e4m3_to_float(sbyte);
-    const float inv = scale == 0.0f ? 0.0f : __fdiv_rn(1.0f, scale);
-    u32 packed[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float y0 = e2m1_to_float(float_to_e2m1(__fmul_rn(x[2 * i], inv))) * scale;
-      const float y1 = e2m1_to_float(float_to_e2m1(__fmul_rn(x[2 * i + 1], inv))) * scale;
-      u32 h;
-      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(y1), "f"(y0));
-      packed[i] = h;
-    }
-    u8* row = q_smem + r * kTileRow;
-    *reinterpret_cast<uint4*>(row + (((2 * grp) ^ (r & 7)) * 16)) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    *reinterpret_cast<uint4*>(row + (((2 * grp + 1) ^ (r & 7)) * 16)) = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  for (int i = 0; i < 8; ++i) {
+    x[2 * i] = bf16x2_lo(v[i]);
+    x[2 * i + 1] = bf16x2_hi(v[i]);
   }
-  for (int g = tid; g < kRows * 8; g += kSparseConsumerThreads) {
-    const int r = g / 8, unit = g - r * 8;
-    const int head = head0 + r;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (head < kHeads) {
-      v = __ldg(reinterpret_cast<const uint4*>(q + ((long long)t * kHeads + head) * 512 + kNopeDims + unit * 8));
-      u32* w = reinterpret_cast<u32*>(&v);
+  float amax = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) w[i] = pack_bf16x2(bf16x2_lo(w[i]) * (1.0f / kKScaleUndo), bf16x2_hi(w[i]) * (1.0f / kKScaleUndo));
+  for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  const float scale = e4m3_to_float(float_to_e4m3_satfinite(__fdiv_rn(amax, 6.0f)));
+  const float inv = scale == 0.0f ? 0.0f : __fdiv_rn(1.0f, scale);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    h[i] = pack_f16x2(e2m1_round(__fmul_rn(x[2 * i], inv)) * scale, e2m1_round(__fmul_rn(x[2 * i + 1], inv)) * scale);
+}
+
+// Q rows head0 .. head0 + kRows - 1 into shared memory: NoPE NVFP4 round-tripped as exact f16, RoPE
+// as bf16 * 2^-7; rows past H are zero. The rows' 28 NoPE groups and 8 RoPE units are dealt
+// round-robin to kThreads threads (`idx` in [0, kThreads)). A thread issues the loads of two groups
+// (and first of its RoPE units) before it converts any: at T = 1, one round trip to L2 per group
+// was most of a block's time.
+template <int kHeads, int kRows, int kThreads>
+__device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int idx) {
+  constexpr int kNope = kRows * 28, kRope = kRows * 8;
+  constexpr int kPerNope = (kNope + kThreads - 1) / kThreads, kPerRope = (kRope + kThreads - 1) / kThreads;
+  constexpr int kBatch = 2;
+  const u16* q = static_cast<const u16*>(p.q) + (long long)t * kHeads * 512;
+  uint4 rope[kPerRope];
+#pragma unroll
+  for (int k = 0; k < kPerRope; ++k) {
+    const int u = idx + k * kThreads, r = u / 8, head = head0 + r;
+    rope[k] = make_uint4(0u, 0u, 0u, 0u);
+    if (u < kRope && head < kHeads) rope[k] = __ldg(reinterpret_cast<const uint4*>(q + (long long)head * 512 + kNopeDims + (u - r * 8) * 8));
+  }
+#pragma unroll
+  for (int k0 = 0; k0 < kPerNope; k0 += kBatch) {
+    uint4 raw[kBatch][2];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int g = idx + (k0 + k) * kThreads, r = g / 28, head = head0 + r;
+      raw[k][0] = raw[k][1] = make_uint4(0u, 0u, 0u, 0u);
+      if (k0 + k < kPerNope && g < kNope && head < kHeads) {
+        const uint4* src = reinterpret_cast<const uint4*>(q + (long long)head * 512 + (g - r * 28) * 16);
+        raw[k][0] = __ldg(src);
+        raw[k][1] = __ldg(src + 1);
+      }
     }
-    *reinterpret_cast<uint4*>(q_smem + r * kTileRow + (((56 + unit) ^ (r & 7)) * 16)) = v;
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int g = idx + (k0 + k) * kThreads, r = g / 28, grp = g - r * 28;
+      if (k0 + k >= kPerNope || g >= kNope) break;
+      u32 h[8];
+      quantize_q_group(raw[k][0], raw[k][1], h);
+      u8* row = q_smem + r * kTileRow;
+      *reinterpret_cast<uint4*>(row + (((2 * grp) ^ (r & 7)) * 16)) = make_uint4(h[0], h[1], h[2], h[3]);
+      *reinterpret_cast<uint4*>(row + (((2 * grp + 1) ^ (r & 7)) * 16)) = make_uint4(h[4], h[5], h[6], h[7]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPerRope; ++k) {
+    const int u = idx + k * kThreads, r = u / 8, unit = u - r * 8;
+    if (u >= kRope) break;
+    const u32 w[4] = {rope[k].x, rope[k].y, rope[k].z, rope[k].w};
+    u32 v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = pack_bf16x2(bf16x2_lo(w[i]) * (1.0f / kKScaleUndo), bf16x2_hi(w[i]) * (1.0f / kKScaleUndo));
+    *reinterpret_cast<uint4*>(q_smem + r * kTileRow + (((56 + unit) ^ (r & 7)) * 16)) = make_uint4(v[0], v[1], v[2], v[3]);
   }
 }
 
@@ -301,6 +332,10 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   constexpr int kConsumers = kHeadTiles * kSparseConsumerThreads;
   constexpr int kProducers = sparse_producer_threads(kHeadTiles);
   constexpr int kHandoff = kConsumers + kProducers;  // FULL barrier size
+  // With one 16-head tile the producers stage part of Q while their first gathers are in flight;
+  // elsewhere they hold more registers, and the consumers stage all of it.
+  constexpr bool kProducersStageQ = !kSmall && kHeadTiles == 1;
+  constexpr int kQThreads = kProducersStageQ ? kHandoff : kConsumers;
 
   allow_dependent_grid();
   extern __shared__ __align__(128) u8 smem[];
@@ -375,6 +410,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       }
       cp_async_commit();  // one group per chunk
     }
+    if (kProducersStageQ) stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
       cp_async_wait<1>();
@@ -412,8 +448,9 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   const int g = lane >> 2, q4 = lane & 3;
   const int bar_team = team == 0 ? kBarTeam0 : kBarTeam1;
   const int row0 = team * 16;
-  stage_q<kHeads, 16>(p, t, head0 + row0, q_smem + row0 * kTileRow, tid & (kSparseConsumerThreads - 1));
-  bar_sync(bar_team, kSparseConsumerThreads);
+  // This thread's share of Q; the first FULL barrier, which every thread of the block passes, orders
+  // all of it before any read.
+  stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
 
   const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
   float o[kMt][16][4];

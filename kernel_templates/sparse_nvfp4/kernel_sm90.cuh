@@ -62,68 +62,49 @@ __device__ __forceinline__ u64 lds64(u32 addr) {
   return v;
 }
 
-// Round-to-nearest-even onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6; magnitudes
-// <= 0.25 and NaN give 0. On each binade the grid is uniform (step .5 below 2, 1 below 4, 2 above),
-// and a tie rounds to the even multiple of the step, which is the even code.
-__device__ __forceinline__ float e2m1_round(float y) {
-  const float a = fabsf(y);
-  const float inv_step = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
-  float r;
-  asm("cvt.rni.f32.f32 %0, %1;" : "=f"(r) : "f"(a * inv_step));
-  r = fminf(r * (1.0f / inv_step), 6.0f);
-  r = a > 0.25f ? r : 0.0f;
-  return __uint_as_float(__float_as_uint(r) | (__float_as_uint(y) & 0x80000000u));
-}
-
 // Q rows head0 .. head0+63 into the interleaved layout: NoPE NVFP4 round-tripped by the writers'
 // rule as exact f16, RoPE as bf16 * 2^-7; rows past H are zero. 256 threads; consecutive threads
-// take consecutive rows, so each 16-byte store of a phase hits distinct banks.
+// take consecutive rows, so each 16-byte store of a phase hits distinct banks. A thread issues all
+// its loads (7 NoPE groups, 2 RoPE units) before it converts anything: one round trip to L2.
 template <int kHeads>
 __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid) {
-  const u16* q = static_cast<const u16*>(p.q);
-  for (int it = ctid; it < 64 * 28; it += kConsumers) {
-    const int r = it & 63, grp = it >> 6;
-    const int head = head0 + r;
-    float x[16];
-    if (head < kHeads) {
-      const uint4* src = reinterpret_cast<const uint4*>(q + ((long long)t * kHeads + head) * 512 + grp * 16);
-      const uint4 a = __ldg(src), b = __ldg(src + 1);
-      const u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  constexpr int kPerNope = 64 * 28 / kConsumers, kPerRope = 64 * 8 / kConsumers;
+  const u16* q = static_cast<const u16*>(p.q) + (long long)t * kHeads * 512;
+  const int r = ctid & 63, head = head0 + r;
+  const bool live = head < kHeads;
+  uint4 raw[kPerNope][2], rope[kPerRope];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        x[2 * i] = bf16x2_lo(v[i]);
-        x[2 * i + 1] = bf16x2_hi(v[i]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) x[i] = 0.0f;
+  for (int k = 0; k < kPerNope; ++k) {
+    const int grp = (ctid >> 6) + 4 * k;
+    raw[k][0] = raw[k][1] = make_uint4(0u, 0u, 0u, 0u);
+    if (live) {
+      const uint4* src = reinterpret_cast<const uint4*>(q + (long long)head * 512 + grp * 16);
+      raw[k][0] = __ldg(src);
+      raw[k][1] = __ldg(src + 1);
     }
-    float amax = 0.0f;
+  }
 #pragma unroll
-    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    const float scale = e4m3_to_float(float_to_e4m3_satfinite(__fdiv_rn(amax, 6.0f)));
-    const float inv = scale == 0.0f ? 0.0f : __fdiv_rn(1.0f, scale);
+  for (int k = 0; k < kPerRope; ++k) {
+    const int unit = (ctid >> 6) + 4 * k;
+    rope[k] = live ? __ldg(reinterpret_cast<const uint4*>(q + (long long)head * 512 + 448 + unit * 8)) : make_uint4(0u, 0u, 0u, 0u);
+  }
+#pragma unroll
+  for (int k = 0; k < kPerNope; ++k) {
+    const int grp = (ctid >> 6) + 4 * k;
     u32 h[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      h[i] = pack_f16x2(e2m1_round(__fmul_rn(x[2 * i], inv)) * scale, e2m1_round(__fmul_rn(x[2 * i + 1], inv)) * scale);
+    sparse_detail::quantize_q_group(raw[k][0], raw[k][1], h);
     sts128(q_smem + (2 * grp) * 1024 + r * 16, U32x4{h[0], h[1], h[2], h[3]});
     sts128(q_smem + (2 * grp + 1) * 1024 + r * 16, U32x4{h[4], h[5], h[6], h[7]});
   }
-  for (int it = ctid; it < 64 * 8; it += kConsumers) {
-    const int r = it & 63, unit = it >> 6;
-    const int head = head0 + r;
-    U32x4 v{0u, 0u, 0u, 0u};
-    if (head < kHeads) {
-      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(q + ((long long)t * kHeads + head) * 512 + 448 + unit * 8));
-      const u32 w[4] = {raw.x, raw.y, raw.z, raw.w};
-      u32 s[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        s[i] = pack_bf16x2(bf16x2_lo(w[i]) * (1.0f / sparse_detail::kKScaleUndo), bf16x2_hi(w[i]) * (1.0f / sparse_detail::kKScaleUndo));
-      v = U32x4{s[0], s[1], s[2], s[3]};
-    }
-    sts128(q_smem + (56 + unit) * 1024 + r * 16, v);
+  for (int k = 0; k < kPerRope; ++k) {
+    const int unit = (ctid >> 6) + 4 * k;
+    const u32 w[4] = {rope[k].x, rope[k].y, rope[k].z, rope[k].w};
+    u32 v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      v[i] = pack_bf16x2(bf16x2_lo(w[i]) * (1.0f / sparse_detail::kKScaleUndo), bf16x2_hi(w[i]) * (1.0f / sparse_detail::kKScaleUndo));
+    sts128(q_smem + (56 + unit) * 1024 + r * 16, U32x4{v[0], v[1], v[2], v[3]});
   }
 }
 
