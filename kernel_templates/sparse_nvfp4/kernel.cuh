@@ -26,7 +26,7 @@ namespace kiln {
 namespace sparse_detail {
 
 constexpr int kBarProducers = 1;
-constexpr int kBarFull = 3;       // + buffer: producers arrive, every team waits
+constexpr int kBarQStaged = 3;    // every consumer, after its share of Q
 constexpr int kBarTeam0 = 2, kBarTeam1 = 7;  // softmax exchanges inside one consumer team
 constexpr int kNopeDims = 448;
 constexpr int kKScaleExp = 7;                       // decoded NoPE = value * 2^-7
@@ -47,9 +47,6 @@ __device__ __forceinline__ void allow_dependent_grid() { asm volatile("griddepco
 
 __device__ __forceinline__ void bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 __device__ __forceinline__ int clamp_length(const void* lengths, int t, int topk) {
   if (lengths == nullptr) return topk;
@@ -331,11 +328,10 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   constexpr int kSets = kHeadTiles == 1 ? 4 : 2;
   constexpr int kConsumers = kHeadTiles * kSparseConsumerThreads;
   constexpr int kProducers = sparse_producer_threads(kHeadTiles);
-  constexpr int kHandoff = kConsumers + kProducers;  // FULL barrier size
   // With one 16-head tile the producers stage part of Q while their first gathers are in flight;
   // elsewhere they hold more registers, and the consumers stage all of it.
   constexpr bool kProducersStageQ = !kSmall && kHeadTiles == 1;
-  constexpr int kQThreads = kProducersStageQ ? kHandoff : kConsumers;
+  constexpr int kQThreads = kProducersStageQ ? kConsumers + kProducers : kConsumers;
 
   allow_dependent_grid();
   extern __shared__ __align__(128) u8 smem[];
@@ -346,10 +342,12 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   float* red_max = reinterpret_cast<float*>(smem + sparse_smem_red_offset(kHeadTiles, kSmall));  // [2][4][32]
   float* red_l = red_max + 2 * 4 * 32;                                                            // [4][32]
   u32* masks = reinterpret_cast<u32*>(smem + sparse_smem_mask_offset(kHeadTiles, kSmall));        // [2][4]
-  // Consumers release a decoded tile through an mbarrier (every consumer thread arrives) rather than
-  // bar.arrive, so the release orders their reads before the producers' next writes for every tool
-  // that checks it, and they never wait for the producers.
+  // A decoded tile changes hands through mbarriers rather than bar.arrive: producers arrive on its
+  // "full" barrier (every producer thread, after its writes of the tile, the masks and its share of
+  // Q), consumers on its "empty" one, so each release orders the writer's accesses before the
+  // reader's for every tool that checks it, and neither side waits for the other to arrive.
   const u32 bar_empty = smem_addr(smem + sparse_smem_empty_offset(kHeadTiles, kSmall));  // + 8 * buffer
+  const u32 bar_full = bar_empty + 8 * kTileBufs;                                         // + 8 * buffer
 
   const int tid = threadIdx.x;
   int bx = blockIdx.x;
@@ -359,8 +357,12 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   const int t = kSplit ? bx / p.num_splits : bx;
   const int head0 = group * kRows;
 
-  if (tid == 0)
-    for (int b = 0; b < kTileBufs; ++b) mbar_init(bar_empty + 8 * b, kConsumers);
+  if (tid == 0) {
+    for (int b = 0; b < kTileBufs; ++b) {
+      mbar_init(bar_empty + 8 * b, kConsumers);
+      mbar_init(bar_full + 8 * b, kProducers);
+    }
+  }
   wait_for_prior_grid();  // the first read of an input (sparse_detail)
   const TokenWork work = token_work<kHasExtra>(p, t);
   const int c_begin = kSplit ? split * p.chunks_per_block : 0;
@@ -385,7 +387,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       decode_candidate_regs(cur, tiles + cand * kTileRow, cand, half);
       const u32 ballot = __ballot_sync(0xffffffffu, valid_cur && half == 0);
       if (lane == 0) masks[b * 4 + (ptid >> 5)] = compress_even_bits(ballot);
-      bar_arrive(kBarFull, kHandoff);
+      mbar_arrive(bar_full);
       cur = next;
       valid_cur = valid_next;
     }
@@ -424,7 +426,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
         const u32 ballot = __ballot_sync(0xffffffffu, valid_next[0][r] && half == 0);
         if (lane == 0) masks[b * 4 + (item >> 5)] = compress_even_bits(ballot);
       }
-      bar_arrive(kBarFull + b, kHandoff);
+      mbar_arrive(bar_full + 8 * b);
       bar_sync(kBarProducers, kProducers);  // staging buffer b fully read
 #pragma unroll
       for (int r = 0; r < kReps; ++r) {
@@ -448,9 +450,10 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   const int g = lane >> 2, q4 = lane & 3;
   const int bar_team = team == 0 ? kBarTeam0 : kBarTeam1;
   const int row0 = team * 16;
-  // This thread's share of Q; the first FULL barrier, which every thread of the block passes, orders
-  // all of it before any read.
+  // This thread's share of Q: kBarQStaged orders the consumers' shares, the first full barrier the
+  // producers' (if any), before any read.
   stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
+  bar_sync(kBarQStaged, kConsumers);
 
   const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
   float o[kMt][16][4];
@@ -469,7 +472,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
     const int b = i & 1;
     const int tb = i % kTileBufs;
     const u8* tile = tiles + tb * kSparseTileBytes;
-    bar_sync(kBarFull + tb, kHandoff);
+    mbar_wait(bar_full + 8 * tb, u32((i / kTileBufs) & 1));
 
     // ---- S = Q K^T for this warp's 16 candidates ----
     float sacc[kSets][kMt][2][4];
