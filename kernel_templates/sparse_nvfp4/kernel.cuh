@@ -697,6 +697,7 @@ __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel
     gmax = bmax;
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
+      if (s0 + u >= p.num_splits) break;  // uniform: at 2 splits most of a batch is no work
       const bool live = ls[u] > kLive;
       const float w = live ? fast_exp2(ls[u] - gmax) : 0.0f;
       wsum += w;
