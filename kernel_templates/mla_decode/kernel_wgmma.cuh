@@ -116,7 +116,6 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     // Each warp instruction copies 4 token rows x 8 chunks (one 128-byte swizzled row of one 64-column
     // block each): conflict-free shared stores and 128-byte global segments. Thread (warp w, lane l)
     // owns tokens 16 q + 4 w + l / 8 (q = 0..3) and chunk l % 8 of each column block of its part.
-    // The block-table entries are read a pair of tiles ahead, off the issue path.
     const int ld_tok = 4 * warp + (lane >> 3);  // + 16 q
     const int ld_chunk = lane & 7;
     const u32 ld_dst = static_cast<u32>(ld_tok * 128 + ((ld_chunk ^ (ld_tok & 7)) << 4));
@@ -346,15 +345,13 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         float s[32];
         u32 q_rope[4][4];
         load_q_rope(q_rope);
+        int pages[4];
+        pages_of(ja + 1, pages);
         s_blocks(s, 0, bar_full, ph0, true);
         wgmma_commit();
         // Stage 1's columns 0-255 and RoPE block for tile 2k + 1 (free since the last pair's P V),
         // issued behind the first S wgmmas.
-        if (k > 0) {
-          int pages[4];
-          pages_of(ja + 1, pages);
-          load_part(ja + 1, pages);
-        }
+        if (k > 0) load_part(ja + 1, pages);
         s_blocks(s, 4, bar_full + 8, ph0, false);
         s_rope(s, q_rope);
         wgmma_commit();
@@ -369,7 +366,6 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         l_lo += sum_lo;
         l_hi += sum_hi;
         pv_regs(ph, pl);  // O_L += P(2k) V_L
-        int pages[4];
         pages_of(ja + 2, pages);
         named_barrier_sync(kBarM1, kMlaWgThreads);
         take_max(red_slot + kMlaWgRows * 4, a_lo, a_hi);
@@ -467,7 +463,8 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
   // ---- epilogue: row sums across the warpgroups, normalise, store ----
   l_lo = quad_sum(l_lo);
   l_hi = quad_sum(l_hi);
-  // The slot the last pair did not use: both of its readers are past a barrier since (see above).
+  // The slot before the last pair's: the other warpgroup may still read the last pair's row max,
+  // but has passed a kBarM0 or kBarM1 since its last read of this one.
   const u32 red_sum = red + (n_pairs & 1) * 2 * kMlaWgRows * 4;
   if (c4 == 0) {
     sts_f32(red_sum + (wg * 64 + r_lo) * 4, l_lo);
