@@ -55,12 +55,6 @@ __device__ __forceinline__ void named_barrier_sync(u32 id, u32 threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Arrives on hardware barrier `id` without waiting: the producer side of a one-way signal whose
-// consumers bar.sync on it (arrivals + syncs = `threads`).
-__device__ __forceinline__ void named_barrier_arrive(u32 id, u32 threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 #endif  // __CUDACC__
 
 }  // namespace kiln

@@ -61,9 +61,11 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
   constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
   constexpr int kRowBytes = kMlaDimQk * 2;
   static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
-  // Named barriers: 1 = piece start, 2 = m0 and P(2k) published (warpgroup 0 -> 1), 3 = m1 and
-  // P(2k + 1) published (1 -> 0), 4 = row sums exchanged.
-  constexpr u32 kBarStart = 1, kBarM0 = 2, kBarM1 = 3, kBarSum = 4;
+  // Named barriers (both warpgroups bar.sync): 1 = piece start, 2 = m0 and P(2k) published
+  // (warpgroup 0 -> 1), 3 = m1 and P(2k + 1) published (1 -> 0), 4 = row sums exchanged, 5 = P V_R
+  // of tile 2k + 1 issued before P V_L: stage 1's columns 256-511 are then freed a P V earlier,
+  // which lengthens their refill window (the shortest of the pair).
+  constexpr u32 kBarStart = 1, kBarM0 = 2, kBarM1 = 3, kBarSum = 4, kBarPv = 5;
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;  // warpgroup: output columns [256 wg, 256 wg + 256), S of stage wg
@@ -361,7 +363,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         u32 ph[4][4], pl[4][4];
         float a_lo, a_hi, sum_lo, sum_hi;
         softmax(s, ja, red_slot, ph, pl, a_lo, a_hi, sum_lo, sum_hi);
-        named_barrier_arrive(kBarM0, kMlaWgThreads);
+        named_barrier_sync(kBarM0, kMlaWgThreads);
         rescale(a_lo, a_hi);
         l_lo += sum_lo;
         l_hi += sum_hi;
@@ -374,6 +376,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         // Stage 0's columns 0-255 are free: tile 2k + 2's part.
         if (ja + 2 < n_tiles) load_part(ja + 2, pages);
         rescale(a_lo, a_hi);
+        named_barrier_sync(kBarPv, kMlaWgThreads);
         pv_smem();  // O_L += P(2k + 1) V_L
         wgmma_wait<0>();
         wgmma_fence_operand(o);
@@ -394,7 +397,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         u32 ph[4][4], pl[4][4];
         float a_lo, a_hi, sum_lo, sum_hi;
         softmax(s, ja, red_slot, ph, pl, a_lo, a_hi, sum_lo, sum_hi);
-        named_barrier_arrive(kBarM0, kMlaWgThreads);
+        named_barrier_sync(kBarM0, kMlaWgThreads);
         rescale(a_lo, a_hi);
         l_lo += sum_lo;
         l_hi += sum_hi;
@@ -428,7 +431,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         u32 ph[4][4], pl[4][4];
         float sum_lo, sum_hi;
         softmax(s, ja + 1, red_slot + kMlaWgRows * 4, ph, pl, a_lo, a_hi, sum_lo, sum_hi);
-        named_barrier_arrive(kBarM1, kMlaWgThreads);
+        named_barrier_sync(kBarM1, kMlaWgThreads);
         int pages[4];
         pages_of(ja + 2, pages);
         wgmma_wait<0>();
@@ -439,6 +442,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         l_lo += sum_lo;
         l_hi += sum_hi;
         pv_regs(ph, pl);  // O_R += P(2k + 1) V_R
+        named_barrier_sync(kBarPv, kMlaWgThreads);
         pages_of(ja + 3, pages);
         wgmma_wait<0>();
         wgmma_fence_operand(o);
