@@ -54,14 +54,12 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
     long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);
     if (threadIdx.x == 0) {
-      // One arrival per loading thread and fill (cp.async completion, .noinc): both warpgroups load Q,
-      // one warpgroup each part of a stage.
-      mbar_init(base + kMlaWgBarOffset, kMlaWgThreads);
-      for (int i = 1; i < kMlaWgBarCount; ++i) mbar_init(base + kMlaWgBarOffset + 8 * i, kMlaWgThreads / 2);
+      // Every thread of both warpgroups arrives once per fill (cp.async completion, .noinc).
+      for (int i = 0; i < 1 + kMlaWgStages; ++i) mbar_init(base + kMlaWgBarOffset + 8 * i, kMlaWgThreads);
       mbar_fence_init();
     }
     __syncthreads();
-    MlaWgState st{0u, 0u, 0u};
+    MlaWgState st{0u, 0u};
     mla_for_each_piece<kThreads, kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
       // CTA-uniform. A split piece without scratch only follows a length above max_seq_len.

@@ -164,9 +164,8 @@ KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
 // 64 query rows per CTA, KV tiles of 64 tokens, two consumer warpgroups (output columns 0-255 and
 // 256-511). Shared memory, each tile in the 128-byte swizzle layout (8 KB per 64 columns):
 //   Q (64 rows x 512 latent columns; the 64 RoPE columns live in registers), two KV stages
-//   (64 tokens x 576; once a stage's S is done its RoPE block holds that tile's P hi), the P lo of
-//   each stage's tile (64 x 64 bf16), the row-max exchange (two slots), scheduler scratch, mbarriers
-//   (Q full; stage full per stage and loading warpgroup).
+//   (64 tokens x 576), P hi and lo (64 x 64 bf16 each), row max / sum exchange, scheduler scratch,
+//   mbarriers (Q full, stage full x 2).
 constexpr int kMlaWgRows = 64;
 constexpr int kMlaWgTileTokens = 64;
 constexpr int kMlaWgThreads = 256;
@@ -175,15 +174,13 @@ constexpr int kMlaWgQBytes = kMlaWgRows * kMlaDimV * 2;                 // 65536
 constexpr int kMlaWgStageOffset = kMlaWgQOffset + kMlaWgQBytes;
 constexpr int kMlaWgStageBytes = kMlaWgTileTokens * kMlaDimQk * 2;      // 73728
 constexpr int kMlaWgStages = 2;
-constexpr int kMlaWgRopeOffset = kMlaDimV * 2 * kMlaWgTileTokens;        // 65536: the RoPE block in a stage
 constexpr int kMlaWgPOffset = kMlaWgStageOffset + kMlaWgStages * kMlaWgStageBytes;
-constexpr int kMlaWgPBytes = kMlaWgRows * kMlaWgTileTokens * 2;          // 8192: P lo per stage
-constexpr int kMlaWgRedOffset = kMlaWgPOffset + kMlaWgStages * kMlaWgPBytes;
-constexpr int kMlaWgRedBytes = 2 * 2 * kMlaWgRows * 4;                  // [slot][warpgroup][row] fp32
+constexpr int kMlaWgPBytes = kMlaWgRows * kMlaWgTileTokens * 2;          // 8192 (hi), then lo
+constexpr int kMlaWgRedOffset = kMlaWgPOffset + 2 * kMlaWgPBytes;
+constexpr int kMlaWgRedBytes = 2 * kMlaWgRows * 4;                      // [warpgroup][row] fp32
 constexpr int kMlaWgSchedOffset = kMlaWgRedOffset + kMlaWgRedBytes;
 constexpr int kMlaWgBarOffset = kMlaWgSchedOffset + kMlaSchedScratchBytes;
-constexpr int kMlaWgBarCount = 1 + 2 * kMlaWgStages;                    // Q, then full[stage][warpgroup]
-constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * kMlaWgBarCount;
+constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + kMlaWgStages);
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 
