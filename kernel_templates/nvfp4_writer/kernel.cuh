@@ -135,9 +135,9 @@ template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kNvfp4ClaimThreads + threadIdx.x;
-  // The write kernel's rows, and the owner word this row will probably claim: the slot read here
-  // (from L2, past L1) may still change before the wait, so it only picks a line to warm.
-  nvfp4_prefetch_row(p, row);
+  // The owner word this row will probably claim: the slot read here (from L2, past L1) may still
+  // change before the wait, so it only picks a line to warm. (Warming the write kernel's rows here
+  // too delays this grid's completion, which the write kernel waits for.)
   if (row < p.num_rows && row < kNvfp4PrefetchRows) {
     int guess;
     asm volatile("ld.global.cg.b32 %0, [%1];" : "=r"(guess) : "l"(p.slot_mapping + row));
