@@ -164,33 +164,37 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
 }
 
 // After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
-// before it waits for the claims.
+// before it waits for the claims; then lane i reads row i's owner word, all in one round trip.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
-  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
-  int slot[kNvfp4RowsPerWarp];
-#pragma unroll
-  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-    slot[i] = -1;
-    if (row0 + i < p.num_rows) {
-      r[i] = nvfp4_writer_load(p, row0 + i, lane);
-      slot[i] = p.slot_mapping[row0 + i];
-    }
+  int slot = -1;  // lanes below kNvfp4RowsPerWarp: the target of row row0 + lane, -1 when skipped
+  if (lane < kNvfp4RowsPerWarp && row0 + lane < p.num_rows) {
+    const int s = p.slot_mapping[row0 + lane];
+    if (s >= 0 && s < p.num_slots) slot = s;
   }
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-    if (slot[i] >= 0 && slot[i] < p.num_slots) nvfp4_writer_encode(r[i], lane);
+    if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
+  }
+  const unsigned live = __ballot_sync(0xffffffffu, slot >= 0);
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if ((live >> i) & 1u) nvfp4_writer_encode(r[i], lane);
   }
   nvfp4_wait_for_previous_kernel();  // the claims
+  bool owner = false;
+  if (slot >= 0) {
+    owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups) == static_cast<unsigned>(row0 + lane) + 1u;
+  }
+  const unsigned write = __ballot_sync(0xffffffffu, owner);
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-    if (slot[i] < 0 || slot[i] >= p.num_slots) continue;
-    unsigned owner = 0;
-    if (lane == 0) owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot[i]) + kNvfp4Groups);
-    if (__shfl_sync(0xffffffffu, owner, 0) == static_cast<unsigned>(row0 + i) + 1u) nvfp4_writer_store<kPageSize>(p, slot[i], lane, r[i]);
+    const int s = __shfl_sync(0xffffffffu, slot, i);
+    if ((write >> i) & 1u) nvfp4_writer_store<kPageSize>(p, s, lane, r[i]);
   }
 }
 
