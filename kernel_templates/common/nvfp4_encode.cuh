@@ -28,38 +28,53 @@ __device__ __forceinline__ u32 e2m1x2_rn_satfinite(float lo, float hi) {
   return r;
 }
 #else
-// One value's E2M1 code (sign at bit 3) as cvt.rn.satfinite.e2m1x2.f32 gives it, computed in fp32
-// (sm_90 has no FP4 conversion), as nibble k of a word. `y` must be finite with |y| <= 9.
+// One value's E2M1 code magnitude (bits 0..2 of its code) as cvt.rn.satfinite.e2m1x2.f32 gives it,
+// computed in fp32 (sm_90 has no FP4 conversion), as nibble k of a word. `y` must be finite with
+// |y| <= 9.
 // The E2M1 grid step in |y|'s binade (0.5 below 2, then 1, then 2) is the ulp of
 // magic = 2^(22 + max(exponent, 0)), so |y| + magic rounds once to that grid, ties to even; 7 and
 // up round to 8 or more and are clamped to 6 (satfinite). Scaled by 2^-126, the rounded magnitude
 // lands on fp32's subnormal boundary, where its bits are code << 22. Multiplies place the fields,
 // so that most of the work runs on the FMA pipe.
-__device__ __forceinline__ u32 e2m1_nibble_bounded(float y, int k) {
+__device__ __forceinline__ u32 e2m1_magnitude(float y, int k) {
   const float a = fabsf(y);
   const float magic = __fmul_rn(__uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u), 0x1p22f);
   const float r = fminf(__fsub_rn(__fadd_rn(a, magic), magic), 6.0f);
   const u32 code22 = __float_as_uint(__fmul_rn(r, 0x1p-126f));
-  const u32 sign = __umulhi(__float_as_uint(y), 2u);
-  return (k <= 5 ? __umulhi(code22, 1u << (10 + 4 * k)) : code22 * (1u << (4 * k - 22))) + sign * (8u << (4 * k));
+  return k <= 5 ? __umulhi(code22, 1u << (10 + 4 * k)) : code22 * (1u << (4 * k - 22));
 }
 
 // Any y: the clamp to +-6.5 saturates (6.5 rounds to 6) and turns NaN into +6.5 (fminf drops NaN),
 // so the sign is read from the clamped value.
-__device__ __forceinline__ u32 e2m1_nibble(float y, int k) { return e2m1_nibble_bounded(fmaxf(fminf(y, 6.5f), -6.5f), k); }
+__device__ __forceinline__ u32 e2m1_nibble(float y, int k) {
+  const float c = fmaxf(fminf(y, 6.5f), -6.5f);
+  return e2m1_magnitude(c, k) + __umulhi(__float_as_uint(c), 2u) * (8u << (4 * k));
+}
+
+// Bit 3 of nibble k = the sign bit of element k of four bf16 pairs (element 2i: bits 0..15 of
+// w[i]). Gathering bytes 1 and 3 of each pair puts elements 0, 2, 1, 3 (then 4, 6, 5, 7) at bits
+// 7, 15, 23, 31; shifts move them to their nibbles.
+__device__ __forceinline__ u32 bf16x8_sign_nibbles(const u32* w) {
+  u32 e01, e23;
+  asm("prmt.b32 %0, %1, %2, 0x7351;" : "=r"(e01) : "r"(w[0]), "r"(w[1]));
+  asm("prmt.b32 %0, %1, %2, 0x7351;" : "=r"(e23) : "r"(w[2]), "r"(w[3]));
+  return ((e01 >> 4) & 0x00000808u) | ((e01 >> 16) & 0x00008080u) | ((e23 << 12) & 0x08080000u) | (e23 & 0x80800000u);
+}
 
 // The eight nibbles of four bf16 pairs: the fields are disjoint, so they are summed as a tree (a
-// short dependency chain) rather than one after another.
+// short dependency chain) rather than one after another. In a bounded group x * inv has x's sign
+// (inv is +0 or positive, and x is finite), so the signs come from the bf16 bits directly.
 template <bool kBounded>
 __device__ __forceinline__ u32 e2m1_word(const u32* w, float inv) {
   u32 t[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float lo = __fmul_rn(bf16x2_lo(w[i]), inv), hi = __fmul_rn(bf16x2_hi(w[i]), inv);
-    t[2 * i] = kBounded ? e2m1_nibble_bounded(lo, 2 * i) : e2m1_nibble(lo, 2 * i);
-    t[2 * i + 1] = kBounded ? e2m1_nibble_bounded(hi, 2 * i + 1) : e2m1_nibble(hi, 2 * i + 1);
+    t[2 * i] = kBounded ? e2m1_magnitude(lo, 2 * i) : e2m1_nibble(lo, 2 * i);
+    t[2 * i + 1] = kBounded ? e2m1_magnitude(hi, 2 * i + 1) : e2m1_nibble(hi, 2 * i + 1);
   }
-  return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  const u32 sum = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  return kBounded ? sum | bf16x8_sign_nibbles(w) : sum;
 }
 
 #endif
