@@ -28,20 +28,25 @@ __device__ __forceinline__ u32 e2m1x2_rn_satfinite(float lo, float hi) {
   return r;
 }
 #else
-// One value's E2M1 code magnitude (bits 0..2 of its code) as cvt.rn.satfinite.e2m1x2.f32 gives it,
+// One value's E2M1 code magnitude as cvt.rn.satfinite.e2m1x2.f32 rounds it, before saturation,
 // computed in fp32 (sm_90 has no FP4 conversion), as nibble k of a word. `y` must be finite with
 // |y| <= 9.
 // The E2M1 grid step in |y|'s binade (0.5 below 2, then 1, then 2) is the ulp of
 // magic = 2^(22 + max(exponent, 0)), so |y| + magic rounds once to that grid, ties to even; 7 and
-// up round to 8 or more and are clamped to 6 (satfinite). Scaled by 2^-126, the rounded magnitude
-// lands on fp32's subnormal boundary, where its bits are code << 22. Multiplies place the fields,
-// so that most of the work runs on the FMA pipe.
+// up round to 8. Scaled by 2^-126, the rounded magnitude lands on fp32's subnormal boundary, where
+// its bits are code << 22 (8 for 8: e2m1_saturate makes it 7). Multiplies place the fields, so that
+// most of the work runs on the FMA pipe.
 __device__ __forceinline__ u32 e2m1_magnitude(float y, int k) {
   const float a = fabsf(y);
   const float magic = __fmul_rn(__uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u), 0x1p22f);
-  const float r = fminf(__fsub_rn(__fadd_rn(a, magic), magic), 6.0f);
-  const u32 code22 = __float_as_uint(__fmul_rn(r, 0x1p-126f));
+  const u32 code22 = __float_as_uint(__fmul_rn(__fsub_rn(__fadd_rn(a, magic), magic), 0x1p-126f));
   return k <= 5 ? __umulhi(code22, 1u << (10 + 4 * k)) : code22 * (1u << (4 * k - 22));
+}
+
+// satfinite on eight unsigned nibbles of 0..8: 8 (|y| >= 7) becomes 7 (6).
+__device__ __forceinline__ u32 e2m1_saturate(u32 m) {
+  const u32 big = m & 0x88888888u;
+  return (m ^ big) | (big - (big >> 3));
 }
 
 // Any y: the clamp to +-6.5 saturates (6.5 rounds to 6) and turns NaN into +6.5 (fminf drops NaN),
@@ -74,7 +79,7 @@ __device__ __forceinline__ u32 e2m1_word(const u32* w, float inv) {
     t[2 * i + 1] = kBounded ? e2m1_magnitude(hi, 2 * i + 1) : e2m1_nibble(hi, 2 * i + 1);
   }
   const u32 sum = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
-  return kBounded ? sum | bf16x8_sign_nibbles(w) : sum;
+  return kBounded ? e2m1_saturate(sum) | bf16x8_sign_nibbles(w) : sum;
 }
 
 #endif
