@@ -209,7 +209,8 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
   problem.policy.validate();  // the family's rules; the checks above only name the argument they came from
   problem.batch = static_cast<int>(batch);
   problem.total_q = total_q;
-  problem.workspace_bytes = batch == 0 ? 0 : workspace_size(problem.policy.planner_policy(), problem.batch);
+  problem.workspace_bytes =
+      batch == 0 ? 0 : workspace_layout(problem.policy.planner_policy(), problem.batch, PolicyCheck::kValidated).total_bytes;
 
   // out: [B, SQ, H, 512] or [total_q, H, 512], disjoint from every input.
   if (out) {
@@ -283,7 +284,7 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   const MlaDecodePolicy& policy = problem.policy;
   const KernelHandle& handle = acquire(service, policy, stream, on.device());
   const MlaPlan p = plan(policy.planner_policy(), problem.batch, service.device_limits(handle.device),
-                         service.device_arch(handle.device));
+                         service.device_arch(handle.device), PolicyCheck::kValidated);
 
   const Driver& d = Driver::get();
   bool allocated = false;

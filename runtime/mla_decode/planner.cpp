@@ -41,6 +41,12 @@ MlaVariant variant_for(const MlaPolicy& policy, bool sm90a) {
   return mla_variant(policy.kernel, policy.heads, policy.max_seq_len_q, policy.fp8, sm90a);
 }
 
+int max_parts_valid(const MlaPolicy& policy) {
+  // Both variants a key may compile to (sm_90a and every other arch).
+  return std::max(parts_for(policy, variant_for(policy, true), kWorkspaceSizingDevice),
+                  parts_for(policy, variant_for(policy, false), kWorkspaceSizingDevice));
+}
+
 }  // namespace
 
 void validate_policy(const MlaPolicy& policy) {
@@ -62,15 +68,14 @@ MlaVariant variant(const MlaPolicy& policy, std::string_view arch) { return vari
 
 int max_parts(const MlaPolicy& policy) {
   validate_policy(policy);
-  // Both variants a key may compile to (sm_90a and every other arch).
-  return std::max(parts_for(policy, variant_for(policy, true), kWorkspaceSizingDevice),
-                  parts_for(policy, variant_for(policy, false), kWorkspaceSizingDevice));
+  return max_parts_valid(policy);
 }
 
-WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch) {
+WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch, PolicyCheck check) {
   if (batch < 1) bad("batch", ">= 1", batch);
+  if (check == PolicyCheck::kValidate) validate_policy(policy);
   WorkspaceLayout w;
-  w.max_parts = max_parts(policy);  // validates the policy
+  w.max_parts = max_parts_valid(policy);
   // Every request in one piece: `out` written directly, no scratch.
   if (w.max_parts == 1 || !can_split(policy)) return w;
   const std::size_t slots = static_cast<std::size_t>(batch) + w.max_parts - 1;
@@ -86,12 +91,12 @@ WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch) {
 
 std::size_t workspace_size(const MlaPolicy& policy, int batch) { return workspace_layout(policy, batch).total_bytes; }
 
-MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std::string_view arch) {
+MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std::string_view arch, PolicyCheck check) {
   if (device.sm_count < 1) bad("sm_count", ">= 1", device.sm_count);
   if (device.smem_per_sm < 1) bad("smem_per_sm", ">= 1", device.smem_per_sm);
   if (batch > 65535) bad("batch", "<= 65535 (combine grid y)", batch);
   MlaPlan p;
-  p.workspace = workspace_layout(policy, batch);  // validates policy and batch
+  p.workspace = workspace_layout(policy, batch, check);
   if (policy.kernel == kMlaKernelWgmma && !is_sm90a(arch)) {
     throw Error(ErrorCode::kUnsupported,
                 "argument 'kernel': \"wgmma\" runs on sm_90a (Hopper) only; this device is " + std::string(arch) +

@@ -59,13 +59,18 @@ MlaVariant variant(const MlaPolicy& policy, std::string_view arch);
 // workspace size is too: it assumes a GPU at least as large as every supported one).
 int max_parts(const MlaPolicy& policy);
 
-WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch);
+// kValidated skips the policy's rules for a caller that has just checked them (the launcher, on
+// every call); everything else is still checked.
+enum class PolicyCheck { kValidate, kValidated };
+
+WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch, PolicyCheck check = PolicyCheck::kValidate);
 
 // The public helper: exactly the semantic-key fields plus batch size.
 std::size_t workspace_size(const MlaPolicy& policy, int batch);
 
 // Throws kUnsupported when `arch` cannot run the policy's forced kernel (wgmma off sm_90a).
-MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std::string_view arch);
+MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std::string_view arch,
+             PolicyCheck check = PolicyCheck::kValidate);
 
 // NVRTC name expressions, e.g. "kiln::mla_decode_kernel<128, 64, 1, false, false, true, 0>".
 std::string decode_kernel_name(const MlaPolicy& policy);

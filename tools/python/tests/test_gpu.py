@@ -53,7 +53,10 @@ def nvfp4_quantize(rows_bf16):
     m = y.abs()
     code = ((m > 0.25).int() + (m >= 0.75).int() + (m > 1.25).int() + (m >= 1.75).int() + (m > 2.5).int()
             + (m >= 3.5).int() + (m > 5.0).int())
-    code = torch.where((code > 0) & (y < 0), code + 8, code).reshape(-1, 448).to(torch.uint8)
+    # The sign is kept even when the magnitude rounds to zero (-0 is code 0x8); NaN is +6 (code 7).
+    nan = torch.isnan(y)
+    code = torch.where(nan, torch.full_like(code, 7), code)
+    code = torch.where(torch.signbit(y) & ~nan, code + 8, code).reshape(-1, 448).to(torch.uint8)
     packed = code[:, 0::2] | (code[:, 1::2] << 4)
     rope = rows_bf16[:, 448:].contiguous().view(torch.uint8)
     return packed, scale.view(torch.uint8), rope
