@@ -265,7 +265,14 @@ int run_bench_sparse(const BenchOptions& options) {
   const BenchStream bench_stream;
   const CUstream stream = bench_stream.get();
 
-  const std::vector<BenchConfig> grid = bench_grid(quick);
+  std::vector<BenchConfig> grid = bench_grid(quick);
+  if (!options.only.empty()) {
+    std::erase_if(grid, [&](const BenchConfig& c) { return c.name() != options.only; });
+    if (grid.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--only \"{}\" names no config of the grid; use a name as the sweep prints it, e.g. \"T=64 H=128 topk=2048\"", options.only));
+    }
+  }
   const bool hopper = arch == "sm_90a";
   // The kernels timed per config: on sm_90a both the launcher may pick, else its one choice.
   const std::vector<sparse::SparseKernel> kernels =

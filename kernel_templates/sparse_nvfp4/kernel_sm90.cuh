@@ -3,12 +3,12 @@
 //
 // One CTA = one query token x 64 heads x one split; each candidate is gathered and decoded once per
 // CTA. 384 threads in three warpgroups:
-//  - WG2 (producer): two threads per candidate gather its 384-byte record with 16-byte cp.async
-//    into their own slots of a raw stage (masked slots zero-filled); once a K tile is free they copy
-//    the RoPE dims across, take the codes and scales into registers, start the next chunk's copies
-//    into the same slots, then decode into the tile (448 NoPE dims as f16 * 2^-7, 64 RoPE dims as
-//    bf16). The next gather is in flight while a chunk is decoded and multiplied; no thread reads
-//    another's slots.
+//  - WG2 (producer): gathers each chunk's 64 384-byte records with 16-byte cp.async into a raw
+//    stage, a warp's lanes along one record at a time (coalesced; masked slots zero-filled). Once a
+//    chunk has landed, each thread takes half a record's codes, scales and RoPE dims into registers,
+//    the next chunk's copies go out, and after the wait for a free K tile it decodes into the tile
+//    (448 NoPE dims as f16 * 2^-7, 64 RoPE dims as bf16). The next gather is in flight while a
+//    chunk is decoded and multiplied; slot indices are loaded a chunk before their first use.
 //  - WG0: S = Q K^T (64 heads x 64 candidates, both operands in shared memory), the online softmax,
 //    and O[:, 0:256] += P V with P (f16) from registers.
 //  - WG1: O[:, 256:512] += P V with P handed over through shared memory (f16 for the 192 NoPE
@@ -43,7 +43,7 @@ constexpr u32 kMaskOff = kFactorOff + 256u;     // u64 tile masks [2] (bit c: ca
 constexpr u32 kBarOff = kMaskOff + 16u;         // mbarriers: tile full [2], tile empty [2], P free
 static_assert(kBarOff + 40u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
 
-constexpr int kBarQ = 1, kBarPReady = 2, kBarEpilogue = 4;  // named barriers (256 threads)
+constexpr int kBarQ = 1, kBarPReady = 2, kBarRaw = 3, kBarEpilogue = 4;  // named barriers (kBarRaw: producers, else 256 threads)
 constexpr int kConsumers = 256;
 // Register split: setmaxnreg moves registers only within the block's launch allocation (168 x 384,
 // the __launch_bounds__ cap), so the three counts sum to 3 x 168 = 504. WG0 holds O (128), S (32)
@@ -127,9 +127,17 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
   }
 }
 
-// The candidate index of slot `s` (0..63) of chunk `chunk`, or -1 when masked.
+// The raw index entry of slot `s` (0..63) of chunk `chunk`. Branch-free: a slot past the row's
+// length loads the row's first entry (always present) and is out of range, so the load can be
+// issued a chunk ahead and its value first used a chunk later.
+struct SlotIndex {
+  int raw;
+  bool in_range;
+};
+
 template <bool kHasExtra>
-__device__ __forceinline__ int slot_index(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int t, int chunk, int s) {
+__device__ __forceinline__ SlotIndex load_slot_index(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int t, int chunk,
+                                                     int s) {
   const int* row;
   int slot, len;
   if (!kHasExtra || chunk < w.main_chunks) {
@@ -141,45 +149,49 @@ __device__ __forceinline__ int slot_index(const SparseNvfp4Params& p, const spar
     slot = (chunk - w.main_chunks) * kSparseChunk + s;
     len = w.extra_len;
   }
-  const int idx = slot < len ? __ldg(row + slot) : -1;
-  return idx < 0 ? -1 : idx;
+  const bool in_range = slot < len;
+  return SlotIndex{__ldg(row + (in_range ? slot : 0)), in_range};
 }
 
-// A producer thread's share of one record: half 0 copies code units 0-6 (dims 0-223), RoPE units
-// 0-3 and scale unit 0 (groups 0-15); half 1 code units 7-13, RoPE units 4-7, scale unit 1 and a
-// second copy of scale unit 0 in the row's padding (unit 7 needs groups 14-15). A thread decodes only
-// bytes it copied itself. Masked slots are zero-filled, which decodes to zeros.
-constexpr u32 kScale0Copy = 384u;
-
-__device__ __forceinline__ void copy_unit(u32 dst, const u8* src, bool valid) {
-  cp_async_16_addr(dst, src, valid ? 16u : 0u);
-}
-
+// The global address of a slot's 352 data bytes (scales = false) or 32 scale bytes; 0 when masked.
 template <bool kHasExtra>
-__device__ __forceinline__ void gather_half(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int chunk, int idx,
-                                            u32 row, int half) {
+__device__ __forceinline__ u64 record_addr(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int chunk, SlotIndex si,
+                                           bool scales) {
+  if (!si.in_range || si.raw < 0) return 0;
   const bool in_main = !kHasExtra || chunk < w.main_chunks;
   const u8* base = static_cast<const u8*>(in_main ? p.kv : p.extra_kv);
   const long long page_stride = in_main ? p.kv_page_stride : p.extra_page_stride;
   const int page_size = in_main ? p.kv_page_size : p.extra_page_size;
-  const bool valid = idx >= 0;
-  const u8* data = base;
-  const u8* scales = base;
-  if (valid) {
-    const int page = idx / page_size;
-    const int r = idx - page * page_size;
-    const u8* page_base = base + (long long)page * page_stride;
-    data = page_base + (long long)r * sparse_detail::kDataBytes;
-    scales = page_base + (long long)page_size * sparse_detail::kDataBytes + (long long)r * 32;
-  }
-  const int code0 = 7 * half, rope0 = 4 * half;
-#pragma unroll
-  for (int k = 0; k < 7; ++k) copy_unit(row + 16 * (code0 + k), valid ? data + 16 * (code0 + k) : base, valid);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) copy_unit(row + 224 + 16 * (rope0 + k), valid ? data + 224 + 16 * (rope0 + k) : base, valid);
-  copy_unit(row + sparse_detail::kDataBytes + 16 * half, valid ? scales + 16 * half : base, valid);
-  if (half == 1) copy_unit(row + kScale0Copy, valid ? scales : base, valid);
+  const int page = si.raw / page_size;
+  const int r = si.raw - page * page_size;
+  const u8* page_base = base + (long long)page * page_stride;
+  const u8* rec = scales ? page_base + (long long)page_size * sparse_detail::kDataBytes + (long long)r * 32
+                         : page_base + (long long)r * sparse_detail::kDataBytes;
+  return reinterpret_cast<u64>(rec);
 }
+
+// Raw row layout: the 352 data bytes, the 32 scale bytes, then a second copy of scale unit 0
+// (decode half 1 needs scale groups 14-15 next to unit 1's). One producer warp gathers 16 rows;
+// for each, lane l < 25 copies 16-byte piece l (lanes 0-21 data units, 22-23 scale units, 24 the
+// copy), so a warp's copy of a record touches its 3-4 data lines and 1 scale line instead of one
+// line per lane. `addr`: lane l holds record 16 * warp + (l & 15)'s data address (l < 16) or scale
+// address (l >= 16), 0 when masked; masked rows are zero-filled, which decodes to zeros.
+constexpr u32 kScale0Copy = 384u;
+
+__device__ __forceinline__ void gather_rows(const u8* fallback, u64 addr, u32 rows, int lane) {
+  const int src_lane = lane < 22 ? 0 : 16;
+  const u32 src_off = lane < 22 ? 16u * lane : (lane < 24 ? 16u * (lane - 22) : 0u);
+  const u32 dst_off = lane < 22 ? 16u * lane : (lane < 24 ? sparse_detail::kDataBytes + 16u * (lane - 22) : kScale0Copy);
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const u32 lo = __shfl_sync(0xffffffffu, u32(addr), src_lane + k);
+    const u32 hi = __shfl_sync(0xffffffffu, u32(addr >> 32), src_lane + k);
+    const u64 a = (u64(hi) << 32) | lo;
+    if (lane < 25) cp_async_16_addr(rows + u32(k) * kRawRow + dst_off, a ? reinterpret_cast<const u8*>(a) + src_off : fallback, a ? 16u : 0u);
+  }
+}
+
+__device__ __forceinline__ void sts16(u32 addr, u16 v) { asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v)); }
 
 // Decodes code unit u (dims 32u..32u+31) with its two scale bytes into the tile column of `tile`.
 __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 tile, int u) {
@@ -244,19 +256,29 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     setmaxnreg_dec<kRegsProducer>();
     if (n_iter == 0) return;
     const int ptid = tid - kConsumers, pw = ptid >> 5;
-    // Warps 0-1 take record half 0, warps 2-3 half 1 (no divergence); candidate `tok` of the chunk.
+    // Decode role: warps 0-1 take record half 0, warps 2-3 half 1 (no divergence) of candidate `tok`.
+    // Gather role: warp pw copies rows 16 pw .. 16 pw + 15 (gather_rows), so the raw stage is shared
+    // by the warpgroup and kBarRaw separates its writes from the reads.
     const int half = pw >> 1, tok = 32 * (pw & 1) + lane;
     const u32 row = sbase + kRawOff + u32(tok) * kRawRow;
-    int idx = slot_index<kHasExtra>(p, work, t, c_begin, tok);
-    int idx_next = n_iter > 1 ? slot_index<kHasExtra>(p, work, t, c_begin + 1, tok) : -1;
-    gather_half<kHasExtra>(p, work, c_begin, idx, row, half);
+    const u32 my_rows = sbase + kRawOff + u32(16 * pw) * kRawRow;
+    const int my_slot = 16 * pw + (lane & 15);
+    const bool scale_lane = lane >= 16;
+    const u8* fallback = static_cast<const u8*>(p.kv);
+    u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
+    SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
+    u32 valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
+    gather_rows(fallback, addr, my_rows, lane);
     cp_async_commit();
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
       cp_async_wait<0>();
-      U32x4 code[7];
+      named_barrier_sync(kBarRaw, 128);  // every warp's copies of this chunk have landed
+      U32x4 code[7], rope[4];
 #pragma unroll
       for (int k = 0; k < 7; ++k) code[k] = lds128(row + 16 * (7 * half + k));
+#pragma unroll
+      for (int k = 0; k < 4; ++k) rope[k] = lds128(row + 224 + 16 * (4 * half + k));
       // Scale bytes 2u, 2u+1 of code unit u sit in word u / 2 of the scale record: half 0 needs
       // words 0-3 (scale unit 0), half 1 words 3-6 (the last word of its copy of unit 0, then unit 1).
       U32x4 sw;
@@ -266,19 +288,20 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         const U32x4 s1 = lds128(row + kDataBytes + 16);
         sw = U32x4{lds_u32(row + kScale0Copy + 12), s1.x, s1.y, s1.z};
       }
-      const u32 valid32 = __ballot_sync(0xffffffffu, idx >= 0);
+      const u32 valid_cur = valid16;
+      named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
+      // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
+      if (i + 1 < n_iter) {
+        addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
+        valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
+        gather_rows(fallback, addr, my_rows, lane);
+        if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
+      }
+      cp_async_commit();
       if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
       const u32 tile = sbase + kTileOff + u32(b) * kTileBytes + u32(tok) * 16;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) sts128(tile + (56 + 4 * half + k) * 1024, lds128(row + 224 + 16 * (4 * half + k)));
-      // The slots are read: bar.warp.sync orders the loads before the copies that overwrite them.
-      __syncwarp();
-      if (i + 1 < n_iter) {
-        gather_half<kHasExtra>(p, work, c_begin + i + 1, idx_next, row, half);
-        idx = idx_next;
-        idx_next = i + 2 < n_iter ? slot_index<kHasExtra>(p, work, t, c_begin + i + 2, tok) : -1;
-      }
-      cp_async_commit();
+      for (int k = 0; k < 4; ++k) sts128(tile + (56 + 4 * half + k) * 1024, rope[k]);
       // The half is warp-uniform; each branch indexes its registers with constants.
       const u32 words[4] = {sw.x, sw.y, sw.z, sw.w};
       if (half == 0) {
@@ -288,7 +311,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 #pragma unroll
         for (int u = 7; u < 14; ++u) decode_unit(code[u - 7], words[(u >> 1) - 3] >> (16 * (u & 1)), tile, u);
       }
-      if (half == 0 && lane == 0) sts32(sbase + kMaskOff + 8 * b + 4 * pw, valid32);
+      if (lane == 0) sts16(sbase + kMaskOff + 8 * b + 2 * pw, u16(valid_cur));
       fence_proxy_async_smem();
       mbar_arrive(bar_full + 8 * b);
     }

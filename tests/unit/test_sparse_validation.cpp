@@ -588,15 +588,15 @@ TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
   const sp::SplitPlanResult one{1, 1, 8}, two{2, 2, 16};
   CHECK(sp::choose_kernel("sm_120a", 512, 128, two, 170) == K::kMmaSmall);
   CHECK(sp::choose_kernel("sm_120a", 1, 8, one, 170) == K::kMmaSmall);
-  // sm_90a: the Hopper kernel from 7/8 of a wave of its 64-head blocks, for H a multiple of 64.
+  // sm_90a: the Hopper kernel from a fifth of the SMs' worth of its 64-head blocks, for H a multiple of 64.
   CHECK(sp::choose_kernel("sm_90a", 64, 128, one, 132) == K::kSm90);   // 128 blocks
-  CHECK(sp::choose_kernel("sm_90a", 64, 64, two, 132) == K::kSm90);    // 128 blocks
-  CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kMma);     // 64 blocks
-  CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kMma);     // 32 blocks
+  CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kSm90);    // 64 blocks
+  CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kSm90);    // 32 blocks
+  CHECK(sp::choose_kernel("sm_90a", 8, 64, two, 132) == K::kMma);      // 16 blocks
   CHECK(sp::choose_kernel("sm_90a", 512, 32, two, 132) == K::kMma);    // padded 64-row tiles
   CHECK(sp::choose_kernel("sm_90a", 512, 96, two, 132) == K::kMma);
-  CHECK(sp::choose_kernel("sm_90a", 58, 128, one, 132) == K::kSm90);   // 116 blocks: 8 * 116 >= 7 * 132
-  CHECK(sp::choose_kernel("sm_90a", 57, 128, one, 132) == K::kMma);
+  CHECK(sp::choose_kernel("sm_90a", 14, 128, one, 132) == K::kSm90);   // 28 blocks: 5 * 28 >= 132
+  CHECK(sp::choose_kernel("sm_90a", 13, 128, one, 132) == K::kMma);    // 26 blocks
   CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kMmaSmall) == K::kMmaSmall);
   CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kSm90) == K::kSm90);
   // Whatever it picks without an override is listed for the target (what prebuild manifests use).
