@@ -28,55 +28,101 @@ __device__ __forceinline__ u32 e2m1x2_rn_satfinite(float lo, float hi) {
   return r;
 }
 #else
-// One value's E2M1 code (sign at bit 3) as cvt.rn.satfinite.e2m1x2.f32 gives it, computed in fp32
-// (sm_90 has no FP4 conversion), added into nibble k of `acc`. `y` must be finite with |y| <= 9.
+// One value's E2M1 code magnitude as cvt.rn.satfinite.e2m1x2.f32 rounds it, before saturation,
+// computed in fp32 (sm_90 has no FP4 conversion), as nibble k of a word. `y` must be finite with
+// |y| <= 9.
 // The E2M1 grid step in |y|'s binade (0.5 below 2, then 1, then 2) is the ulp of
 // magic = 2^(22 + max(exponent, 0)), so |y| + magic rounds once to that grid, ties to even; 7 and
-// up round to 8 or more and are clamped to 6 (satfinite). Scaled by 2^-126, the rounded magnitude
-// lands on fp32's subnormal boundary, where its bits are code << 22. Multiplies place the fields,
-// so that most of the work runs on the FMA pipe.
-__device__ __forceinline__ void e2m1_accumulate_bounded(float y, int k, u32& acc) {
+// up round to 8. Scaled by 2^-126, the rounded magnitude lands on fp32's subnormal boundary, where
+// its bits are code << 22 (8 for 8: e2m1_saturate makes it 7). Multiplies place the fields, so that
+// most of the work runs on the FMA pipe.
+__device__ __forceinline__ u32 e2m1_magnitude(float y, int k) {
   const float a = fabsf(y);
   const float magic = __fmul_rn(__uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u), 0x1p22f);
-  const float r = fminf(__fsub_rn(__fadd_rn(a, magic), magic), 6.0f);
-  const u32 code22 = __float_as_uint(__fmul_rn(r, 0x1p-126f));
-  const u32 sign = __umulhi(__float_as_uint(y), 2u);
-  acc += (k <= 5 ? __umulhi(code22, 1u << (10 + 4 * k)) : code22 * (1u << (4 * k - 22))) + sign * (8u << (4 * k));
+  const u32 code22 = __float_as_uint(__fmul_rn(__fsub_rn(__fadd_rn(a, magic), magic), 0x1p-126f));
+  return k <= 5 ? __umulhi(code22, 1u << (10 + 4 * k)) : code22 * (1u << (4 * k - 22));
+}
+
+// satfinite on eight unsigned nibbles of 0..8: 8 (|y| >= 7) becomes 7 (6).
+__device__ __forceinline__ u32 e2m1_saturate(u32 m) {
+  const u32 big = m & 0x88888888u;
+  return (m ^ big) | (big - (big >> 3));
 }
 
 // Any y: the clamp to +-6.5 saturates (6.5 rounds to 6) and turns NaN into +6.5 (fminf drops NaN),
 // so the sign is read from the clamped value.
-__device__ __forceinline__ void e2m1_accumulate(float y, int k, u32& acc) {
-  e2m1_accumulate_bounded(fmaxf(fminf(y, 6.5f), -6.5f), k, acc);
+__device__ __forceinline__ u32 e2m1_nibble(float y, int k) {
+  const float c = fmaxf(fminf(y, 6.5f), -6.5f);
+  return e2m1_magnitude(c, k) + __umulhi(__float_as_uint(c), 2u) * (8u << (4 * k));
 }
 
-__device__ __forceinline__ float fmax_nan(float a, float b) {
+// Bit 3 of nibble k = the sign bit of element k of four bf16 pairs (element 2i: bits 0..15 of
+// w[i]). Gathering bytes 1 and 3 of each pair puts elements 0, 2, 1, 3 (then 4, 6, 5, 7) at bits
+// 7, 15, 23, 31; shifts move them to their nibbles.
+__device__ __forceinline__ u32 bf16x8_sign_nibbles(const u32* w) {
+  u32 e01, e23;
+  asm("prmt.b32 %0, %1, %2, 0x7351;" : "=r"(e01) : "r"(w[0]), "r"(w[1]));
+  asm("prmt.b32 %0, %1, %2, 0x7351;" : "=r"(e23) : "r"(w[2]), "r"(w[3]));
+  return ((e01 >> 4) & 0x00000808u) | ((e01 >> 16) & 0x00008080u) | ((e23 << 12) & 0x08080000u) | (e23 & 0x80800000u);
+}
+
+// The eight nibbles of four bf16 pairs: the fields are disjoint, so they are summed as a tree (a
+// short dependency chain) rather than one after another. In a bounded group x * inv has x's sign
+// (inv is +0 or positive, and x is finite), so the signs come from the bf16 bits directly.
+template <bool kBounded>
+__device__ __forceinline__ u32 e2m1_word(const u32* w, float inv) {
+  u32 t[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float lo = __fmul_rn(bf16x2_lo(w[i]), inv), hi = __fmul_rn(bf16x2_hi(w[i]), inv);
+    t[2 * i] = kBounded ? e2m1_magnitude(lo, 2 * i) : e2m1_nibble(lo, 2 * i);
+    t[2 * i + 1] = kBounded ? e2m1_magnitude(hi, 2 * i + 1) : e2m1_nibble(hi, 2 * i + 1);
+  }
+  const u32 sum = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  return kBounded ? e2m1_saturate(sum) | bf16x8_sign_nibbles(w) : sum;
+}
+
+#endif
+
+// Largest |x| over eight bf16 pairs, as an exact fp32. Packed maxima in a tree: with kNaN a NaN
+// element makes the result NaN; without, NaN elements are ignored (an all-NaN group gives 0).
+template <bool kNaN>
+__device__ __forceinline__ float bf16x16_abs_max(const u32* w) {
+  u32 m[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m[i] = w[i] & 0x7fff7fffu;
+#pragma unroll
+  for (int n = 4; n >= 1; n /= 2) {
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      if (kNaN) {
+        asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(m[i]) : "r"(m[i]), "r"(m[i + n]));
+      } else {
+        asm("max.bf16x2 %0, %1, %2;" : "=r"(m[i]) : "r"(m[i]), "r"(m[i + n]));
+      }
+    }
+  }
   float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  if (kNaN) {
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(bf16x2_lo(m[0])), "f"(bf16x2_hi(m[0])));
+  } else {
+    r = fmaxf(0.0f, fmaxf(bf16x2_lo(m[0]), bf16x2_hi(m[0])));
+  }
   return r;
 }
-#endif
 
 // Sixteen bf16 values (a: elements 0..7, b: 8..15, little-endian pairs) -> eight code bytes
 // (lo: elements 0..7, hi: 8..15, element 2i in the low nibble of byte i) and the scale byte.
 __device__ __forceinline__ u32 nvfp4_encode_group16(const uint4& a, const uint4& b, u32& lo, u32& hi) {
   const u32 w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) amax = fmaxf(fmaxf(amax, fabsf(bf16x2_lo(w[i]))), fabsf(bf16x2_hi(w[i])));
+  const float amax = bf16x16_abs_max<false>(w);
 #else
   // NaN propagates through this maximum: such a group (rare) takes the general path below.
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) amax = fmax_nan(fmax_nan(amax, fabsf(bf16x2_lo(w[i]))), fabsf(bf16x2_hi(w[i])));
+  float amax = bf16x16_abs_max<true>(w);
   // Up to 6 * 448 every |x| / scale is at most 9 (6.4 for normal scales, 9 for subnormal ones).
   const bool bounded = amax <= 2688.0f;
-  if (!bounded) {
-    amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(fmaxf(amax, fabsf(bf16x2_lo(w[i]))), fabsf(bf16x2_hi(w[i])));
-  }
+  if (!bounded) amax = bf16x16_abs_max<false>(w);
 #endif
   const u8 scale = float_to_e4m3_satfinite(__fmul_rn(amax, 0x1.555556p-3f));  // fp32(1/6)
   const float s = e4m3_to_float(scale);
@@ -88,24 +134,12 @@ __device__ __forceinline__ u32 nvfp4_encode_group16(const uint4& a, const uint4&
   lo = bytes[0] | (bytes[1] << 8) | (bytes[2] << 16) | (bytes[3] << 24);
   hi = bytes[4] | (bytes[5] << 8) | (bytes[6] << 16) | (bytes[7] << 24);
 #else
-  lo = 0;
-  hi = 0;
   if (bounded) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      e2m1_accumulate_bounded(__fmul_rn(bf16x2_lo(w[i]), inv), 2 * i, lo);
-      e2m1_accumulate_bounded(__fmul_rn(bf16x2_hi(w[i]), inv), 2 * i + 1, lo);
-      e2m1_accumulate_bounded(__fmul_rn(bf16x2_lo(w[4 + i]), inv), 2 * i, hi);
-      e2m1_accumulate_bounded(__fmul_rn(bf16x2_hi(w[4 + i]), inv), 2 * i + 1, hi);
-    }
+    lo = e2m1_word<true>(w, inv);
+    hi = e2m1_word<true>(w + 4, inv);
   } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      e2m1_accumulate(__fmul_rn(bf16x2_lo(w[i]), inv), 2 * i, lo);
-      e2m1_accumulate(__fmul_rn(bf16x2_hi(w[i]), inv), 2 * i + 1, lo);
-      e2m1_accumulate(__fmul_rn(bf16x2_lo(w[4 + i]), inv), 2 * i, hi);
-      e2m1_accumulate(__fmul_rn(bf16x2_hi(w[4 + i]), inv), 2 * i + 1, hi);
-    }
+    lo = e2m1_word<false>(w, inv);
+    hi = e2m1_word<false>(w + 4, inv);
   }
 #endif
   return scale;

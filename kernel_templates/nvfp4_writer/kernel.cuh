@@ -25,6 +25,15 @@ namespace kiln {
 __device__ __forceinline__ void nvfp4_wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void nvfp4_let_next_kernel_start() { asm volatile("griddepcontrol.launch_dependents;"); }
 
+// Before the wait a kernel may only warm L2 (coherent for every SM) with the lines it will read:
+// nothing reaches registers or L1 until the previous kernel's writes are visible. In a chain of
+// writer calls this overlaps the next call's source reads with the current call's tail.
+__device__ __forceinline__ void nvfp4_prefetch_row(const Nvfp4WriterParams& p, int row) {
+  if (row >= kNvfp4PrefetchRows || row >= p.num_rows) return;
+  const u16* src = static_cast<const u16*>(p.src) + row * p.src_row_stride;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], 1024;" ::"l"(src) : "memory");
+}
+
 struct Nvfp4WriterRow {
   uint4 a, b;             // this lane's 16 source values (lanes 28..31: RoPE, copied as they are)
   u32 lo = 0, hi = 0;     // lanes 0..27: the group's E2M1 codes
@@ -73,10 +82,11 @@ __device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, i
 // Row i -> slot i. Each warp loads its rows before encoding any, so their reads overlap.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
-  nvfp4_wait_for_previous_kernel();
-  nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  if (lane < kNvfp4RowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
+  nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
   Nvfp4WriterRow r[kNvfp4RowsPerWarp];
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
@@ -95,10 +105,11 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const _
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   __shared__ int slots[kNvfp4AppendScanRows];
-  nvfp4_wait_for_previous_kernel();
-  nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32;  // one row per warp
+  if (lane == 0) nvfp4_prefetch_row(p, row);
+  nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
   const bool live = row < p.num_rows;
   Nvfp4WriterRow r;
   if (live) r = nvfp4_writer_load(p, row, lane);  // in flight during the staging
@@ -122,12 +133,20 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(
 // One thread per row: the lowest row of each target slot ends up in the slot's padding word.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kNvfp4ClaimThreads + threadIdx.x;
+  // The owner word this row will probably claim: the slot read here (from L2, past L1) may still
+  // change before the wait, so it only picks a line to warm. (Warming the write kernel's rows here
+  // too delays this grid's completion, which the write kernel waits for.)
+  if (row < p.num_rows && row < kNvfp4PrefetchRows) {
+    int guess;
+    asm volatile("ld.global.cg.b32 %0, [%1];" : "=r"(guess) : "l"(p.slot_mapping + row));
+    if (guess >= 0 && guess < p.num_slots) asm volatile("prefetch.global.L2 [%0];" ::"l"(nvfp4_scale_record<kPageSize>(p, guess)) : "memory");
+  }
   // After the wait, so that the write kernel, starting now, reads inputs that are complete: it reads
   // and encodes its rows, then waits for this whole grid before it reads an owner word.
   nvfp4_wait_for_previous_kernel();
   nvfp4_let_next_kernel_start();
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kNvfp4ClaimThreads + threadIdx.x;
   const int slot = row < p.num_rows ? p.slot_mapping[row] : -1;
   const bool valid = slot >= 0 && slot < p.num_slots;
   // Rows of this warp with the same slot: only the lowest (lowest lane) claims.
@@ -145,33 +164,37 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
 }
 
 // After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
-// before it waits for the claims.
+// before it waits for the claims; then lane i reads row i's owner word, all in one round trip.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
-  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
-  int slot[kNvfp4RowsPerWarp];
-#pragma unroll
-  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-    slot[i] = -1;
-    if (row0 + i < p.num_rows) {
-      r[i] = nvfp4_writer_load(p, row0 + i, lane);
-      slot[i] = p.slot_mapping[row0 + i];
-    }
+  int slot = -1;  // lanes below kNvfp4RowsPerWarp: the target of row row0 + lane, -1 when skipped
+  if (lane < kNvfp4RowsPerWarp && row0 + lane < p.num_rows) {
+    const int s = p.slot_mapping[row0 + lane];
+    if (s >= 0 && s < p.num_slots) slot = s;
   }
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-    if (slot[i] >= 0 && slot[i] < p.num_slots) nvfp4_writer_encode(r[i], lane);
+    if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
+  }
+  const unsigned live = __ballot_sync(0xffffffffu, slot >= 0);
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if ((live >> i) & 1u) nvfp4_writer_encode(r[i], lane);
   }
   nvfp4_wait_for_previous_kernel();  // the claims
+  bool owner = false;
+  if (slot >= 0) {
+    owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups) == static_cast<unsigned>(row0 + lane) + 1u;
+  }
+  const unsigned write = __ballot_sync(0xffffffffu, owner);
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-    if (slot[i] < 0 || slot[i] >= p.num_slots) continue;
-    unsigned owner = 0;
-    if (lane == 0) owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot[i]) + kNvfp4Groups);
-    if (__shfl_sync(0xffffffffu, owner, 0) == static_cast<unsigned>(row0 + i) + 1u) nvfp4_writer_store<kPageSize>(p, slot[i], lane, r[i]);
+    const int s = __shfl_sync(0xffffffffu, slot, i);
+    if ((write >> i) & 1u) nvfp4_writer_store<kPageSize>(p, s, lane, r[i]);
   }
 }
 
