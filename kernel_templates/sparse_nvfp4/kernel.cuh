@@ -255,9 +255,9 @@ __device__ __forceinline__ void quantize_q_group(uint4 a, uint4 b, u32 (&h)[8]) 
 
 // Q rows head0 .. head0 + kRows - 1 into shared memory: NoPE NVFP4 round-tripped as exact f16, RoPE
 // as bf16 * 2^-7; rows past H are zero. The rows' 28 NoPE groups and 8 RoPE units are dealt
-// round-robin to kThreads threads (`idx` in [0, kThreads)). A thread issues the loads of two groups
-// (and first of its RoPE units) before it converts any: at T = 1, one round trip to L2 per group
-// was most of a block's time.
+// round-robin to kThreads threads (`idx` in [0, kThreads)). A thread loads its RoPE units first,
+// then its groups two at a time, issuing both groups' loads before converting either: at T = 1, a
+// round trip to L2 per group would be most of a block's time.
 template <int kHeads, int kRows, int kThreads>
 __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int idx) {
   constexpr int kNope = kRows * 28, kRope = kRows * 8;
