@@ -30,6 +30,6 @@ std::string compose(ErrorCode code, const std::string& message, const ErrorDetai
 }  // namespace
 
 Error::Error(ErrorCode code, const std::string& message, ErrorDetails details)
-    : std::runtime_error(compose(code, message, details)), code_(code), details_(std::move(details)) {}
+    : std::runtime_error(compose(code, message, details)), code_(code), message_(message), details_(std::move(details)) {}
 
 }  // namespace kiln

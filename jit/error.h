@@ -32,10 +32,14 @@ class Error : public std::runtime_error {
   Error(ErrorCode code, const std::string& message, ErrorDetails details = {});
 
   ErrorCode code() const noexcept { return code_; }
+  // The message as given, without what()'s "kiln [code]: " prefix and details: for wrapping it in
+  // another Error's message.
+  const std::string& message() const noexcept { return message_; }
   const ErrorDetails& details() const noexcept { return details_; }
 
  private:
   ErrorCode code_;
+  std::string message_;
   ErrorDetails details_;
 };
 

@@ -11,10 +11,11 @@ namespace kiln {
 
 class SemanticKey {
  public:
-  // Canonicalises `policy` through the family and validates `arch`. Throws kInvalidArgument.
+  // Canonicalises `policy` through the family and validates `arch`. Throws kInvalidArgument, or
+  // kUnsupported for a well-formed policy value kiln does not implement (the family's rule says which).
   SemanticKey(std::string_view family, const nlohmann::json& policy, std::string_view arch);
 
-  // Parses a printable key; the digest must match. Throws kInvalidArgument saying what is wrong.
+  // Parses a printable key; the digest must match. Throws as the constructor does, saying what is wrong.
   static SemanticKey parse(std::string_view printable);
 
   const std::string& family() const { return family_; }

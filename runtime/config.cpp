@@ -45,7 +45,7 @@ std::optional<RemoteOptions> remote_from_environment() {
   try {
     r.endpoint = parse_redis_url(*url);
   } catch (const Error& e) {
-    throw Error(ErrorCode::kInvalidArgument, fmt::format("KILN_REMOTE_CACHE: {}", e.what()));
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("KILN_REMOTE_CACHE: {}", e.message()));
   }
   if (auto v = env("KILN_REMOTE_CACHE_PASSWORD")) r.endpoint.password = *v;
   if (auto v = env("KILN_REMOTE_CACHE_PREFIX")) r.key_prefix = *v;

@@ -82,7 +82,7 @@ void not_an_object(std::string_view family) {
 }
 
 void rethrow_for_policy(std::string_view family, const Error& e) {
-  throw Error(e.code(), fmt::format("{} policy: {}", family, e.what()), e.details());
+  throw Error(e.code(), fmt::format("{} policy: {}", family, e.message()), e.details());
 }
 
 void out_of_range(std::string_view family, std::string_view field, std::int64_t v) {

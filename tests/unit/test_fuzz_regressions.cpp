@@ -179,3 +179,21 @@ TEST_CASE("fuzz regressions: a semantic key with non-UTF-8 bytes is invalid_argu
     }
   }
 }
+
+// Found by fuzz_semantic_key: a well-formed MLA key with page_size 126 fails the family's rule,
+// which is `unsupported` (a value kiln does not implement), not `invalid_argument`; the parser's
+// message wrapped the rule's whole what(), so "kiln [unsupported]: " appeared twice.
+TEST_CASE("fuzz regressions: a key with an unimplemented page size is unsupported, said once", "[unit][fuzz]") {
+  kiln::register_builtin_families();
+  const std::string text = read_bytes(fuzz_dir() / "regressions" / "semantic_key" / "unsupported_page_size");
+  REQUIRE(!text.empty());
+  try {
+    kiln::SemanticKey::parse(text);
+    FAIL("accepted");
+  } catch (const kiln::Error& e) {
+    const std::string what = e.what();
+    CHECK(e.code() == kiln::ErrorCode::kUnsupported);
+    CHECK(what.find("page_size") != std::string::npos);
+    CHECK(what.find("kiln [") == what.rfind("kiln ["));
+  }
+}
