@@ -27,6 +27,7 @@ struct SparseOptions {
   int max_splits = 16;                          // caps plan_splits
   std::optional<int> head_tiles;                // overrides plan_head_tiles: 1, or 2 when H % 32 == 0
   std::optional<SparseKernel> kernel;           // overrides the launcher's choice of decode kernel (tests, benchmarks)
+  std::optional<bool> cluster;                  // overrides sparse_cluster_size's choice (true: always when it can, false: never)
 };
 
 // The seed's returned dict {"head_tiles", "num_splits", "chunks_per_block"}.
@@ -67,6 +68,14 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
 // of 64 (no padded rows) and its 64-head blocks on at least a fifth of the SMs; kMma otherwise.
 SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
                            std::optional<SparseKernel> kernel = std::nullopt);
+
+// CTAs per cluster of a kMma launch of `plan` for T tokens and H heads on `sms` SMs: a split's
+// chunks_per_block chunks are dealt to the cluster's CTAs (ceil(cpb / size) each, in chunk order) and
+// the cluster combines its partial rows in distributed shared memory, so a split takes the time of
+// its slice rather than of all its chunks. 1 (no cluster) when cpb is 1 or `cluster` is false; else
+// the size that gives each CTA the fewest chunks (<= kSparseMaxCluster CTAs) while the whole grid fits
+// one wave (one decode CTA per SM), the smallest such; `cluster` true drops the one-wave condition.
+int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster = std::nullopt);
 
 // Every kernel choose_kernel can return on `arch` for H heads without an override (what a prebuild
 // manifest needs for that target).

@@ -609,3 +609,25 @@ TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
       }
   expect_error([&] { sp::choose_kernel("sm_120a", 1, 64, one, 132, K::kSm90); }, "kernel", {"sm_90a"}, ErrorCode::kUnsupported);
 }
+
+TEST_CASE("sparse validation: CTAs per cluster of an mma.sync launch", "[unit]") {
+  // T = 1 on 132 SMs: H 64 / 512 candidates plans 1 tile, 4 splits of 2 chunks (16 CTAs): a pair per split.
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 2}, 132) == 2);
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 16, 2}, 132) == 2);   // 64 splits' CTAs -> 128
+  // H 128 / 2048 candidates: 8 splits of 4 chunks on 8 head groups; 4 CTAs of one chunk would be 256
+  // CTAs (two waves), 2 CTAs of 2 chunks fit.
+  CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 132) == 2);
+  CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 264) == 4);
+  // 5 chunks: one each on 5 CTAs when they fit, else 3 + 2.
+  CHECK(sp::sparse_cluster_size(2, 64, {1, 2, 5}, 132) == 5);
+  CHECK(sp::sparse_cluster_size(2, 64, {1, 2, 5}, 32) == 2);
+  // At most 8 CTAs: 16 chunks as 8 pairs.
+  CHECK(sp::sparse_cluster_size(1, 16, {1, 1, 16}, 132) == 8);
+  // One chunk per split, or a full grid, or forced off: no cluster.
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 8, 1}, 132) == 1);
+  CHECK(sp::sparse_cluster_size(64, 128, {2, 2, 16}, 132) == 1);
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 2}, 132, false) == 1);
+  // Forced on: the fewest chunks per CTA regardless of the wave.
+  CHECK(sp::sparse_cluster_size(64, 128, {2, 2, 16}, 132, true) == 8);
+  CHECK(sp::sparse_cluster_size(64, 128, {1, 8, 1}, 132, true) == 1);
+}
