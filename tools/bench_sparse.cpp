@@ -167,9 +167,10 @@ class Pools {
 };
 
 Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms, std::optional<sparse::SparseKernel> kernel,
-                   CUstream stream, BenchRng& rng, KernelService& service) {
+                   std::optional<bool> cluster, CUstream stream, BenchRng& rng, KernelService& service) {
   const Driver& d = Driver::get();
-  const std::string where = c.name() + (kernel ? fmt::format(" kernel {}", sparse::sparse_kernel_name(*kernel)) : std::string());
+  const std::string where = c.name() + (kernel ? fmt::format(" kernel {}", sparse::sparse_kernel_name(*kernel)) : std::string()) +
+                            (cluster ? fmt::format(" cluster {}", *cluster ? "on" : "off") : std::string());
   const std::int64_t pool_pages = static_cast<std::int64_t>(pool.bytes() / (c.page * kTokenBytes));
   const std::int64_t pool_tokens = pool_pages * c.page;
   Timing t;
@@ -209,6 +210,7 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
   const TensorView cache = TensorView::contiguous(pool.at(0), DType::kU8, {pool_pages, c.page, 384});
   sparse::SparseOptions opt;
   opt.kernel = kernel;
+  opt.cluster = cluster;
   if (lengths) opt.topk_length = TensorView::contiguous(lengths->at(0), DType::kI32, {c.tokens});
   if (c.has_extra()) opt.extra_kv_cache = cache;
   if (splits > 1) {
@@ -303,6 +305,8 @@ int run_bench_sparse(const BenchOptions& options) {
     BenchConfig c;
     sparse::SparseKernel kernel;  // the launcher's pick
     std::vector<Timing> t;        // per entry of `kernels`
+    int cluster = 1;              // CTAs per cluster of the mma.sync launch
+    std::optional<Timing> mma_no_cluster;  // the mma.sync kernel without a cluster, where it has one
     const Timing& picked(const std::vector<sparse::SparseKernel>& all) const {
       return t[std::find(all.begin(), all.end(), kernel) - all.begin()];
     }
@@ -314,13 +318,15 @@ int run_bench_sparse(const BenchOptions& options) {
     const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms);
     Row row{c, sparse::choose_kernel(arch, c.tokens, c.heads, plan, sms), {}};
     for (const sparse::SparseKernel kernel : kernels) {
-      row.t.push_back(time_config(c, pool, sms, kernel, stream, rng, service));
+      row.t.push_back(time_config(c, pool, sms, kernel, std::nullopt, stream, rng, service));
       if (row.t.back().bad_outputs > 0) {
         throw Error(ErrorCode::kInternal, fmt::format("sparse bench {} kernel {}: {} NaN/Inf values in the outputs after a replay: the "
                                                       "kernel is broken for this config, its timing would mean nothing",
                                                       c.name(), sparse::sparse_kernel_name(kernel), row.t.back().bad_outputs));
       }
     }
+    if (hopper) row.cluster = sparse::sparse_cluster_size(c.tokens, c.heads, plan, sms);
+    if (row.cluster > 1) row.mma_no_cluster = time_config(c, pool, sms, sparse::SparseKernel::kMma, false, stream, rng, service);
     const Timing& t = row.picked(kernels);
     std::fprintf(stderr, "%-34s %5d calls %9.2f us (%s)  %7.1f GB/s  %6.1f TFLOP/s  plan %d/%d/%d  (%.0f ms)\n", c.name().c_str(), t.calls,
                  t.us, sparse::sparse_kernel_name(row.kernel), c.gathered_bytes() / (t.us * 1e-6) * 1e-9,
@@ -366,6 +372,8 @@ int run_bench_sparse(const BenchOptions& options) {
     if (c.length > 0) r["topk_length"] = c.length;
     if (wgmma_ceiling > 0) r["pct_wgmma_peak"] = 100 * tflop_s / wgmma_ceiling;
     for (std::size_t k = 0; k < kernels.size(); ++k) r[fmt::format("us_{}", sparse::sparse_kernel_name(kernels[k]))] = row.t[k].us;
+    if (hopper) r["mma_cluster"] = row.cluster;
+    if (row.mma_no_cluster) r["us_mma_no_cluster"] = row.mma_no_cluster->us;
     (c.extended ? extended : results).push_back(r);
     if (c.extended) continue;
     const json key = {{"T", c.tokens}, {"H", c.heads}, {"topk", c.topk}, {"extra_topk", c.extra_topk}};
@@ -390,6 +398,8 @@ int run_bench_sparse(const BenchOptions& options) {
                              static_cast<double>(kPoolBytes) * 1e-9, kMinCalls, kMaxCalls)},
       {"plan", "the launcher's own (planners for this device's SM count; no overrides)"},
       {"kernel", "the launcher's choice for the call; us_<kernel>: the same calls forced onto each kernel it may pick here"},
+      {"mma_cluster", "CTAs per cluster sharing a split's chunks in the mma.sync launch (sparse_cluster_size); us_mma_no_cluster: "
+                      "the same calls on mma.sync with the cluster forced off, where it has one"},
       {"gathered_bytes", "T * active candidates * 384 (index reads, Q and outputs not counted)"},
       {"flop", "2 * T * H * candidates * 1024"},
       {"sm_scale", kSmScale},
@@ -406,17 +416,18 @@ int run_bench_sparse(const BenchOptions& options) {
 
   // The compact table last, on stderr (stdout carries the JSON).
   ceilings.print();
-  std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %s\n", "T", "H", "cands", "page", "len", "us/call",
-               "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us sm90", "us mma", "tiles/splits/cpb");
+  std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %-16s %2s %s\n", "T", "H", "cands", "page", "len", "us/call",
+               "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us sm90", "us mma", "tiles/splits/cpb", "cl", "us mma 1 CTA");
   for (const json* list : {&results, &extended}) {
     for (const json& r : *list) {
       const std::string cands = r["extra_topk"].get<int>() ? fmt::format("{}+{}", r["topk"].get<int>(), r["extra_topk"].get<int>())
                                                            : fmt::format("{}", r["topk"].get<int>());
-      std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %-9s %8.1f %6.1f %8.1f %6.1f %9.2f %9.2f %d/%d/%d\n", r["T"].get<int>(),
+      std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %-9s %8.1f %6.1f %8.1f %6.1f %9.2f %9.2f %-16s %2d %.2f\n", r["T"].get<int>(),
                    r["H"].get<int>(), cands.c_str(), r["page_size"].get<int>(), r.value("topk_length", 0), r["us_per_call"].get<double>(),
                    r["kernel"].get<std::string>().c_str(), r["gathered_gb_s"].get<double>(), r["pct_copy"].get<double>(),
                    r["tflop_s"].get<double>(), r.value("pct_wgmma_peak", 0.0), r.value("us_sm90", 0.0), r.value("us_mma", 0.0),
-                   r["head_tiles"].get<int>(), r["num_splits"].get<int>(), r["chunks_per_block"].get<int>());
+                   fmt::format("{}/{}/{}", r["head_tiles"].get<int>(), r["num_splits"].get<int>(), r["chunks_per_block"].get<int>()).c_str(),
+                   r.value("mma_cluster", 1), r.value("us_mma_no_cluster", 0.0));
     }
   }
   bench_print_footer(report, bar_summary);

@@ -48,6 +48,40 @@ __device__ __forceinline__ void allow_dependent_grid() { asm volatile("griddepco
 __device__ __forceinline__ void bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+// Cluster helpers (sm_90+). A launch without a cluster attribute is a cluster of one CTA.
+__device__ __forceinline__ u32 cluster_size() {
+  u32 n;
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+}
+__device__ __forceinline__ u32 cluster_rank() {
+  u32 r;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster arrives (exited threads would not), then waits: the
+// release/acquire pair makes each CTA's shared-memory writes before it visible to its peers after.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// The shared-memory address `addr` of this CTA, as the same variable of CTA `rank` of the cluster.
+__device__ __forceinline__ u32 peer_addr(u32 addr, u32 rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float ld_peer_f32(u32 addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 ld_peer_f32x4(u32 addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ int clamp_length(const void* lengths, int t, int topk) {
   if (lengths == nullptr) return topk;
   const int v = static_cast<const int*>(lengths)[t];
@@ -350,7 +384,12 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   const u32 bar_full = bar_empty + 8 * kTileBufs;                                         // + 8 * buffer
 
   const int tid = threadIdx.x;
-  int bx = blockIdx.x;
+  // With a cluster of ncta CTAs (kMma launches only), the cluster shares one (token, head group,
+  // split): CTA crank takes its slice of the split's chunks and the cluster combines the partial
+  // rows in distributed shared memory (the cluster epilogue below).
+  const int ncta = kSmall ? 1 : int(cluster_size());
+  const int crank = kSmall ? 0 : int(cluster_rank());
+  int bx = blockIdx.x / ncta;
   const int group = bx % kGroups;
   bx /= kGroups;
   const int split = kSplit ? bx % p.num_splits : 0;
@@ -365,8 +404,12 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   }
   wait_for_prior_grid();  // the first read of an input (sparse_detail)
   const TokenWork work = token_work<kHasExtra>(p, t);
-  const int c_begin = kSplit ? split * p.chunks_per_block : 0;
-  int c_end = kSplit ? c_begin + p.chunks_per_block : work.total_chunks;
+  // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
+  const int per_cta = (p.chunks_per_block + ncta - 1) / ncta;
+  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
+  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + crank * per_cta;
+  int c_end = c_begin + per_cta;
+  if (c_end > split_end) c_end = split_end;
   if (c_end > work.total_chunks) c_end = work.total_chunks;
   const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
   __syncthreads();
@@ -391,7 +434,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       cur = next;
       valid_cur = valid_next;
     }
-    return;
+    return;  // the compact configuration is never launched as a cluster
   }
   if (tid >= kConsumers) {
     // ------------------------------ producers ------------------------------
@@ -440,6 +483,10 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       cp_async_commit();
     }
     cp_async_wait<0>();
+    if (ncta > 1) {  // the consumers' two cluster barriers
+      cluster_sync();
+      cluster_sync();
+    }
     return;
   }
 
@@ -610,6 +657,106 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   bar_sync(bar_team, kSparseConsumerThreads);
   const float* sink = static_cast<const float*>(p.attn_sink);
   constexpr float kLog2e = 1.4426950408889634f;
+  if constexpr (!kSmall) {
+    if (ncta > 1) {
+      // ---- cluster epilogue: every CTA publishes its rows' max, sum and unnormalised O in its
+      // tiles region; after the first cluster barrier CTA crank combines the O columns nt with
+      // nt % ncta == crank over all CTAs in rank order (a fixed order: bitwise repeatable) and
+      // writes them; the second barrier keeps each CTA's shared memory alive until read. ----
+      bar_sync(kBarQStaged, kConsumers);  // both teams are past their last tile read
+      float* xo = reinterpret_cast<float*>(tiles);  // [16 nt][kConsumers][4]
+      float* xs = xo + 16 * kConsumers * 4;         // [kRows][2]: max, sum
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt)
+        *reinterpret_cast<float4*>(xo + (nt * kConsumers + tid) * 4) = make_float4(o[0][nt][0], o[0][nt][1], o[0][nt][2], o[0][nt][3]);
+      if (warp == 0 && q4 == 0) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int row = row0 + hr * 8 + g;
+          xs[2 * row] = m_run[0][hr];
+          xs[2 * row + 1] = red_l[row] + red_l[32 + row] + red_l[64 + row] + red_l[96 + row];
+        }
+      }
+      cluster_sync();
+      float w[2][kSparseMaxCluster], factor[2], lse[2];
+      bool empty[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = row0 + hr * 8 + g;
+        const u32 s_addr = smem_addr(xs + 2 * row);
+        float m[kSparseMaxCluster], l[kSparseMaxCluster];
+#pragma unroll
+        for (int r = 0; r < kSparseMaxCluster; ++r) {
+          m[r] = neg_inf();
+          l[r] = 0.0f;
+          if (r < ncta) {
+            const u32 a = peer_addr(s_addr, u32(r));
+            m[r] = ld_peer_f32(a);
+            l[r] = ld_peer_f32(a + 4);
+          }
+        }
+        float mx = neg_inf();
+#pragma unroll
+        for (int r = 0; r < kSparseMaxCluster; ++r) mx = l[r] > 0.0f ? fmaxf(mx, m[r]) : mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kSparseMaxCluster; ++r) {
+          w[hr][r] = l[r] > 0.0f ? fast_exp2(m[r] - mx) : 0.0f;
+          sum += w[hr][r] * l[r];
+        }
+        empty[hr] = !(sum > 0.0f);
+        lse[hr] = mx + fast_log2(sum);
+        factor[hr] = empty[hr] ? 0.0f : 1.0f / sum;
+        const int head = head0 + row;
+        if (!kSplit && sink != nullptr && head < kHeads) {
+          const float s2 = sink[head] * kLog2e;
+          if (empty[hr]) {
+            lse[hr] = s2;
+          } else {
+            factor[hr] *= 1.0f / (1.0f + fast_exp2(s2 - lse[hr]));
+            const float hi = fmaxf(lse[hr], s2), lo = fminf(lse[hr], s2);
+            lse[hr] = hi + fast_log2(1.0f + fast_exp2(lo - hi));
+          }
+        } else if (empty[hr]) {
+          lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
+        }
+        const long long out_row = (long long)t * kHeads + head;
+        if (crank == 0 && warp == 0 && q4 == 0 && head < kHeads) {
+          if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
+          else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt) {
+        if (nt % ncta != crank) continue;
+        const u32 o_addr = smem_addr(xo + (nt * kConsumers + tid) * 4);
+        float4 v[kSparseMaxCluster];
+#pragma unroll
+        for (int r = 0; r < kSparseMaxCluster; ++r) v[r] = r < ncta ? ld_peer_f32x4(peer_addr(o_addr, u32(r))) : make_float4(0.f, 0.f, 0.f, 0.f);
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < kSparseMaxCluster; ++r) {
+          acc[0] += w[0][r] * v[r].x;
+          acc[1] += w[0][r] * v[r].y;
+          acc[2] += w[1][r] * v[r].z;
+          acc[3] += w[1][r] * v[r].w;
+        }
+        const int dim = (nt < 14 ? 112 * warp + 8 * nt : 448 + 16 * warp + 8 * (nt - 14)) + 2 * q4;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int head = head0 + row0 + hr * 8 + g;
+          if (head >= kHeads || (kSplit && empty[hr])) continue;  // mid_out of an empty split is never read
+          const long long out_row = (long long)t * kHeads + head;
+          u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
+                            : static_cast<u16*>(p.output) + out_row * 512;
+          const float f = nt < 14 ? factor[hr] * kKScaleUndo : factor[hr];
+          *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
+        }
+      }
+      cluster_sync();
+      return;
+    }
+  }
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll

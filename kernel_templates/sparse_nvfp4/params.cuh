@@ -59,6 +59,7 @@ KILN_SPARSE_HD constexpr int sparse_block_threads(int head_tiles) {
 }
 constexpr int kSparseChunk = 64;             // candidate slots per chunk
 constexpr int kSparseMaxChunksPerBlock = 16;
+constexpr int kSparseMaxCluster = 8;         // CTAs of one split (portable cluster size)
 constexpr int kSparseHeadsPerTile = 16;
 constexpr int kSparseMergeThreads = 256;     // 4 (token, head) rows per merge block
 constexpr int kSparseMergeRowsPerBlock = 4;

@@ -27,6 +27,7 @@ struct SparseOptions {
   int max_splits = 16;                          // caps plan_splits
   std::optional<int> head_tiles;                // overrides plan_head_tiles: 1, or 2 when H % 32 == 0
   std::optional<SparseKernel> kernel;           // overrides the launcher's choice of decode kernel (tests, benchmarks)
+  std::optional<bool> cluster;                  // overrides sparse_cluster_size's choice (true: always when it can, false: never)
 };
 
 // The seed's returned dict {"head_tiles", "num_splits", "chunks_per_block"}.
@@ -64,9 +65,20 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
 // device of target `arch` with `sms` SMs (kernel = an override, checked: kSm90 needs sm_90a).
 // sm_120a (and any target but sm_90a): kMmaSmall, the one configuration that fits 99 KiB per block.
 // sm_90a: kSm90 where it was measured faster (tools/bench_results/sparse_h200.json): H a multiple
-// of 64 (no padded rows) and its 64-head blocks on at least a fifth of the SMs; kMma otherwise.
+// of 64 (no padded rows), its 64-head blocks on at least a fifth of the SMs, and no cluster for kMma
+// (sparse_cluster_size 1); kMma otherwise.
 SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
                            std::optional<SparseKernel> kernel = std::nullopt);
+
+// CTAs per cluster of a kMma launch of `plan` for T tokens and H heads on `sms` SMs: a split's
+// chunks_per_block chunks are dealt to the cluster's CTAs (ceil(cpb / size) each, in chunk order) and
+// the cluster combines its partial rows in distributed shared memory, so a split takes the time of
+// its slice rather than of all its chunks. 1 (no cluster) when `cluster` is false; else the size
+// that gives each CTA the fewest chunks (<= kSparseMaxCluster CTAs) while the whole grid fits one
+// wave (one decode CTA per SM) and each CTA does at least two chunks fewer than cpb, the smallest
+// such, or 1 when none does (so always 1 for cpb <= 2: measured slower on the H200, see the README);
+// `cluster` true drops both conditions (any cpb >= 2).
+int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster = std::nullopt);
 
 // Every kernel choose_kernel can return on `arch` for H heads without an override (what a prebuild
 // manifest needs for that target).

@@ -14,10 +14,11 @@
 //
 // Split plans launch the merge kernel as a programmatic dependent of the decode kernel, so every
 // split case (and the graph replays) covers that overlap. Every case runs the launcher's kernel for
-// the call and, forced, the compact configuration that
-// fits sm_120's 99 KiB and (on sm_90a) the warpgroup-MMA kernel; planned calls also the mma.sync
-// kernel. Expected plans come from tests/support/sparse_plan_reference (the spec's planner rules,
-// written independently).
+// the call and, forced, the compact configuration that fits sm_120's 99 KiB and (on sm_90a) the
+// warpgroup-MMA kernel; planned calls also the mma.sync kernel, and on sm_90a that kernel with a
+// split's chunks shared by a CTA cluster forced on and off (the launcher picks a cluster where the
+// grid leaves SMs idle, so small-T cases run it by default too). Expected plans come from
+// tests/support/sparse_plan_reference (the spec's planner rules, written independently).
 //
 // The matrix touches every value of every conformance axis at least once without building
 // the cross product; the first test asserts that coverage. Every key the matrix launches is warmed
@@ -222,12 +223,14 @@ struct Variant {
   std::optional<int> num_splits;
   std::optional<int> head_tiles;
   std::optional<SparseKernel> kernel;
+  std::optional<bool> cluster;  // SparseOptions::cluster
   bool planned() const { return !num_splits && !head_tiles; }
   std::string name() const {
     std::ostringstream s;
     s << (num_splits ? "splits=" + std::to_string(*num_splits) : std::string("planned splits"))
       << (head_tiles ? " tiles=" + std::to_string(*head_tiles) : std::string(""))
-      << " kernel " << (kernel ? kiln::sparse::sparse_kernel_name(*kernel) : "default");
+      << " kernel " << (kernel ? kiln::sparse::sparse_kernel_name(*kernel) : "default")
+      << (cluster ? (*cluster ? " cluster on" : " cluster off") : "");
     return s.str();
   }
 };
@@ -254,11 +257,16 @@ bool on_sm90() { return kiln::KernelService::global().device_arch(0) == "sm_90a"
 // valid head_tiles. Counts below ceil(chunks / 16) are rejected on the host (checked separately).
 // Every variant runs with the launcher's kernel, the forced compact configuration and (sm_90a) the
 // forced warpgroup-MMA kernel (one head tiling: it maps both onto its own blocks); planned calls also
-// with the mma.sync kernel.
+// with the mma.sync kernel. On sm_90a the mma.sync kernel also runs with the cluster forced on and
+// off (planned calls and every sweep variant).
 std::vector<Variant> variants(const SparseCase& c) {
   std::vector<Variant> v = {Variant{}, Variant{std::nullopt, std::nullopt, SparseKernel::kMmaSmall},
                             Variant{std::nullopt, std::nullopt, SparseKernel::kMma}};
-  if (on_sm90()) v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kSm90});
+  if (on_sm90()) {
+    v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kSm90});
+    v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kMma, true});
+    v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kMma, false});
+  }
   if (!c.sweep) return v;
   const int chunks = c.chunks();
   const int min_splits = (chunks + kMaxChunksPerBlock - 1) / kMaxChunksPerBlock;
@@ -269,6 +277,10 @@ std::vector<Variant> variants(const SparseCase& c) {
       v.push_back(Variant{ns, tiles});
       v.push_back(Variant{ns, tiles, SparseKernel::kMmaSmall});
       if (on_sm90() && tiles == 1) v.push_back(Variant{ns, tiles, SparseKernel::kSm90});
+      if (on_sm90()) {
+        v.push_back(Variant{ns, tiles, SparseKernel::kMma, true});
+        v.push_back(Variant{ns, tiles, SparseKernel::kMma, false});
+      }
     }
   }
   return v;
@@ -470,6 +482,7 @@ struct DeviceCase {
     o.num_splits = v.num_splits;
     o.head_tiles = v.head_tiles;
     o.kernel = v.kernel;
+    o.cluster = v.cluster;
     return o;
   }
   SplitPlanResult launch(const Variant& v, float sm_scale, bool with_scratch, CUstream stream) const {
@@ -670,6 +683,8 @@ std::vector<SparseCase> conformance_matrix() {
       // Enough CTAs for the planners' full-wave branches (head_tiles 2 at H = 128, one split).
       main_only(32, 128, 128, 64, kC, kOn, kNoLen, kUnitLse),
       main_only(64, 16, 512, 128, kH, kOff, kMainLen, kLn2Lse),
+      // T = 1 as a decode step runs it: few CTAs, split plans whose chunks a cluster shares.
+      main_only(1, 64, 2048, 64, kC, kOn, kNoLen, kUnitLse),
       // Extra pool: every topk with it, every (main page, extra page) pair, every extra layout.
       with_extra(6, 8, 64, 1, 32, 2, kC, kH, kOn, kBothLen, kLn2Lse, kSweep),
       with_extra(6, 16, 1, 64, 64, 32, kH, kN, kDom, kExtraLen, kUnitLse),
@@ -681,6 +696,7 @@ std::vector<SparseCase> conformance_matrix() {
       with_extra(6, 32, 2048, 64, 128, 2, kH, kH, kOff, kMainLen, kUnitLse),
       with_extra(4, 64, 1, 2048, 64, 64, kN, kC, kOn, kExtraLen, kLn2Lse),
       with_extra(8, 16, 128, 128, 32, 2, kC, kC, kOn, kNoLen, kUnitLse),
+      with_extra(1, 128, 512, 128, 64, 64, kN, kH, kOn, kNoLen, kUnitLse),
   };
   // Index-tensor variety at no cost: [T, 1, topk] on some, padded rows (stride > topk) on others;
   // queries at twice the scale on a few (sharper softmax).
@@ -803,6 +819,17 @@ TEST_CASE("sparse: sanitizer subset", "[gpu][sparse][sanitizer]") {
     const Outputs o = run_variant(dev, h, v, true);
     CHECK(o.plan.num_splits == 3);
     check_against_oracle(h, o, v.name(), nullptr);
+  }
+  // The cluster epilogue, forced: one split of 3 chunks over 3 CTAs (the final output with the sink),
+  // 2 splits of 2 chunks (a CTA with none) with both tilings.
+  if (on_sm90()) {
+    for (const Variant& v : {Variant{1, 1, SparseKernel::kMma, true}, Variant{2, 1, SparseKernel::kMma, true},
+                             Variant{2, 2, SparseKernel::kMma, true}}) {
+      kiln::KernelService::global().warm({variant_key(split_extra, v, kiln::KernelService::global().device_arch(0))}, {0});
+      const Outputs o = run_variant(dev, h, v, true);
+      CHECK(o.plan.num_splits == *v.num_splits);
+      check_against_oracle(h, o, v.name(), nullptr);
+    }
   }
 }
 

@@ -588,10 +588,13 @@ TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
   const sp::SplitPlanResult one{1, 1, 8}, two{2, 2, 16};
   CHECK(sp::choose_kernel("sm_120a", 512, 128, two, 170) == K::kMmaSmall);
   CHECK(sp::choose_kernel("sm_120a", 1, 8, one, 170) == K::kMmaSmall);
-  // sm_90a: the Hopper kernel from a fifth of the SMs' worth of its 64-head blocks, for H a multiple of 64.
+  // sm_90a: the Hopper kernel from a fifth of the SMs' worth of its 64-head blocks, for H a multiple of 64,
+  // unless the mma.sync grid runs as clusters.
   CHECK(sp::choose_kernel("sm_90a", 64, 128, one, 132) == K::kSm90);   // 128 blocks
   CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kSm90);    // 64 blocks
-  CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kSm90);    // 32 blocks
+  CHECK(sp::choose_kernel("sm_90a", 16, 128, two, 132) == K::kSm90);   // 64 blocks
+  // 32 blocks, but mma.sync's 64 (token, head group, split) CTAs fit pairs of 8 chunks each.
+  CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kMma);
   CHECK(sp::choose_kernel("sm_90a", 8, 64, two, 132) == K::kMma);      // 16 blocks
   CHECK(sp::choose_kernel("sm_90a", 512, 32, two, 132) == K::kMma);    // padded 64-row tiles
   CHECK(sp::choose_kernel("sm_90a", 512, 96, two, 132) == K::kMma);
@@ -608,4 +611,31 @@ TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
         CHECK(std::find(all.begin(), all.end(), k) != all.end());
       }
   expect_error([&] { sp::choose_kernel("sm_120a", 1, 64, one, 132, K::kSm90); }, "kernel", {"sm_90a"}, ErrorCode::kUnsupported);
+}
+
+TEST_CASE("sparse validation: CTAs per cluster of an mma.sync launch", "[unit]") {
+  // T = 1 on 132 SMs, H 64 / 512 candidates: 1 tile, 4 splits of 2 chunks (16 CTAs). A pair of CTAs
+  // per split would spare each one chunk only: no cluster unless forced.
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 2}, 132) == 1);
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 2}, 132, true) == 2);
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 16, 2}, 132, true) == 2);
+  // 3 chunks: one each on 3 CTAs spares two.
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 3}, 132) == 3);
+  // H 128 / 2048 candidates: 8 splits of 4 chunks on 8 head groups; 4 CTAs of one chunk would be 256
+  // CTAs (two waves), 2 CTAs of 2 chunks fit.
+  CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 132) == 2);
+  CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 264) == 4);
+  // 5 chunks: one each on 5 CTAs when they fit, else 3 + 2.
+  CHECK(sp::sparse_cluster_size(2, 64, {1, 2, 5}, 132) == 5);
+  CHECK(sp::sparse_cluster_size(2, 64, {1, 2, 5}, 32) == 2);
+  // At most 8 CTAs: 16 chunks as 8 pairs.
+  CHECK(sp::sparse_cluster_size(1, 16, {1, 1, 16}, 132) == 8);
+  // One chunk per split, or a full grid, or forced off: no cluster.
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 8, 1}, 132) == 1);
+  CHECK(sp::sparse_cluster_size(64, 128, {2, 2, 16}, 132) == 1);
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 2}, 132, false) == 1);
+  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 3}, 32) == 1);   // 2 + 1 spares one chunk
+  // Forced on: the fewest chunks per CTA regardless of the wave.
+  CHECK(sp::sparse_cluster_size(64, 128, {2, 2, 16}, 132, true) == 8);
+  CHECK(sp::sparse_cluster_size(64, 128, {1, 8, 1}, 132, true) == 1);
 }
