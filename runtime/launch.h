@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -37,10 +38,10 @@ void launch(const KernelHandle& handle, const LaunchConfig& config, const Params
 // lookup; otherwise the key is built and warmed (refused while `stream` is capturing: kNotWarm).
 template <class Policy>
 const KernelHandle& acquire(KernelService& service, const Policy& policy, CUstream stream, int device) {
-  // Captures three words, so the std::function stays in its small buffer: no allocation.
-  return service.acquire(
-      policy.fingerprint(), [&service, &policy, device] { return policy.key(service.device_arch(device)); }, stream,
-      device);
+  const auto make_key = [&service, &policy, device] { return policy.key(service.device_arch(device)); };
+  // A std::function built from a reference_wrapper never allocates (its constructor is noexcept),
+  // whatever the lambda's size: nothing is allocated on the launch path.
+  return service.acquire(policy.fingerprint(), std::cref(make_key), stream, device);
 }
 
 // Builds and loads `policy` on each device (arch from the device) and primes acquire()'s fast path.

@@ -24,7 +24,9 @@
 #include "kiln/jit/semantic_key.h"
 #include "kiln/runtime/config.h"
 #include "kiln/runtime/driver.h"
+#include "kiln/runtime/families.h"
 #include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/launch.h"
 #include "kiln/runtime/manifest.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
@@ -160,6 +162,23 @@ TEST_CASE("compile: a syntax error raises kCompileFailed with the key and NVRTC'
     CHECK(s.details().key == key.str());
   }
   CHECK(service.counters().compile_failures == 2);
+  CHECK(service.counters().compiles == 0);
+  CHECK(service.store().list().empty());
+}
+
+// The launch path's lookup on a machine without a GPU (CI): a miss builds the key, whose arch comes
+// from the device, so the driver is asked first and nothing is compiled or published.
+TEST_CASE("acquire: a miss without a driver throws kDriver and compiles nothing", "[nvrtc]") {
+  if (kiln::Driver::get().available()) {
+    WARN("skipped: this machine has a CUDA driver, so the miss would warm the key (the gpu suite covers that)");
+    return;
+  }
+  kiln::register_builtin_families();
+  TempDir dir;
+  kiln::KernelService service(config_for(dir.path()));
+  const kiln::nvfp4::WriterPolicy policy{kiln::nvfp4::WriterOp::kAppend, 64};
+  const kiln::Error e = expect_error([&] { kiln::acquire(service, policy, nullptr, 0); });
+  CHECK(e.code() == ErrorCode::kDriver);
   CHECK(service.counters().compiles == 0);
   CHECK(service.store().list().empty());
 }
