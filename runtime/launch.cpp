@@ -7,6 +7,19 @@
 
 namespace kiln {
 
+CUlaunchConfig driver_launch_config(const LaunchConfig& config, CUstream stream) {
+  CUlaunchConfig c{};
+  c.gridDimX = config.grid[0];
+  c.gridDimY = config.grid[1];
+  c.gridDimZ = config.grid[2];
+  c.blockDimX = config.block[0];
+  c.blockDimY = config.block[1];
+  c.blockDimZ = config.block[2];
+  c.sharedMemBytes = config.smem_bytes;
+  c.hStream = stream;
+  return c;
+}
+
 void launch(const KernelHandle& handle, const LaunchConfig& config, const void* params, CUstream stream,
             std::size_t entry) {
   const KernelFunction& f = handle.entry(entry);
@@ -33,15 +46,7 @@ void launch(const KernelHandle& handle, const LaunchConfig& config, const void* 
     attributes[count].value.clusterDim.z = config.cluster[2] ? config.cluster[2] : 1;
     ++count;
   }
-  CUlaunchConfig c{};
-  c.gridDimX = config.grid[0];
-  c.gridDimY = config.grid[1];
-  c.gridDimZ = config.grid[2];
-  c.blockDimX = config.block[0];
-  c.blockDimY = config.block[1];
-  c.blockDimZ = config.block[2];
-  c.sharedMemBytes = config.smem_bytes;
-  c.hStream = stream;
+  CUlaunchConfig c = driver_launch_config(config, stream);
   c.attrs = count > 0 ? attributes : nullptr;
   c.numAttrs = count;
   // The driver copies the parameter block at enqueue time, so a pointer to the caller's copy is enough.

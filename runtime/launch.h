@@ -19,6 +19,10 @@
 
 namespace kiln {
 
+// The driver's description of `config`'s geometry and shared memory on `stream`, without attributes
+// (launch() adds programmatic serialization and cluster dimensions as `config` asks).
+CUlaunchConfig driver_launch_config(const LaunchConfig& config, CUstream stream);
+
 // Launches entry `entry` of `handle` on `stream` with `params` (a pointer to the kernel's one
 // by-value parameter block). Checks the dynamic shared memory against what the device allows for
 // that function (kUnsupported naming the key); a driver error throws kDriver naming the function.

@@ -83,19 +83,6 @@ CUdeviceptr device_zeros(std::size_t bytes) {
 
 void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
 
-CUlaunchConfig bare_config(const LaunchConfig& c, CUstream stream) {
-  CUlaunchConfig b{};
-  b.gridDimX = c.grid[0];
-  b.gridDimY = c.grid[1];
-  b.gridDimZ = c.grid[2];
-  b.blockDimX = c.block[0];
-  b.blockDimY = c.block[1];
-  b.blockDimZ = c.block[2];
-  b.sharedMemBytes = c.smem_bytes;
-  b.hStream = stream;
-  return b;
-}
-
 // Host time per call of `bare` and of `full`, in us: each timed over kBatch back-to-back calls with
 // the stream drained before and after (outside the timing), so the loop measures the enqueue and
 // never waits on a full queue; batches alternate between the two, median of kBatches each.
@@ -144,7 +131,7 @@ json launch_overheads(const std::string& base) {
     Nvfp4WriterParams params{ptr(rows), 512, ptr(cache), 64 * 384, reinterpret_cast<const int*>(ptr(slots)), 64, 1};
     LaunchConfig lc;
     lc.block[0] = kNvfp4WriterThreads;
-    CUlaunchConfig bc = bare_config(lc, stream);
+    CUlaunchConfig bc = driver_launch_config(lc, stream);
     void* args[] = {&params};
     const CUfunction fn = acquire(service, policy, stream, 0).entry(0).function;
     out["writer_append"] = launch_overhead(
@@ -182,7 +169,7 @@ json launch_overheads(const std::string& base) {
     params.piece_cost = plan.piece_cost;
     params.scale_log2 = 1.0f;
     params.out_scale = 1.0f;
-    CUlaunchConfig bc = bare_config(plan.decode, stream);
+    CUlaunchConfig bc = driver_launch_config(plan.decode, stream);
     void* args[] = {&params};
     const CUfunction fn = acquire(service, policy, stream, 0).entry(0).function;
     out["mla_decode"] = launch_overhead(
@@ -228,7 +215,7 @@ json launch_overheads(const std::string& base) {
     lc.grid[0] = static_cast<unsigned>(sparse_decode_grid(1, 16, plan.head_tiles, plan.num_splits));
     lc.block[0] = static_cast<unsigned>(sparse_block_threads(plan.head_tiles));
     lc.smem_bytes = sparse_decode_smem_bytes(plan.head_tiles);
-    CUlaunchConfig bc = bare_config(lc, stream);
+    CUlaunchConfig bc = driver_launch_config(lc, stream);
     void* args[] = {&params};
     const CUfunction fn = acquire(service, policy, stream, 0).entry(0).function;
     out["sparse_nvfp4"] = launch_overhead(
