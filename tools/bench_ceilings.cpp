@@ -149,88 +149,79 @@ double measure_copy_tb_s(const BenchDeviceMemory& src, const BenchDeviceMemory& 
   return 2.0 * static_cast<double>(n) / (bench_median(ms) * 1e-3) * 1e-12;
 }
 
-BenchMmaPeak::BenchMmaPeak(const std::string& arch, int sm_count) : blocks_(sm_count * kMmaBlocksPerSm) {
-  const Driver& d = Driver::get();
-  const CompileResult r = Compiler().compile(KernelSource{kMmaPeakSource, {"kiln_bench::mma_peak"}}, arch, "bench:mma_peak");
-  bench_check(d.cuModuleLoadData(&module_, r.cubin.data()), "cuModuleLoadData", "mma.sync peak kernel");
-  bench_check(d.cuModuleGetFunction(&function_, module_, r.lowered_names.at(0).c_str()), "cuModuleGetFunction",
-              "mma.sync peak kernel");
-  out_ = std::make_unique<BenchDeviceMemory>(static_cast<std::size_t>(blocks_) * kMmaThreads * 4, "mma.sync peak output");
+namespace {
+
+struct PeakKernelSpec {
+  const char* label;        // "<label> kernel" / "<label> output" in messages
+  const char* source;
+  const char* entry;        // name expression
+  const char* compile_name;
+  int blocks_per_sm, threads, iters;
+  double flop_per_block_iter;
+};
+
+const PeakKernelSpec& peak_spec(BenchPeakKernel::Kind kind) {
+  // mma.sync: 16x8x16 per instruction, kMmaChains per warp per iteration; wgmma: 64x256x16, 4 per
+  // warpgroup per iteration.
+  static const PeakKernelSpec kMma{"mma.sync peak",  kMmaPeakSource, "kiln_bench::mma_peak", "bench:mma_peak",
+                                   kMmaBlocksPerSm,  kMmaThreads,    kMmaIters,
+                                   2.0 * 16 * 8 * 16 * kMmaChains * (kMmaThreads / 32)};
+  static const PeakKernelSpec kWgmma{"wgmma peak", kWgmmaPeakSource, "kiln_bench::wgmma_peak", "bench:wgmma_peak",
+                                     1,            kWgmmaThreads,    kWgmmaIters,
+                                     2.0 * 64 * 256 * 16 * 4 * (kWgmmaThreads / 128)};
+  return kind == BenchPeakKernel::Kind::kMmaSync ? kMma : kWgmma;
 }
 
-BenchMmaPeak::~BenchMmaPeak() {
+}  // namespace
+
+BenchPeakKernel::BenchPeakKernel(Kind kind, const std::string& arch, int sm_count) : kind_(kind) {
+  const PeakKernelSpec& spec = peak_spec(kind);
+  blocks_ = sm_count * spec.blocks_per_sm;
+  const Driver& d = Driver::get();
+  const std::string what = fmt::format("{} kernel", spec.label);
+  const CompileResult r = Compiler().compile(KernelSource{spec.source, {spec.entry}}, arch, spec.compile_name);
+  bench_check(d.cuModuleLoadData(&module_, r.cubin.data()), "cuModuleLoadData", what);
+  bench_check(d.cuModuleGetFunction(&function_, module_, r.lowered_names.at(0).c_str()), "cuModuleGetFunction", what);
+  out_ = std::make_unique<BenchDeviceMemory>(static_cast<std::size_t>(blocks_) * spec.threads * 4,
+                                             fmt::format("{} output", spec.label));
+}
+
+BenchPeakKernel::~BenchPeakKernel() {
   if (module_) Driver::get().cuModuleUnload(module_);
 }
 
-double BenchMmaPeak::measure(CUstream stream) const {
+double BenchPeakKernel::measure(CUstream stream) const {
+  const PeakKernelSpec& spec = peak_spec(kind_);
   const Driver& d = Driver::get();
+  const std::string what = fmt::format("{} kernel", spec.label);
   CUdeviceptr out = out_->ptr();
-  int iters = kMmaIters;
+  int iters = spec.iters;
   void* args[] = {&out, &iters};
   std::vector<double> ms;
   for (int i = 0; i < 8; ++i) {
-    const double t = bench_time_ms(stream, "mma.sync peak", [&] {
-      bench_check(d.cuLaunchKernel(function_, blocks_, 1, 1, kMmaThreads, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel",
-                  "mma.sync peak kernel");
+    const double t = bench_time_ms(stream, spec.label, [&] {
+      bench_check(d.cuLaunchKernel(function_, blocks_, 1, 1, spec.threads, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel",
+                  what);
     });
     if (i > 0) ms.push_back(t);
   }
   float probe[4] = {};
-  bench_check(d.cuMemcpyDtoH(probe, out, sizeof probe), "cuMemcpyDtoH", "mma.sync peak output");
+  bench_check(d.cuMemcpyDtoH(probe, out, sizeof probe), "cuMemcpyDtoH", fmt::format("{} output", spec.label));
   for (float f : probe) {
     if (!std::isfinite(f) || f == 0.f) {
-      throw Error(ErrorCode::kInternal, fmt::format("mma.sync peak kernel produced {} (expected finite, non-zero)", f));
+      throw Error(ErrorCode::kInternal, fmt::format("{} produced {} (expected finite, non-zero)", what, f));
     }
   }
-  const double flop = 2.0 * 16 * 8 * 16 * kMmaChains * static_cast<double>(iters) * blocks_ * (kMmaThreads / 32);
+  const double flop = spec.flop_per_block_iter * static_cast<double>(iters) * blocks_;
   return flop / (bench_median(ms) * 1e-3) * 1e-12;
 }
 
-std::string BenchMmaPeak::method() {
-  return fmt::format("NVRTC-compiled kernel: {} independent mma.sync.m16n8k16 bf16->fp32 chains per warp on register operands, "
-                     "{} warps per SM, {} iterations; median of 7 after a warm-up",
-                     kMmaChains, kMmaThreads / 32 * kMmaBlocksPerSm, kMmaIters);
-}
-
-BenchWgmmaPeak::BenchWgmmaPeak(const std::string& arch, int sm_count) : blocks_(sm_count) {
-  const Driver& d = Driver::get();
-  const CompileResult r =
-      Compiler().compile(KernelSource{kWgmmaPeakSource, {"kiln_bench::wgmma_peak"}}, arch, "bench:wgmma_peak");
-  bench_check(d.cuModuleLoadData(&module_, r.cubin.data()), "cuModuleLoadData", "wgmma peak kernel");
-  bench_check(d.cuModuleGetFunction(&function_, module_, r.lowered_names.at(0).c_str()), "cuModuleGetFunction",
-              "wgmma peak kernel");
-  out_ = std::make_unique<BenchDeviceMemory>(static_cast<std::size_t>(blocks_) * kWgmmaThreads * 4, "wgmma peak output");
-}
-
-BenchWgmmaPeak::~BenchWgmmaPeak() {
-  if (module_) Driver::get().cuModuleUnload(module_);
-}
-
-double BenchWgmmaPeak::measure(CUstream stream) const {
-  const Driver& d = Driver::get();
-  CUdeviceptr out = out_->ptr();
-  int iters = kWgmmaIters;
-  void* args[] = {&out, &iters};
-  std::vector<double> ms;
-  for (int i = 0; i < 8; ++i) {
-    const double t = bench_time_ms(stream, "wgmma peak", [&] {
-      bench_check(d.cuLaunchKernel(function_, blocks_, 1, 1, kWgmmaThreads, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel",
-                  "wgmma peak kernel");
-    });
-    if (i > 0) ms.push_back(t);
+std::string BenchPeakKernel::method(Kind kind) {
+  if (kind == Kind::kMmaSync) {
+    return fmt::format("NVRTC-compiled kernel: {} independent mma.sync.m16n8k16 bf16->fp32 chains per warp on register operands, "
+                       "{} warps per SM, {} iterations; median of 7 after a warm-up",
+                       kMmaChains, kMmaThreads / 32 * kMmaBlocksPerSm, kMmaIters);
   }
-  float probe[4] = {};
-  bench_check(d.cuMemcpyDtoH(probe, out, sizeof probe), "cuMemcpyDtoH", "wgmma peak output");
-  for (float f : probe) {
-    if (!std::isfinite(f) || f == 0.f) {
-      throw Error(ErrorCode::kInternal, fmt::format("wgmma peak kernel produced {} (expected finite, non-zero)", f));
-    }
-  }
-  const double flop = 2.0 * 64 * 256 * 16 * 4 * static_cast<double>(iters) * blocks_ * (kWgmmaThreads / 128);
-  return flop / (bench_median(ms) * 1e-3) * 1e-12;
-}
-
-std::string BenchWgmmaPeak::method() {
   return fmt::format("NVRTC-compiled kernel (sm_90a): {} warpgroups per SM each issue wgmma.m64n256k16 bf16->fp32 with both "
                      "operands in shared memory (128-byte swizzle), 4 per commit group, one group in flight; {} iterations; "
                      "median of 7 after a warm-up",
@@ -242,8 +233,8 @@ BenchCeilings::BenchCeilings(const std::string& arch, int sm_count, CUstream str
       copy_dst_(1024 * kBenchMiB, "copy ceiling destination") {
   bench_fill_bf16(copy_src_.ptr(), copy_src_.bytes(), 7, "copy ceiling source");
   bench_check(Driver::get().cuCtxSynchronize(), "cuCtxSynchronize", "copy ceiling upload");
-  mma_.emplace(arch, sm_count);
-  if (arch == "sm_90a") wgmma_.emplace(arch, sm_count);
+  mma_.emplace(BenchPeakKernel::Kind::kMmaSync, arch, sm_count);
+  if (arch == "sm_90a") wgmma_.emplace(BenchPeakKernel::Kind::kWgmma, arch, sm_count);
   copy_start_ = measure_copy_tb_s(copy_src_, copy_dst_, stream);
   mma_start_ = mma_->measure(stream);
   if (wgmma_) wgmma_start_ = wgmma_->measure(stream);
@@ -260,10 +251,10 @@ void BenchCeilings::read_end(CUstream stream) {
 nlohmann::json BenchCeilings::report() const {
   return {{"copy_tb_s", {{"start", copy_start_}, {"end", copy_end_}, {"used", copy_tb_s()},
                          {"method", "1 GiB cuMemcpyDtoDAsync, (read + write) bytes / time, median of 7 after a warm-up"}}},
-          {"mma_sync_peak_tflop_s", {{"start", mma_start_}, {"end", mma_end_}, {"used", mma_tflop_s()}, {"method", BenchMmaPeak::method()}}},
+          {"mma_sync_peak_tflop_s", {{"start", mma_start_}, {"end", mma_end_}, {"used", mma_tflop_s()}, {"method", BenchPeakKernel::method(BenchPeakKernel::Kind::kMmaSync)}}},
           {"wgmma_peak_tflop_s",
            {{"start", wgmma_start_}, {"end", wgmma_end_}, {"used", wgmma_tflop_s()},
-            {"method", wgmma_ ? BenchWgmmaPeak::method() : std::string("not measured: wgmma needs sm_90a")}}}};
+            {"method", wgmma_ ? BenchPeakKernel::method(BenchPeakKernel::Kind::kWgmma) : std::string("not measured: wgmma needs sm_90a")}}}};
 }
 
 void BenchCeilings::print() const {

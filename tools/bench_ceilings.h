@@ -95,37 +95,23 @@ double bench_time_ms(CUstream stream, const std::string& where, F&& enqueue);
 // Median of `samples` copies of min(src, dst) bytes after one warm-up, in TB/s of bytes read + written.
 double measure_copy_tb_s(const BenchDeviceMemory& src, const BenchDeviceMemory& dst, CUstream stream, int samples = 7);
 
-// The mma.sync bf16 peak kernel, compiled with NVRTC for `arch` and loaded in the current context.
-class BenchMmaPeak {
+// A bf16 tensor-core peak kernel, compiled with NVRTC for `arch` and loaded in the current context:
+// mma.sync (any arch) or wgmma (sm_90a only).
+class BenchPeakKernel {
  public:
-  BenchMmaPeak(const std::string& arch, int sm_count);
-  ~BenchMmaPeak();
-  BenchMmaPeak(const BenchMmaPeak&) = delete;
-  BenchMmaPeak& operator=(const BenchMmaPeak&) = delete;
+  enum class Kind { kMmaSync, kWgmma };
+  BenchPeakKernel(Kind kind, const std::string& arch, int sm_count);
+  ~BenchPeakKernel();
+  BenchPeakKernel(const BenchPeakKernel&) = delete;
+  BenchPeakKernel& operator=(const BenchPeakKernel&) = delete;
   // TFLOP/s, median of 7 launches after a warm-up; throws if the results are not finite and non-zero.
   double measure(CUstream stream) const;
   // One line for the report: what the kernel does.
-  static std::string method();
+  static std::string method(Kind kind);
 
  private:
-  int blocks_;
-  CUmodule module_ = nullptr;
-  CUfunction function_ = nullptr;
-  std::unique_ptr<BenchDeviceMemory> out_;
-};
-
-// The wgmma bf16 peak kernel (sm_90a only), compiled with NVRTC and loaded in the current context.
-class BenchWgmmaPeak {
- public:
-  BenchWgmmaPeak(const std::string& arch, int sm_count);
-  ~BenchWgmmaPeak();
-  BenchWgmmaPeak(const BenchWgmmaPeak&) = delete;
-  BenchWgmmaPeak& operator=(const BenchWgmmaPeak&) = delete;
-  double measure(CUstream stream) const;  // TFLOP/s, as BenchMmaPeak::measure
-  static std::string method();
-
- private:
-  int blocks_;
+  Kind kind_;
+  int blocks_ = 0;
   CUmodule module_ = nullptr;
   CUfunction function_ = nullptr;
   std::unique_ptr<BenchDeviceMemory> out_;
@@ -150,8 +136,8 @@ class BenchCeilings {
 
  private:
   BenchDeviceMemory copy_src_, copy_dst_;
-  std::optional<BenchMmaPeak> mma_;  // compiled once the copy source is filled
-  std::optional<BenchWgmmaPeak> wgmma_;  // sm_90a only
+  std::optional<BenchPeakKernel> mma_;    // compiled once the copy source is filled
+  std::optional<BenchPeakKernel> wgmma_;  // sm_90a only
   double copy_start_ = 0, mma_start_ = 0, copy_end_ = 0, mma_end_ = 0, wgmma_start_ = 0, wgmma_end_ = 0;
 };
 
