@@ -160,6 +160,16 @@ mla::MlaDecodePolicy mla_policy(int heads, int page_size, long long max_seq_len,
                               dtype_of(out_dtype.ptr(), "out_dtype"), mask_of(mask_type)};
 }
 
+// Seconds of `iterations` back-to-back `call()`s, with the GIL released and the tensors' device current.
+template <typename Call>
+double seconds_of_calls(const TensorArgs& args, int iterations, Call&& call) {
+  nb::gil_scoped_release release;
+  DeviceScope scope(args.device());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) call();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // Host time of `iterations` back-to-back launches with these arguments (MLA: page-table decode with
 // default scales and causal mask; sparse: sm_scale 0.04, one split), measured in C++: the baseline
 // that kiln.bench reports the Python entry points' overhead against.
@@ -172,15 +182,11 @@ double time_mla_cpp(nb::handle query, nb::handle kv_cache, nb::handle workspace,
   const TensorView table = args.get(block_tables.ptr(), "block_tables");
   const TensorView lens = args.get(seq_lens.ptr(), "seq_lens");
   const TensorView o = args.get(out.ptr(), "out");
-  nb::gil_scoped_release release;
-  DeviceScope scope(args.device());
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iterations; ++i) {
+  return seconds_of_calls(args, iterations, [&] {
     mla::prims_ts_batch_decode_with_kv_cache_mla(q, kv, ws, 512, 64, table, lens, max_seq_len, std::nullopt,
                                                  std::nullopt, o, 1.0, 1.0, mla::MaskType::kCausal, DType::kBf16,
                                                  args.stream());
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
 }
 
 double time_sparse_cpp(nb::handle q, nb::handle kv_cache, nb::handle indices, nb::handle output, nb::handle out_lse,
@@ -193,13 +199,8 @@ double time_sparse_cpp(nb::handle q, nb::handle kv_cache, nb::handle indices, nb
   const TensorView lse = args.get(out_lse.ptr(), "out_lse");
   sparse::SparseOptions opt;
   opt.num_splits = 1;
-  nb::gil_scoped_release release;
-  DeviceScope scope(args.device());
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iterations; ++i) {
-    sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(qv, kv, idx, o, lse, 0.04, opt, args.stream());
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return seconds_of_calls(args, iterations,
+                          [&] { sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(qv, kv, idx, o, lse, 0.04, opt, args.stream()); });
 }
 
 }  // namespace
