@@ -90,17 +90,24 @@ std::int64_t parse_value(std::string_view family, std::string_view field, FieldK
 [[noreturn]] void not_an_object(std::string_view family);
 [[noreturn]] void rethrow_for_policy(std::string_view family, const Error& e);
 [[noreturn]] void out_of_range(std::string_view family, std::string_view field, std::int64_t v);
+
+// What every field declaration sets: its JSON name, kind and accessors of the policy member.
+template <auto Member>
+auto field_of(std::string_view name, FieldKind kind) {
+  using P = typename MemberOf<decltype(Member)>::Policy;
+  PolicyField<P> f;
+  f.name = name;
+  f.kind = kind;
+  f.get = &get<Member, P>;
+  f.set = &set<Member, P>;
+  return f;
+}
 }  // namespace schema_detail
 
 // Field declarations. Member is a pointer to the policy's data member, e.g. &MlaDecodePolicy::heads.
 template <auto Member>
 auto int_field(std::string_view name, IntRule rule, std::optional<std::int64_t> default_value = std::nullopt) {
-  using P = typename schema_detail::MemberOf<decltype(Member)>::Policy;
-  PolicyField<P> f;
-  f.name = name;
-  f.kind = FieldKind::kInt;
-  f.get = &schema_detail::get<Member, P>;
-  f.set = &schema_detail::set<Member, P>;
+  auto f = schema_detail::field_of<Member>(name, FieldKind::kInt);
   f.rule = rule;
   f.default_value = default_value;
   return f;
@@ -108,12 +115,7 @@ auto int_field(std::string_view name, IntRule rule, std::optional<std::int64_t> 
 
 template <auto Member>
 auto bool_field(std::string_view name, std::optional<bool> default_value = std::nullopt) {
-  using P = typename schema_detail::MemberOf<decltype(Member)>::Policy;
-  PolicyField<P> f;
-  f.name = name;
-  f.kind = FieldKind::kBool;
-  f.get = &schema_detail::get<Member, P>;
-  f.set = &schema_detail::set<Member, P>;
+  auto f = schema_detail::field_of<Member>(name, FieldKind::kBool);
   if (default_value) f.default_value = *default_value ? 1 : 0;
   return f;
 }
@@ -123,12 +125,7 @@ template <auto Member>
 auto enum_field(std::string_view name, std::vector<EnumName> names, std::optional<std::int64_t> default_value,
                 ErrorCode other_code, std::string_view other_expected,
                 std::string (*describe)(std::int64_t) = &schema_detail::describe_int) {
-  using P = typename schema_detail::MemberOf<decltype(Member)>::Policy;
-  PolicyField<P> f;
-  f.name = name;
-  f.kind = FieldKind::kEnum;
-  f.get = &schema_detail::get<Member, P>;
-  f.set = &schema_detail::set<Member, P>;
+  auto f = schema_detail::field_of<Member>(name, FieldKind::kEnum);
   f.names = std::move(names);
   f.default_value = default_value;
   f.other_code = other_code;
