@@ -12,7 +12,7 @@
 // "results" holds the 120-config uniform grid (bf16, page 64, fixed SQ, causal), the rows
 // ../shared/anchors/compare.py matches with FlashMLA's. "extra_results" holds the rest: mixed-length
 // batches (lengths log-uniform in [64, 32k]), fp8, packed query rows, page sizes 16 and 128, and the
-// small-head grid rows again with each kernel forced (what the planner's choice rests on).
+// grid rows with H * SQ <= 64 again with each kernel forced (what the planner's choice rests on).
 #include "tools/bench_mla.h"
 
 #include <fmt/format.h>
@@ -171,15 +171,16 @@ std::vector<BenchConfig> extra_configs(bool quick, const std::string& arch) {
       c.page_size = page;
       x.push_back(c);
     }
-  // Small head counts (H * SQ <= 32): the grid's rows with each kernel forced (sm_90a only): the
-  // planner's choice rests on these.
+  // Small head counts (H * SQ <= 32): the grid's rows with each kernel forced; H * SQ = 64: the two
+  // wgmma kernels (sm_90a only). The planner's choice rests on these.
   if (mla::is_sm90a(arch)) {
     for (int b : {1, 8, 32, 64, 128})
       for (int l : {1024, 4096, 16384})
-        for (int h : {16, 32})
+        for (int h : {16, 32, 64})
           for (int sq : {1, 2}) {
-            if (h * sq > 32) continue;
+            if (h * sq > 64) continue;
             for (const mla::MlaKernel k : {mla::MlaKernel::kMmaSync, mla::MlaKernel::kWgmma, mla::MlaKernel::kWgmmaKv}) {
+              if (h * sq > 32 && k == mla::MlaKernel::kMmaSync) continue;
               BenchConfig c = uniform(b, l, h, sq);
               c.group = "kernel";
               c.kernel = k;

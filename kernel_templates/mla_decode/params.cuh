@@ -102,9 +102,10 @@ KILN_MLA_HD constexpr MlaTileConfig mla_tile_config(int heads, int max_seq_len_q
 // The configuration that fits ~99 KB of shared memory per block (sm_120): 16 rows, two stages.
 KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConfig{1, 4, 32, 2}; }
 
-// The wgmma kernel serves bf16 row counts from this up (measured on the H200: at 32 rows it beats the
-// 32-row mma.sync tile, at 16 rows the 16-row tile, two per SM, beats it).
-constexpr int kMlaWgmmaMinRows = 17;
+// On sm_90a the KV-on-M wgmma kernel serves bf16 row counts up to this, the heads-on-M wgmma kernel
+// the larger ones (measured on the H200 over the bench grid's H x SQ <= 32 rows: 1.02-1.34x the speed
+// of the better of the other two at B >= 8 or L = 16k, within 1% of it at B 1 with L <= 4096).
+constexpr int kMlaKvMaxRows = 32;
 
 // The KV-on-M kernel's query rows per CTA (the wgmma N): 16 or 32; more rows take more row tiles.
 KILN_MLA_HD constexpr int mla_kv_rows(int heads, int max_seq_len_q) {
@@ -116,8 +117,11 @@ KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_
   if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config(), 0};
   if (kernel == kMlaKernelWgmmaKv) return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
   if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config(), 0};
-  if (!fp8 && mla_max_rows(heads, max_seq_len_q) >= kMlaWgmmaMinRows) return MlaVariant{true, mla_small_tile_config(), 0};
-  return MlaVariant{false, mla_tile_config(heads, max_seq_len_q, fp8), 0};
+  if (fp8) return MlaVariant{false, mla_tile_config(heads, max_seq_len_q, fp8), 0};
+  if (mla_max_rows(heads, max_seq_len_q) <= kMlaKvMaxRows) {
+    return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
+  }
+  return MlaVariant{true, mla_small_tile_config(), 0};
 }
 
 KILN_MLA_HD constexpr int mla_threads(MlaTileConfig c) { return 32 * c.row_groups * c.col_groups; }

@@ -757,12 +757,24 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
         CHECK(kiln::mla::plan(q, 1, h200, "sm_90a").decode.smem_bytes <= 101376);
       }
 
-  // Small head counts stay on the mma.sync kernel unless forced; wgmma off sm_90a is refused.
+  // Small head counts: bf16 up to 32 rows on the KV-on-M kernel, fp8 on mma.sync, more rows on the
+  // heads-on-M wgmma kernel; wgmma off sm_90a is refused.
   MlaPolicy small = p;
   small.heads = 16;
-  CHECK_FALSE(kiln::mla::plan(small, 1, h200, "sm_90a").variant.wgmma);
+  for (int sq : {1, 2, 3}) {
+    small.max_seq_len_q = sq;
+    const kiln::MlaVariant v = kiln::mla::plan(small, 1, h200, "sm_90a").variant;
+    INFO("H 16 SQ " << sq);
+    CHECK(v.wgmma);
+    CHECK(v.kv_rows == (sq == 1 ? 16 : sq == 2 ? 32 : 0));
+    small.fp8 = true;
+    CHECK_FALSE(kiln::mla::plan(small, 1, h200, "sm_90a").variant.wgmma);
+    small.fp8 = false;
+  }
+  small.max_seq_len_q = 1;
   small.kernel = kiln::kMlaKernelWgmma;
   CHECK(kiln::mla::plan(small, 1, h200, "sm_90a").variant.wgmma);
+  CHECK(kiln::mla::plan(small, 1, h200, "sm_90a").variant.kv_rows == 0);
   try {
     kiln::mla::plan(small, 1, sm120, "sm_120a");
     FAIL("wgmma accepted on sm_120a");
