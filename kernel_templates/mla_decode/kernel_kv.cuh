@@ -1,14 +1,14 @@
 #pragma once
 // Paged MLA decode on Hopper warpgroup MMAs with the KV tokens on the M side (sm_90a), for small
-// row counts (H x SQ <= 32), where a 64-row query tile would be mostly padding. One piece at a time
-// (schedule.cuh).
+// row counts (the planner gives it H x SQ <= 32), where a 64-row query tile would be mostly padding;
+// larger row counts fold into several row tiles. One piece at a time (schedule.cuh).
 //
 // One CTA = one warpgroup, N = 16 or 32 query rows (row = i * H + h) of one part. Per 64-token tile:
 //   S^T = K Q^T: 36 m64nNk16 wgmmas, K (tokens x 576) and Q (N rows x 576) both K-major from shared
 //     memory; thread (warp w, lane l) holds tokens 16 w + l / 4 (+ 8) of columns 8 n + 2 (l % 4) (+ 1);
 //   softmax over the tokens = over the M side: the column max over the lanes of a warp (shuffles), then
 //     over the four warps through shared memory (one barrier); every thread then holds the same max and
-//     keeps partial row sums of its own tokens, reduced once at the end;
+//     keeps per-column partial sums over its own tokens, reduced once at the end;
 //   P^T is stored as bf16 hi + lo (P - hi), N rows x 64 tokens, K-major (a single bf16 P misses the
 //     contract's 1e-2 / 5e-4 tolerances);
 //   O^T += V^T P^T: for each of the 8 64-column blocks of V, 4 token steps of m64n32k16 wgmmas with
