@@ -68,8 +68,8 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 // D (+)= A * B for one m64nNk16 step: bf16 inputs, fp32 accumulators (N / 2 registers per thread;
 // register i of thread t holds row 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2), column
 // 8 (i / 4) + 2 (t % 4) + i % 2). `accumulate` false overwrites D. kTransB 0 reads B K-major, 1
-// MN-major; kTransA (ss, N 16 and 32) the same for A. The register A fragment (rs) has the same row/column pattern as a 64 x 16 accumulator,
-// packed as bf16 pairs: a[0] = (row r, cols c, c+1), a[1] = (r + 8, c), a[2] = (r, c + 8),
+// MN-major; kTransA (ss, N 16 and 32) the same for A. The register A fragment (rs) has the same
+// row/column pattern as a 64 x 16 accumulator, packed as bf16 pairs: a[0] = (row r, cols c, c+1), a[1] = (r + 8, c), a[2] = (r, c + 8),
 // a[3] = (r + 8, c + 8) with r = 16 warp + lane / 4, c = 2 (lane % 4).
 template <int kN>
 struct WgmmaBf16;

@@ -2,8 +2,9 @@
 // Paged MLA decode (576-wide Q/K, V = first 512 columns of the same cache row): the two entry points
 // of the module. mla_decode_kernel: grid (parts, row tiles); each CTA walks its part's pieces
 // (schedule.cuh) with the wgmma kernel (sm_90a, kernel_wgmma.cuh), the KV-on-M wgmma kernel (sm_90a,
-// kernel_kv.cuh) or the mma.sync kernel (kernel_mma.cuh), as mla_variant() picks for the target. mla_combine_kernel merges the pieces of
-// split requests; it is launched (with programmatic dependent launch) only when a request can split.
+// kernel_kv.cuh) or the mma.sync kernel (kernel_mma.cuh), as mla_variant() picks for the target.
+// mla_combine_kernel merges the pieces of split requests; it is launched (with programmatic dependent
+// launch) only when a request can split.
 #include "common/mbarrier.cuh"
 #include "common/pdl.cuh"
 #include "mla_decode/kernel_kv.cuh"

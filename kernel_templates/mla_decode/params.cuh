@@ -103,8 +103,9 @@ KILN_MLA_HD constexpr MlaTileConfig mla_tile_config(int heads, int max_seq_len_q
 KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConfig{1, 4, 32, 2}; }
 
 // On sm_90a the KV-on-M wgmma kernel serves bf16 row counts up to this, the heads-on-M wgmma kernel
-// the larger ones (measured on the H200 over the bench grid's H x SQ <= 32 rows: 1.02-1.34x the speed
-// of the better of the other two at B >= 8 or L = 16k, within 1% of it at B 1 with L <= 4096).
+// the larger ones (measured on the H200 over the bench grid: at H x SQ <= 32 1.01-1.37x the speed of
+// the better of the other two at B >= 8 or L = 16k, 0.97-1.07x at B 1 with L <= 4096; at 64 rows,
+// two row tiles each streaming the KV, 0.68-0.81x the wgmma kernel's from B x L >= 128k).
 constexpr int kMlaKvMaxRows = 32;
 
 // The KV-on-M kernel's query rows per CTA (the wgmma N): 16 or 32; more rows take more row tiles.
