@@ -699,7 +699,7 @@ TEST_CASE("mla: the KV-on-M wgmma kernel forced on every bf16 launch of the matr
     return;
   }
   // Every row count folds into tiles of 16 or 32 rows, so every bf16 key can run it, not only the
-  // small head counts the planner may give it.
+  // small head counts the planner gives it.
   std::vector<MlaCase> m;
   for (const auto& list : {conformance_matrix(), peaked_cases(), mixed_length_cases()}) {
     for (MlaCase c : list) {
