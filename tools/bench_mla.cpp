@@ -12,7 +12,7 @@
 // "results" holds the 120-config uniform grid (bf16, page 64, fixed SQ, causal), the rows
 // ../shared/anchors/compare.py matches with FlashMLA's. "extra_results" holds the rest: mixed-length
 // batches (lengths log-uniform in [64, 32k]), fp8, packed query rows, page sizes 16 and 128, and the
-// grid rows with H * SQ <= 64 again with each kernel forced (what the planner's choice rests on).
+// grid rows with H * SQ <= 128 again with each kernel forced (what the planner's choice rests on).
 #include "tools/bench_mla.h"
 
 #include <fmt/format.h>
@@ -74,6 +74,7 @@ struct BenchConfig {
     if (kernel == mla::MlaKernel::kMmaSync) s += " kernel=mma_sync";
     if (kernel == mla::MlaKernel::kWgmma) s += " kernel=wgmma";
     if (kernel == mla::MlaKernel::kWgmmaKv) s += " kernel=wgmma_kv";
+    if (kernel == mla::MlaKernel::kWgmmaKv2) s += " kernel=wgmma_kv2";
     return s;
   }
   mla::MlaDecodePolicy policy() const {
@@ -171,16 +172,18 @@ std::vector<BenchConfig> extra_configs(bool quick, const std::string& arch) {
       c.page_size = page;
       x.push_back(c);
     }
-  // Small head counts (H * SQ <= 32): the grid's rows with each kernel forced; H * SQ = 64: the two
-  // wgmma kernels (sm_90a only). The planner's choice rests on these.
+  // The grid's rows with each kernel forced (sm_90a only): H * SQ <= 32 every kernel, 64 the wgmma
+  // kernels, 128 the two that tile 64 rows. The planner's choice rests on these.
   if (mla::is_sm90a(arch)) {
     for (int b : {1, 8, 32, 64, 128})
       for (int l : {1024, 4096, 16384})
-        for (int h : {16, 32, 64})
+        for (int h : {16, 32, 64, 128})
           for (int sq : {1, 2}) {
-            if (h * sq > 64) continue;
-            for (const mla::MlaKernel k : {mla::MlaKernel::kMmaSync, mla::MlaKernel::kWgmma, mla::MlaKernel::kWgmmaKv}) {
+            if (h * sq > 128) continue;
+            for (const mla::MlaKernel k : {mla::MlaKernel::kMmaSync, mla::MlaKernel::kWgmma, mla::MlaKernel::kWgmmaKv,
+                                           mla::MlaKernel::kWgmmaKv2}) {
               if (h * sq > 32 && k == mla::MlaKernel::kMmaSync) continue;
+              if (h * sq > 64 && k == mla::MlaKernel::kWgmmaKv) continue;
               BenchConfig c = uniform(b, l, h, sq);
               c.group = "kernel";
               c.kernel = k;
@@ -191,7 +194,9 @@ std::vector<BenchConfig> extra_configs(bool quick, const std::string& arch) {
   return x;
 }
 
-const char* kernel_name(const MlaVariant& v) { return v.kv_rows > 0 ? "wgmma_kv" : v.wgmma ? "wgmma" : "mma_sync"; }
+const char* kernel_name(const MlaVariant& v) {
+  return v.kv2 ? "wgmma_kv2" : v.kv_rows > 0 ? "wgmma_kv" : v.wgmma ? "wgmma" : "mma_sync";
+}
 
 struct Timing : BenchReplayTimes {
   int calls = 0;
@@ -292,8 +297,16 @@ int run_bench_mla(const BenchOptions& options) {
   const BenchStream bench_stream;
   const CUstream stream = bench_stream.get();
 
-  const std::vector<BenchConfig> grid = bench_grid(quick);
-  const std::vector<BenchConfig> extra = extra_configs(quick, arch);
+  std::vector<BenchConfig> grid = bench_grid(quick);
+  std::vector<BenchConfig> extra = extra_configs(quick, arch);
+  if (!options.only.empty()) {
+    for (auto* list : {&grid, &extra}) std::erase_if(*list, [&](const BenchConfig& c) { return c.group != options.only; });
+    if (grid.empty() && extra.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--only \"{}\" names no group of the MLA bench on {}; use grid, mixed, fp8, packed, page or kernel",
+                              options.only, arch));
+    }
+  }
   // Warm every key first (in parallel): compiles stay out of the timings, and capture never compiles.
   {
     const auto t0 = BenchClock::now();

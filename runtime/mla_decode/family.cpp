@@ -21,9 +21,12 @@ constexpr std::int64_t value(MaskType m) { return static_cast<std::int64_t>(m); 
 constexpr std::int64_t value(MlaKernel k) { return static_cast<std::int64_t>(k); }
 
 void cross_check(const MlaDecodePolicy& p) {
-  if ((p.kernel == MlaKernel::kWgmma || p.kernel == MlaKernel::kWgmmaKv) && p.dtype != DType::kBf16) {
+  if ((p.kernel == MlaKernel::kWgmma || p.kernel == MlaKernel::kWgmmaKv || p.kernel == MlaKernel::kWgmmaKv2) &&
+      p.dtype != DType::kBf16) {
     throw Error(ErrorCode::kUnsupported, std::string("argument 'kernel': \"") +
-                                             (p.kernel == MlaKernel::kWgmma ? "wgmma" : "wgmma_kv") +
+                                             (p.kernel == MlaKernel::kWgmma     ? "wgmma"
+                                              : p.kernel == MlaKernel::kWgmmaKv ? "wgmma_kv"
+                                                                                : "wgmma_kv2") +
                                              "\" takes dtype bf16 only; use \"auto\" or \"mma_sync\" for fp8_e4m3");
   }
 }
@@ -49,9 +52,10 @@ const PolicySchema<MlaDecodePolicy>& schema() {
                                             {{"auto", value(MlaKernel::kAuto)},
                                              {"mma_sync", value(MlaKernel::kMmaSync)},
                                              {"wgmma", value(MlaKernel::kWgmma)},
-                                             {"wgmma_kv", value(MlaKernel::kWgmmaKv)}},
+                                             {"wgmma_kv", value(MlaKernel::kWgmmaKv)},
+                                             {"wgmma_kv2", value(MlaKernel::kWgmmaKv2)}},
                                             value(MlaKernel::kAuto), ErrorCode::kInvalidArgument,
-                                            "kAuto, kMmaSync, kWgmma or kWgmmaKv")},
+                                            "kAuto, kMmaSync, kWgmma, kWgmmaKv or kWgmmaKv2")},
       &render, &cross_check);
   return s;
 }
