@@ -376,6 +376,11 @@ __device__ __forceinline__ void mla_kv2_piece(const MlaDecodeParams& p, u32 base
           m[k] = mnew;
           l[k] *= alpha[k];
         }
+        // Warpgroup 1 has read this stage's factors of two tiles back (and, at N = 64, finished the P V
+        // of the previous tile, which reads the single P^T lo buffer): both arrive on the empty
+        // barrier after that, and the wait makes the order explicit (it has long completed).
+        constexpr int kBack = Shape::kConcat ? 2 : 1;
+        if (j >= kBack) mbar_wait(bar_empty((tile - kBack) & 1u), ((tile - kBack) >> 1) & 1u);
         if (warp == 0 && g == 0) {
 #pragma unroll
           for (int n = 0; n < kCols / 2; ++n) {
@@ -385,10 +390,6 @@ __device__ __forceinline__ void mla_kv2_piece(const MlaDecodeParams& p, u32 base
           }
         }
         mla_kv2_rescale<kN>(o, alpha);
-        // N = 64: P^T lo has one buffer; warpgroup 1's P V of the previous tile must have retired.
-        if constexpr (!Shape::kConcat) {
-          if (j > 0) mbar_wait(bar_empty((tile - 1u) & 1u), ((tile - 1u) >> 1) & 1u);
-        }
 
         // ---- P^T = exp2(S^T - m) as bf16 hi + lo into the stage's RoPE block (and the lo buffer) ----
         const u32 p_hi = k_smem + kRopeBlock;

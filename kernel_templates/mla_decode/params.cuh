@@ -106,9 +106,13 @@ KILN_MLA_HD constexpr MlaTileConfig mla_tile_config(int heads, int max_seq_len_q
 KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConfig{1, 4, 32, 2}; }
 
 // On sm_90a bf16 row counts up to kMlaKvMaxRows run the one-warpgroup KV-on-M kernel, up to
-// kMlaKv2MaxRows its two-warpgroup form, larger ones the heads-on-M wgmma kernel.
+// kMlaKv2MaxRows its two-warpgroup form, larger ones the heads-on-M wgmma kernel. Measured on the
+// H200 over the bench grid's rows: at 16 rows the two forms are even (two-warpgroup 0.99x), at 32
+// the two-warpgroup form is 1.01x (1.04-1.06x where memory-bound, 0.92-0.98x at B <= 32 with
+// L <= 4096), at 64 and 128 rows 0.86x and 0.88x the heads-on-M kernel (its P V reads half the
+// shared-memory bytes per MMA: P from registers, N = 256).
 constexpr int kMlaKvMaxRows = 16;
-constexpr int kMlaKv2MaxRows = 64;
+constexpr int kMlaKv2MaxRows = 32;
 
 // The KV-on-M kernel's query rows per CTA (the wgmma N): 16 or 32; more rows take more row tiles.
 KILN_MLA_HD constexpr int mla_kv_rows(int heads, int max_seq_len_q) {
