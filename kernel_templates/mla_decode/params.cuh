@@ -39,7 +39,7 @@ constexpr int kMlaMinBlockTokens = 32;
 
 // Kernel choice carried in the policy ("kernel" field): auto lets the planner decide per arch;
 // mma_sync forces the portable mma.sync kernel in the configuration that fits ~99 KB of shared memory
-// (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a, bf16 only).
+// (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a).
 constexpr int kMlaKernelAuto = 0;
 constexpr int kMlaKernelMmaSync = 1;
 constexpr int kMlaKernelWgmma = 2;
@@ -102,12 +102,16 @@ KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConf
 // The wgmma kernel serves bf16 row counts from this up (measured on the H200: at 32 rows it beats the
 // 32-row mma.sync tile, at 16 rows the 16-row tile, two per SM, beats it).
 constexpr int kMlaWgmmaMinRows = 17;
+// The same split for fp8 keys (the wgmma kernel with its widening warpgroup against the mma.sync tiles).
+constexpr int kMlaWgmmaMinRowsFp8 = 17;
 
 // `sm90a`: compiling for (or running on) sm_90a, the one target with wgmma and 227 KB per block.
 KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_len_q, bool fp8, bool sm90a) {
   if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config()};
   if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config()};
-  if (!fp8 && mla_max_rows(heads, max_seq_len_q) >= kMlaWgmmaMinRows) return MlaVariant{true, mla_small_tile_config()};
+  if (mla_max_rows(heads, max_seq_len_q) >= (fp8 ? kMlaWgmmaMinRowsFp8 : kMlaWgmmaMinRows)) {
+    return MlaVariant{true, mla_small_tile_config()};
+  }
   return MlaVariant{false, mla_tile_config(heads, max_seq_len_q, fp8)};
 }
 
@@ -133,8 +137,8 @@ struct MlaSmemLayout {
 KILN_MLA_HD constexpr int mla_align16(int x) { return (x + 15) / 16 * 16; }
 
 // Scratch of the block-wide reductions and scan that find a part's range and first request: two
-// 8-byte slots per warp (8 warps at most) and the two results.
-constexpr int kMlaSchedScratchBytes = 8 * (2 * 8 + 2);
+// 8-byte slots per warp (12 warps at most) and the two results.
+constexpr int kMlaSchedScratchBytes = 8 * (2 * 12 + 2);
 
 KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
   MlaSmemLayout l{};
@@ -184,10 +188,33 @@ constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + kMlaWgStages);
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 
-KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v) { return v.wgmma ? kMlaWgThreads : mla_threads(v.tile); }
+// ---- fp8 wgmma kernel (sm_90a) geometry ----
+// The same 64 rows, 64-token tiles and consumer warpgroups, plus a third warpgroup that loads and
+// widens. Shared memory: Q and two raw KV stages as e4m3 (576 bytes per row: four 128-byte swizzled
+// column blocks and a fifth of which each row uses the first 64 bytes), one stage of V widened to
+// f16 (64 tokens x 512, MN-major for P V), P (64 x 64 f16), row max / sum exchange, scheduler
+// scratch, mbarriers (Q full, raw full x 2, raw empty x 2, V full, V empty).
+constexpr int kMlaWgFp8Threads = 384;
+constexpr int kMlaWgFp8Blocks = 5;
+constexpr int kMlaWgFp8RawBytes = kMlaWgFp8Blocks * 64 * 128;            // 40960: Q or one raw stage
+constexpr int kMlaWgFp8QOffset = 0;
+constexpr int kMlaWgFp8RawOffset = kMlaWgFp8QOffset + kMlaWgFp8RawBytes;
+constexpr int kMlaWgFp8RawStages = 2;
+constexpr int kMlaWgFp8VOffset = kMlaWgFp8RawOffset + kMlaWgFp8RawStages * kMlaWgFp8RawBytes;
+constexpr int kMlaWgFp8VBytes = kMlaWgTileTokens * kMlaDimV * 2;        // 65536
+constexpr int kMlaWgFp8POffset = kMlaWgFp8VOffset + kMlaWgFp8VBytes;
+constexpr int kMlaWgFp8RedOffset = kMlaWgFp8POffset + kMlaWgPBytes;
+constexpr int kMlaWgFp8SchedOffset = kMlaWgFp8RedOffset + kMlaWgRedBytes;
+constexpr int kMlaWgFp8BarOffset = kMlaWgFp8SchedOffset + kMlaSchedScratchBytes;
+constexpr int kMlaWgFp8UsedBytes = kMlaWgFp8BarOffset + 8 * (1 + 2 * kMlaWgFp8RawStages + 2);
+constexpr int kMlaWgFp8SmemBytes = kMlaWgFp8UsedBytes + 1024;  // + the 1024-byte alignment, as above
+
+KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v, bool fp8) {
+  return v.wgmma ? (fp8 ? kMlaWgFp8Threads : kMlaWgThreads) : mla_threads(v.tile);
+}
 KILN_MLA_HD constexpr int mla_variant_rows(MlaVariant v) { return v.wgmma ? kMlaWgRows : mla_tile_rows(v.tile); }
 KILN_MLA_HD constexpr int mla_variant_smem(MlaVariant v, bool fp8) {
-  return v.wgmma ? kMlaWgSmemBytes : mla_smem_layout(v.tile, fp8).total;
+  return v.wgmma ? (fp8 ? kMlaWgFp8SmemBytes : kMlaWgSmemBytes) : mla_smem_layout(v.tile, fp8).total;
 }
 
 }  // namespace kiln

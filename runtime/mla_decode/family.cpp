@@ -20,13 +20,6 @@ constexpr std::int64_t value(DType t) { return static_cast<std::int64_t>(t); }
 constexpr std::int64_t value(MaskType m) { return static_cast<std::int64_t>(m); }
 constexpr std::int64_t value(MlaKernel k) { return static_cast<std::int64_t>(k); }
 
-void cross_check(const MlaDecodePolicy& p) {
-  if (p.kernel == MlaKernel::kWgmma && p.dtype != DType::kBf16) {
-    throw Error(ErrorCode::kUnsupported, "argument 'kernel': \"wgmma\" takes dtype bf16 only; use \"auto\" or "
-                                         "\"mma_sync\" for fp8_e4m3");
-  }
-}
-
 const PolicySchema<MlaDecodePolicy>& schema() {
   // No default head count or length: no value fits every model, and a silently defaulted one would
   // build the wrong kernel.
@@ -50,7 +43,7 @@ const PolicySchema<MlaDecodePolicy>& schema() {
                                              {"wgmma", value(MlaKernel::kWgmma)}},
                                             value(MlaKernel::kAuto), ErrorCode::kInvalidArgument,
                                             "kAuto, kMmaSync or kWgmma")},
-      &render, &cross_check);
+      &render);
   return s;
 }
 

@@ -679,6 +679,10 @@ TEST_CASE("mla: the wgmma kernel forced on small head counts", "[gpu][mla]") {
       fixed(8, 32, 2, false, false, kMidLens),
       packed(7, 16, 4, false, true, {1, 2049, 65, 4097}, {0, 4, 3, 1}),
       fixed(24, 128, 1, false, true, kAllLens),
+      // fp8 (the producer warpgroup widens V): partial row tiles, splits, packed, both masks.
+      fixed(16, 64, 1, true, true, kAllLens, 163840),
+      fixed(6, 32, 2, true, false, kMidLens),
+      packed(7, 128, 2, true, true, {65, 2049, 1, 4097}, {2, 0, 1, 2}),
   };
   for (MlaCase& c : m) c.kernel = MlaKernel::kWgmma;
   run_cases(m, base_seed() * 1000 + 750);
@@ -686,7 +690,7 @@ TEST_CASE("mla: the wgmma kernel forced on small head counts", "[gpu][mla]") {
 
 TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
   // Small launches that still reach every code path: split + combine, one split, two and more row
-  // tiles, fp8, packed with an empty request, the rank-4 cache, padded block tables.
+  // tiles, fp8 on both kernels, packed with an empty request, the rank-4 cache, padded block tables.
   std::vector<MlaCase> m = {
       fixed(16, 64, 1, false, true, {1, 65, 300}, 163840),
       fixed(128, 32, 2, true, false, {63, 129}),
@@ -695,7 +699,10 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
       packed(64, 64, 2, false, false, {64, 65, 2}, {1, 0, 2}, 4096),
       fixed(128, 64, 1, false, true, {1, 65, 300}, 163840),
       fixed(24, 32, 16, false, true, {1, 200}),
+      fixed(8, 64, 2, true, true, {1, 65, 300}, 163840),
+      fixed(12, 16, 1, true, true, {64, 200, 1}, 163840),
   };
+  m[8].kernel = MlaKernel::kWgmma;
   m[0].bt_pad = 5;
   m[1].rank4_cache = true;
   m[2].bt_pad = 3;

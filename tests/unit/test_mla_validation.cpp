@@ -665,7 +665,6 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   rejects({{"heads", 129}, {"max_seq_len", 4096}}, "'heads'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"max_seq_len_q", 65}}, "'max_seq_len_q'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"kernel", "tcgen05"}}, "'kernel'");
-  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"kernel", "wgmma"}}, "'kernel'");
 
   kiln::mla::MlaDecodePolicy p;
   p.heads = 64;
@@ -729,6 +728,16 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.combine.grid[0] == 128);
   CHECK(w.combine.grid[1] == 4);
   CHECK(w.workspace.max_parts >= w.num_parts);
+
+  // fp8 H 128: the wgmma kernel with its producer warpgroup (384 threads), within the opt-in limit.
+  MlaPolicy f8 = p;
+  f8.fp8 = true;
+  const kiln::mla::MlaPlan w8 = kiln::mla::plan(f8, 4, h200, "sm_90a");
+  CHECK(w8.variant.wgmma);
+  CHECK(w8.decode.grid[1] == 2);
+  CHECK(w8.decode.block[0] == 384);
+  CHECK(w8.decode.smem_bytes <= 232448);
+  CHECK(w8.decode.smem_bytes != w.decode.smem_bytes);
 
   // The same key on sm_120a: the 16-row mma.sync configuration.
   const kiln::mla::MlaPlan s = kiln::mla::plan(p, 4, sm120, "sm_120a");
