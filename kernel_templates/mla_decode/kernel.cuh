@@ -2,8 +2,9 @@
 // Paged MLA decode (576-wide Q/K, V = first 512 columns of the same cache row): the two entry points
 // of the module. mla_decode_kernel: grid (parts, row tiles); each CTA walks its part's pieces
 // (schedule.cuh) with the wgmma kernel (sm_90a: kernel_wgmma.cuh for bf16, kernel_wgmma_fp8.cuh for
-// e4m3) or the mma.sync kernel (kernel_mma.cuh), as mla_variant() picks for the target. mla_combine_kernel merges the pieces of
-// split requests; it is launched (with programmatic dependent launch) only when a request can split.
+// e4m3) or the mma.sync kernel (kernel_mma.cuh), as mla_variant() picks for the target.
+// mla_combine_kernel merges the pieces of split requests; it is launched (with programmatic dependent
+// launch) only when a request can split.
 #include "common/mbarrier.cuh"
 #include "common/pdl.cuh"
 #include "mla_decode/kernel_mma.cuh"

@@ -40,9 +40,9 @@ namespace kiln {
 
 namespace mla_detail {
 
-// Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = the 384 x 168 the launch allocates.
-constexpr int kMlaWgFp8ProducerRegs = 40;
-constexpr int kMlaWgFp8ConsumerRegs = 232;
+// Registers per thread after setmaxnreg: 128 x 56 + 256 x 224 = the 384 x 168 the launch allocates.
+constexpr int kMlaWgFp8ProducerRegs = 56;
+constexpr int kMlaWgFp8ConsumerRegs = 224;
 
 // Shared-memory addresses of the fp8 kernel (`base`: the 1024-byte-aligned base).
 struct MlaWgFp8Smem {
