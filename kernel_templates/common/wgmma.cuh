@@ -1,7 +1,7 @@
 #pragma once
 // Hopper warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors, the fence / commit /
 // wait lifecycle, and the m64nNk16 bf16 instructions with fp32 accumulators, A from shared memory
-// (ss) or registers (rs), plus the e4m3 and f16 shapes the fp8 MLA kernel issues. Every function is
+// (ss) or registers (rs), plus the f16 shapes the fp8 MLA kernel issues. Every function is
 // force-inlined, so code for other targets that never calls them never emits the instructions. A
 // kernel that uses them must be compiled for sm_90a.
 #include "common/numeric.cuh"
@@ -274,29 +274,24 @@ struct WgmmaBf16<256> {
   }
 };
 
-// D (+)= A * B for one m64n32k32 step with e4m3 inputs, both K-major in shared memory (8-bit types
-// have no transposed form), fp32 accumulators in the WgmmaBf16<32> layout. In the 128-byte swizzle a
-// k32 step is 32 bytes along the row, as a bf16 k16 step is.
+// D (+)= A * B for one m64nNk16 step with f16 inputs, fp32 accumulators: as WgmmaBf16<N>::ss.
 template <int kN>
-struct WgmmaE4m3;
+struct WgmmaF16;
 
 template <>
-struct WgmmaE4m3<32> {
+struct WgmmaF16<32> {
+  template <int kTransB>
   static __device__ __forceinline__ void ss(float (&d)[16], u64 desc_a, u64 desc_b, bool accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, %16, %17, p, 1, 1;\n}\n"
+        "}, %16, %17, p, 1, 1, 0, %19;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
   }
 };
-
-// D (+)= A * B for one m64n256k16 step with f16 inputs, fp32 accumulators: as WgmmaBf16<256>::ss.
-template <int kN>
-struct WgmmaF16;
 
 template <>
 struct WgmmaF16<256> {

@@ -189,25 +189,22 @@ constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + kMlaWgStages);
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 
 // ---- fp8 wgmma kernel (sm_90a) geometry ----
-// The same 64 rows, 64-token tiles and consumer warpgroups, plus a third warpgroup that loads and
-// widens. Shared memory: Q and two raw KV stages as e4m3 (576 bytes per row: four 128-byte swizzled
-// column blocks and a fifth of which each row uses the first 64 bytes), one stage of V widened to
-// f16 (64 tokens x 512, MN-major for P V), P (64 x 64 f16), row max / sum exchange, scheduler
-// scratch, mbarriers (Q full, raw full x 2, raw empty x 2, V full, V empty).
+// The same 64 rows, 64-token tiles and consumer warpgroups, plus a third warpgroup that loads e4m3
+// and widens it to f16. Shared memory, each tile 128-byte-swizzled in 9 column blocks of 64 f16 (8 KB
+// per 64 rows): Q (64 rows x 576), two KV stages (64 tokens x 576), P (64 x 64 f16), row max / sum
+// exchange, scheduler scratch, mbarriers (Q full, stage full x 2, stage empty x 2).
 constexpr int kMlaWgFp8Threads = 384;
-constexpr int kMlaWgFp8Blocks = 5;
-constexpr int kMlaWgFp8RawBytes = kMlaWgFp8Blocks * 64 * 128;            // 40960: Q or one raw stage
+constexpr int kMlaWgFp8TileBytes = kMlaWgTileTokens * kMlaDimQk * 2;     // 73728: Q or one stage
 constexpr int kMlaWgFp8QOffset = 0;
-constexpr int kMlaWgFp8RawOffset = kMlaWgFp8QOffset + kMlaWgFp8RawBytes;
-constexpr int kMlaWgFp8RawStages = 2;
-constexpr int kMlaWgFp8VOffset = kMlaWgFp8RawOffset + kMlaWgFp8RawStages * kMlaWgFp8RawBytes;
-constexpr int kMlaWgFp8VBytes = kMlaWgTileTokens * kMlaDimV * 2;        // 65536
-constexpr int kMlaWgFp8POffset = kMlaWgFp8VOffset + kMlaWgFp8VBytes;
+constexpr int kMlaWgFp8StageOffset = kMlaWgFp8QOffset + kMlaWgFp8TileBytes;
+constexpr int kMlaWgFp8Stages = 2;
+constexpr int kMlaWgFp8POffset = kMlaWgFp8StageOffset + kMlaWgFp8Stages * kMlaWgFp8TileBytes;
 constexpr int kMlaWgFp8RedOffset = kMlaWgFp8POffset + kMlaWgPBytes;
 constexpr int kMlaWgFp8SchedOffset = kMlaWgFp8RedOffset + kMlaWgRedBytes;
 constexpr int kMlaWgFp8BarOffset = kMlaWgFp8SchedOffset + kMlaSchedScratchBytes;
-constexpr int kMlaWgFp8UsedBytes = kMlaWgFp8BarOffset + 8 * (1 + 2 * kMlaWgFp8RawStages + 2);
+constexpr int kMlaWgFp8UsedBytes = kMlaWgFp8BarOffset + 8 * (1 + 2 * kMlaWgFp8Stages);
 constexpr int kMlaWgFp8SmemBytes = kMlaWgFp8UsedBytes + 1024;  // + the 1024-byte alignment, as above
+static_assert(kMlaWgFp8SmemBytes <= 232448, "the fp8 wgmma kernel exceeds sm_90's 227 KB per block");
 
 KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v, bool fp8) {
   return v.wgmma ? (fp8 ? kMlaWgFp8Threads : kMlaWgThreads) : mla_threads(v.tile);
