@@ -11,8 +11,8 @@
 //
 // "results" holds the 120-config uniform grid (bf16, page 64, fixed SQ, causal), the rows
 // ../shared/anchors/compare.py matches with FlashMLA's. "extra_results" holds the rest: mixed-length
-// batches (lengths log-uniform in [64, 32k]), fp8 (each config also with the kernel auto does not
-// pick forced), packed query rows, page sizes 16 and 128, and the small-head grid rows again with the
+// batches (lengths log-uniform in [64, 32k]), fp8 (each config also with the mma.sync kernel
+// forced), packed query rows, page sizes 16 and 128, and the small-head grid rows again with the
 // other kernel forced (what the planner's choices rest on). --only keeps one group or one config.
 #include "tools/bench_mla.h"
 
@@ -151,13 +151,13 @@ std::vector<BenchConfig> extra_configs(bool quick, const std::string& arch) {
   x.push_back(mixed(32, 64, 2));
   for (int b : {1, 8, 64, 128})
     for (int l : {4096, 16384})
-      for (int h : {16, 32, 64, 128}) {
+      for (int h : {8, 16, 32, 64, 128}) {
         BenchConfig c = uniform(b, l, h, 1);
         c.group = "fp8";
         c.fp8 = true;
         x.push_back(c);
         if (mla::is_sm90a(arch)) {
-          c.kernel = h >= kMlaWgmmaMinRowsFp8 ? mla::MlaKernel::kMmaSync : mla::MlaKernel::kWgmma;
+          c.kernel = mla::MlaKernel::kMmaSync;  // auto takes the wgmma kernel for every fp8 key there
           x.push_back(c);
         }
       }

@@ -4,13 +4,14 @@
 // third warpgroup that loads the e4m3 bytes and widens them; it does nothing else.
 //
 // One CTA = 64 query rows of one part; 384 threads:
-//   warpgroup 2 (producer): loads Q and each 64-token KV tile from global memory into registers as
-//     e4m3 (16 bytes per load), widens them to f16 (exact: every e4m3 value is an f16) and stores
-//     them 128-byte-swizzled into the stage the wgmmas read, two stages. The bytes are used as
-//     stored: the caller's dequantisation scales live in bmm1_scale and bmm2_scale, applied as for
-//     bf16. A tile's loads are issued before the wait for its stage, so they fly while the consumers
-//     still read it.
-//   warpgroups 0 and 1 (consumers), as in the bf16 kernel: S = Q K^T with f16 wgmmas (m64n32k16,
+//   warpgroup 2 (producer): loads each 64-token KV tile from global memory into registers as e4m3
+//     (16 bytes per load), widens it to f16 (exact: every e4m3 value is an f16) and stores it
+//     128-byte-swizzled into the stage the wgmmas read, two stages. The bytes are used as stored:
+//     the caller's dequantisation scales live in bmm1_scale and bmm2_scale, applied as for bf16. A
+//     tile's loads are issued before the wait for its stage, so they fly while the consumers still
+//     read it.
+//   warpgroups 0 and 1 (consumers) widen Q the same way at the start of a piece (while the producer
+//     fetches the first tile), then, as in the bf16 kernel: S = Q K^T with f16 wgmmas (m64n32k16,
 //     tokens [32 w, 32 w + 32), all 576 columns from shared memory), the softmax with the row max
 //     crossing the warpgroups, P as one f16 (11 bits: fp8's tolerances need no hi + lo, as in the
 //     mma.sync kernel), O += P V with f16 wgmmas over output columns [256 w, 256 w + 256), V the
@@ -21,9 +22,9 @@
 // accumulates e4m3 products with ~13-bit mantissas, which on the H200 put outputs outside the
 // contract's fp8 tolerance (atol 1.5e-3 + rtol 5e-2) at bmm1_scale 0.11-0.2.
 //
-// Hand-offs, all mbarriers (counts in mla_wgmma_fp8_init_barriers), phases from the CTA's running
-// tile count: Q full and stage full: every producer thread after its stores and a proxy fence;
-// stage empty: each consumer warp once its P V (the stage's last reader) has retired.
+// Hand-offs, mbarriers with phases from the CTA's running tile count: stage full: every producer
+// thread after its stores and a proxy fence; stage empty: each consumer warp once its P V (the
+// stage's last reader) has retired. Q: a named barrier of the two consumer warpgroups.
 #include "common/mbarrier.cuh"
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
@@ -48,23 +49,21 @@ constexpr int kMlaWgFp8ConsumerRegs = 200;
 // Shared-memory addresses of the fp8 kernel (`base`: the 1024-byte-aligned base).
 struct MlaWgFp8Smem {
   u32 q, stage, p, red;
-  u32 bar_q, bar_full, bar_empty;  // full / empty: + 8 * stage
+  u32 bar_full, bar_empty;  // + 8 * stage
 
   __device__ __forceinline__ explicit MlaWgFp8Smem(u32 base)
       : q(base + kMlaWgFp8QOffset),
         stage(base + kMlaWgFp8StageOffset),
         p(base + kMlaWgFp8POffset),
         red(base + kMlaWgFp8RedOffset),
-        bar_q(base + kMlaWgFp8BarOffset),
-        bar_full(bar_q + 8),
-        bar_empty(bar_q + 8 + 8 * kMlaWgFp8Stages) {}
+        bar_full(base + kMlaWgFp8BarOffset),
+        bar_empty(bar_full + 8 * kMlaWgFp8Stages) {}
 };
 
 // One thread initialises every barrier of the fp8 kernel.
 __device__ __forceinline__ void mla_wgmma_fp8_init_barriers(u32 base) {
   const MlaWgFp8Smem sm(base);
   constexpr u32 kProducers = kMlaWgFp8Threads - kMlaWgThreads;
-  mbar_init(sm.bar_q, kProducers);
   for (int s = 0; s < kMlaWgFp8Stages; ++s) {
     mbar_init(sm.bar_full + 8 * s, kProducers);
     mbar_init(sm.bar_empty + 8 * s, kMlaWgThreads / 32);  // the consumer warps
@@ -72,23 +71,20 @@ __device__ __forceinline__ void mla_wgmma_fp8_init_barriers(u32 base) {
   mbar_fence_init();
 }
 
-// The producer's share of one 64-row tile (Q rows or KV tokens): thread (warp w, lane l) takes rows
-// 16 w + l % 8 + 8 h (h = 0, 1) and 16-byte e4m3 chunks l / 8 + 4 k (k = 0..8) of the 36 per row.
-// Each warp load reads 64 contiguous bytes of 8 rows; each quarter-warp stores 8 rows of one chunk
-// column, conflict-free in the swizzle.
-struct MlaFp8Share {
-  U32x4 v[2][9];
-};
-
-__device__ __forceinline__ void mla_fp8_store_f16(u32 tile, int row0, int chunk0, const MlaFp8Share& sh) {
+// Widens a thread's share of a 64-row tile (Q rows or KV tokens) into the f16 tile at `tile`. The
+// share: rows row0 + 8 h (h < kGroups) and 16-byte e4m3 chunks chunk0 + 4 k (k = 0..8) of the 36 per
+// row, with row0 = 8 (warp) + lane % 8 and chunk0 = lane / 8: each warp load reads 64 contiguous
+// bytes of 8 rows, each quarter-warp stores 8 rows of one chunk column (conflict-free in the swizzle).
+template <int kGroups>
+__device__ __forceinline__ void mla_fp8_store_f16(u32 tile, int row0, int chunk0, const U32x4 (&v)[kGroups][9]) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kGroups; ++h) {
     const int r = row0 + 8 * h;
 #pragma unroll
     for (int k = 0; k < 9; ++k) {
       const int c = chunk0 + 4 * k;  // e4m3 columns 16 c .. 16 c + 15: f16 block c / 4, chunks 2 (c % 4) (+1)
       U32x4 lo, hi;
-      e4m3x16_to_f16(sh.v[h][k], lo, hi);
+      e4m3x16_to_f16(v[h][k], lo, hi);
       const u32 dst = tile + (c >> 2) * 8192;
       sts128(dst + sw128(r, 2 * (c & 3)), lo);
       sts128(dst + sw128(r, 2 * (c & 3) + 1), hi);
@@ -103,8 +99,8 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
   static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
   const int warp = (threadIdx.x & 127) >> 5;
   const int lane = threadIdx.x & 31;
-  const int pr = 16 * warp + (lane & 7);  // + 8 h
-  const int pc = lane >> 3;               // + 4 k
+  const int pr = 16 * warp + (lane & 7);  // rows pr, pr + 8 (two 8-row groups per warp)
+  const int pc = lane >> 3;
   const MlaWgFp8Smem sm(base);
 
   // Every thread is done with the previous piece's Q and stages.
@@ -113,25 +109,8 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
   const int n_tiles = mla_wg_tiles<kHeads, kCausal>(piece, row0, t1);
   if (n_tiles == 0) return;
   const int t0 = piece.t0;
-  const int rows_b = piece.r.q_len * kHeads;
   const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
   const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(piece.b) * p.block_table_stride;
-  const unsigned char* q_rows =
-      static_cast<const unsigned char*>(p.q) + (static_cast<long long>(piece.r.tok0) * kHeads + row0) * kMlaDimQk;
-
-  MlaFp8Share sh;
-  // Q: rows past the request read as zeros.
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = pr + 8 * h;
-    const bool valid = row0 + r < rows_b;
-#pragma unroll
-    for (int k = 0; k < 9; ++k) sh.v[h][k] = ldg128_if(q_rows + r * kMlaDimQk + (pc + 4 * k) * 16, valid);
-  }
-  mla_fp8_store_f16(sm.q, pr, pc, sh);
-  // The stores went through the generic proxy; the consumers' wgmmas read them through the async one.
-  fence_proxy_async_smem();
-  mbar_arrive(sm.bar_q);
 
   // The block-table entries of this thread's two tokens, read a tile ahead; -1: past the range.
   auto pages_of = [&](int j, int (&pages)[2]) {
@@ -141,6 +120,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
       pages[h] = j < n_tiles && t < t1 ? __ldg(bt_row + t / kPageSize) : -1;
     }
   };
+  U32x4 v[2][9];
   int pages[2];
   pages_of(0, pages);
   const u32 idx0 = st.tiles;
@@ -153,13 +133,14 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
       const unsigned char* src =
           kv + ((valid ? static_cast<long long>(pages[h]) * kPageSize : 0) + t % kPageSize) * kMlaDimQk + pc * 16;
 #pragma unroll
-      for (int k = 0; k < 9; ++k) sh.v[h][k] = ldg128_if(src + 64 * k, valid);
+      for (int k = 0; k < 9; ++k) v[h][k] = ldg128_if(src + 64 * k, valid);
     }
     pages_of(j + 1, pages);
     const u32 idx = idx0 + j;
     const u32 stage = idx & 1u;
     mbar_wait(sm.bar_empty + 8 * stage, ((idx >> 1) & 1u) ^ 1u);
-    mla_fp8_store_f16(sm.stage + stage * kMlaWgFp8TileBytes, pr, pc, sh);
+    mla_fp8_store_f16(sm.stage + stage * kMlaWgFp8TileBytes, pr, pc, v);
+    // The stores went through the generic proxy; the consumers' wgmmas read them through the async one.
     fence_proxy_async_smem();
     mbar_arrive(sm.bar_full + 8 * stage);
   }
@@ -207,8 +188,19 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
     const u64 dq = wgmma_desc_sw128(sm.q, 16, 1024);
     const u64 dp = wgmma_desc_sw128(sm.p, 16, 1024);
 
-    mbar_wait(sm.bar_q, st.pieces & 1u);
-    ++st.pieces;
+    {
+      // Q: rows 8 (warp of the two warpgroups) + lane % 8; rows past the request read as zeros.
+      const int qr = 8 * (tid >> 5) + (lane & 7);
+      const bool valid = row0 + qr < rows_b;
+      const unsigned char* src = static_cast<const unsigned char*>(p.q) +
+                                 (static_cast<long long>(piece.r.tok0) * kHeads + row0 + qr) * kMlaDimQk + (lane >> 3) * 16;
+      U32x4 v[1][9];
+#pragma unroll
+      for (int k = 0; k < 9; ++k) v[0][k] = ldg128_if(src + 64 * k, valid);
+      mla_fp8_store_f16(sm.q, qr, lane >> 3, v);
+      fence_proxy_async_smem();
+      named_barrier_sync(2, kMlaWgThreads);
+    }
 
     for (int j = 0; j < n_tiles; ++j) {
       const u32 idx = st.tiles;

@@ -100,18 +100,16 @@ KILN_MLA_HD constexpr MlaTileConfig mla_tile_config(int heads, int max_seq_len_q
 KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConfig{1, 4, 32, 2}; }
 
 // The wgmma kernel serves bf16 row counts from this up (measured on the H200: at 32 rows it beats the
-// 32-row mma.sync tile, at 16 rows the 16-row tile, two per SM, beats it).
+// 32-row mma.sync tile, at 16 rows the 16-row tile, two per SM, beats it). fp8 keys take it at every
+// row count (measured: at 16 rows it ties or beats the 16-row mma.sync tile, whose compute warps
+// widen e4m3 themselves, and from 32 rows it takes about half the time).
 constexpr int kMlaWgmmaMinRows = 17;
-// The same split for fp8 keys (the wgmma kernel with its widening warpgroup against the mma.sync tiles).
-constexpr int kMlaWgmmaMinRowsFp8 = 17;
 
 // `sm90a`: compiling for (or running on) sm_90a, the one target with wgmma and 227 KB per block.
 KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_len_q, bool fp8, bool sm90a) {
   if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config()};
   if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config()};
-  if (mla_max_rows(heads, max_seq_len_q) >= (fp8 ? kMlaWgmmaMinRowsFp8 : kMlaWgmmaMinRows)) {
-    return MlaVariant{true, mla_small_tile_config()};
-  }
+  if (fp8 || mla_max_rows(heads, max_seq_len_q) >= kMlaWgmmaMinRows) return MlaVariant{true, mla_small_tile_config()};
   return MlaVariant{false, mla_tile_config(heads, max_seq_len_q, fp8)};
 }
 
@@ -192,7 +190,7 @@ constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 // The same 64 rows, 64-token tiles and consumer warpgroups, plus a third warpgroup that loads e4m3
 // and widens it to f16. Shared memory, each tile 128-byte-swizzled in 9 column blocks of 64 f16 (8 KB
 // per 64 rows): Q (64 rows x 576), two KV stages (64 tokens x 576), P (64 x 64 f16), row max / sum
-// exchange, scheduler scratch, mbarriers (Q full, stage full x 2, stage empty x 2).
+// exchange, scheduler scratch, mbarriers (stage full x 2, stage empty x 2).
 constexpr int kMlaWgFp8Threads = 384;
 constexpr int kMlaWgFp8TileBytes = kMlaWgTileTokens * kMlaDimQk * 2;     // 73728: Q or one stage
 constexpr int kMlaWgFp8QOffset = 0;
@@ -202,7 +200,7 @@ constexpr int kMlaWgFp8POffset = kMlaWgFp8StageOffset + kMlaWgFp8Stages * kMlaWg
 constexpr int kMlaWgFp8RedOffset = kMlaWgFp8POffset + kMlaWgPBytes;
 constexpr int kMlaWgFp8SchedOffset = kMlaWgFp8RedOffset + kMlaWgRedBytes;
 constexpr int kMlaWgFp8BarOffset = kMlaWgFp8SchedOffset + kMlaSchedScratchBytes;
-constexpr int kMlaWgFp8UsedBytes = kMlaWgFp8BarOffset + 8 * (1 + 2 * kMlaWgFp8Stages);
+constexpr int kMlaWgFp8UsedBytes = kMlaWgFp8BarOffset + 8 * 2 * kMlaWgFp8Stages;
 constexpr int kMlaWgFp8SmemBytes = kMlaWgFp8UsedBytes + 1024;  // + the 1024-byte alignment, as above
 static_assert(kMlaWgFp8SmemBytes <= 232448, "the fp8 wgmma kernel exceeds sm_90's 227 KB per block");
 

@@ -8,9 +8,10 @@
 //    "kernel": "auto"|"mma_sync"|"wgmma"}
 // heads and max_seq_len have no default (no value is right for every model); the rest default to
 // page_size 64, max_seq_len_q 1, packed false, dtype bf16, out_dtype bf16, mask causal, kernel auto.
-// kernel: auto lets the planner pick per GPU (the wgmma kernel on sm_90a for 17 or more rows per
-// request, else the mma.sync kernel); mma_sync forces the mma.sync kernel in the configuration that
-// fits ~99 KB of shared memory (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a only).
+// kernel: auto lets the planner pick per GPU (the wgmma kernel on sm_90a for fp8, and for bf16 with
+// 17 or more rows per request; else the mma.sync kernel); mma_sync forces the mma.sync kernel in the
+// configuration that fits ~99 KB of shared memory (what sm_120 runs); wgmma forces the Hopper kernel
+// (sm_90a only).
 #include <cstdint>
 #include <string_view>
 

@@ -738,6 +738,8 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w8.decode.block[0] == 384);
   CHECK(w8.decode.smem_bytes <= 232448);
   CHECK(w8.decode.smem_bytes != w.decode.smem_bytes);
+  f8.heads = 8;  // fp8 takes it at every row count
+  CHECK(kiln::mla::plan(f8, 4, h200, "sm_90a").variant.wgmma);
 
   // The same key on sm_120a: the 16-row mma.sync configuration.
   const kiln::mla::MlaPlan s = kiln::mla::plan(p, 4, sm120, "sm_120a");
