@@ -87,16 +87,8 @@ struct MlaVariant {
 
 KILN_MLA_HD constexpr int mla_max_rows(int heads, int max_seq_len_q) { return heads * max_seq_len_q; }
 
-// Up to 16 rows: small CTAs, two per SM, so one CTA's barriers overlap the other's loads and MMAs.
-// Larger row counts keep the 64-row tile that amortises K/V shared-memory reads over more MMA work.
-KILN_MLA_HD constexpr MlaTileConfig mla_tile_config(int heads, int max_seq_len_q, bool fp8) {
-  const int rows = mla_max_rows(heads, max_seq_len_q);
-  if (rows <= 16) return MlaTileConfig{1, 4, 32, fp8 ? 4 : 2};  // ~100 KB: two CTAs per SM
-  if (rows <= 32) return MlaTileConfig{2, 4, 32, fp8 ? 6 : 4};
-  return MlaTileConfig{4, 2, 32, fp8 ? 4 : 3};
-}
-
-// The configuration that fits ~99 KB of shared memory per block (sm_120): 16 rows, two stages.
+// The mma.sync kernel's configuration on every arch: 16 rows, two stages, ~100 KB (fits sm_120's ~99 KB
+// per block; two CTAs per SM on sm_90a, so one CTA's barriers overlap the other's loads and MMAs).
 KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConfig{1, 4, 32, 2}; }
 
 // The wgmma kernel serves bf16 row counts from this up (measured on the H200: at 32 rows it beats the
@@ -110,7 +102,7 @@ KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_
   if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config()};
   if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config()};
   if (fp8 || mla_max_rows(heads, max_seq_len_q) >= kMlaWgmmaMinRows) return MlaVariant{true, mla_small_tile_config()};
-  return MlaVariant{false, mla_tile_config(heads, max_seq_len_q, fp8)};
+  return MlaVariant{false, mla_small_tile_config()};
 }
 
 KILN_MLA_HD constexpr int mla_threads(MlaTileConfig c) { return 32 * c.row_groups * c.col_groups; }
