@@ -20,6 +20,13 @@ constexpr std::int64_t value(DType t) { return static_cast<std::int64_t>(t); }
 constexpr std::int64_t value(MaskType m) { return static_cast<std::int64_t>(m); }
 constexpr std::int64_t value(MlaKernel k) { return static_cast<std::int64_t>(k); }
 
+void cross_check(const MlaDecodePolicy& p) {
+  if (p.kernel == MlaKernel::kWgmmaKv && p.dtype != DType::kBf16) {
+    throw Error(ErrorCode::kUnsupported, "argument 'kernel': \"wgmma_kv\" takes dtype bf16 only; use \"auto\", "
+                                         "\"mma_sync\" or \"wgmma\" for fp8_e4m3");
+  }
+}
+
 const PolicySchema<MlaDecodePolicy>& schema() {
   // No default head count or length: no value fits every model, and a silently defaulted one would
   // build the wrong kernel.
@@ -40,10 +47,11 @@ const PolicySchema<MlaDecodePolicy>& schema() {
        enum_field<&MlaDecodePolicy::kernel>("kernel",
                                             {{"auto", value(MlaKernel::kAuto)},
                                              {"mma_sync", value(MlaKernel::kMmaSync)},
-                                             {"wgmma", value(MlaKernel::kWgmma)}},
+                                             {"wgmma", value(MlaKernel::kWgmma)},
+                                             {"wgmma_kv", value(MlaKernel::kWgmmaKv)}},
                                             value(MlaKernel::kAuto), ErrorCode::kInvalidArgument,
-                                            "kAuto, kMmaSync or kWgmma")},
-      &render);
+                                            "kAuto, kMmaSync, kWgmma or kWgmmaKv")},
+      &render, &cross_check);
   return s;
 }
 
