@@ -18,9 +18,9 @@
 //     first 512 columns of the same stage.
 // Why the e4m3 bytes go through registers and not through a raw shared-memory stage: Q and two f16
 // stages take 216 KB, which leaves no room for raw stages in 227 KB; with one f16 stage the widening
-// of tile j + 1 would wait for tile j's P V. And why S is not an e4m3 wgmma on the raw bytes: Hopper
-// accumulates e4m3 products with ~13-bit mantissas, which on the H200 put outputs outside the
-// contract's fp8 tolerance (atol 1.5e-3 + rtol 5e-2) at bmm1_scale 0.11-0.2.
+// of tile j + 1 would wait for tile j's P V. And why S is not an e4m3 wgmma on the raw bytes: that
+// put outputs outside the contract's fp8 tolerance (atol 1.5e-3 + rtol 5e-2) on the H200 at
+// bmm1_scale 0.11-0.2 (Hopper reportedly accumulates e4m3 products with ~13-bit mantissas; NOTES.md).
 //
 // Hand-offs, mbarriers with phases from the CTA's running tile count: stage full: every producer
 // thread after its stores and a proxy fence; stage empty: each consumer warp once its P V (the
@@ -73,8 +73,8 @@ __device__ __forceinline__ void mla_wgmma_fp8_init_barriers(u32 base) {
 
 // Widens a thread's share of a 64-row tile (Q rows or KV tokens) into the f16 tile at `tile`. The
 // share: rows row0 + 8 h (h < kGroups) and 16-byte e4m3 chunks chunk0 + 4 k (k = 0..8) of the 36 per
-// row, with row0 = 8 (warp) + lane % 8 and chunk0 = lane / 8: each warp load reads 64 contiguous
-// bytes of 8 rows, each quarter-warp stores 8 rows of one chunk column (conflict-free in the swizzle).
+// row, with row0 % 8 = lane % 8 and chunk0 = lane / 8: each warp load reads 64 contiguous bytes of 8
+// rows, each quarter-warp stores 8 rows of one chunk column (conflict-free in the swizzle).
 template <int kGroups>
 __device__ __forceinline__ void mla_fp8_store_f16(u32 tile, int row0, int chunk0, const U32x4 (&v)[kGroups][9]) {
 #pragma unroll
