@@ -3,13 +3,15 @@
 // existing cache through a slot mapping (append).
 //
 // Duplicate slots in an append: the lowest input row wins (upstream keeps the first occurrence too).
-// Small appends find an earlier row with the same slot by scanning the slots before their own; large
-// ones run two kernels: the claim kernel leaves, in each target slot's 4 padding bytes, row + 1 of
-// the lowest row that targets it, and the write kernel lets only that row write, its record
-// clearing the padding again. Zero padding (what every writer leaves) is a free slot: one CAS claims
-// it. The claim trusts nothing else a slot's padding held before (a cache written by someone else,
-// or never written): a non-zero word is taken as a claim of this launch only if it names a row of
-// this batch that targets this slot, so stale words and garbage lose to any row.
+// Small appends find an earlier row with the same slot by scanning the slots before their own. Large
+// ones claim, then write: claims leave, in each target slot's 4 padding bytes, row + 1 of the lowest
+// row that targets it, and only that row writes, its record clearing the padding again. Without a
+// workspace the claims are a kernel of their own and the writes a dependent kernel; with one, one
+// kernel does both, its blocks meeting at a counter in the workspace. Zero padding (what every
+// writer leaves) is a free slot: one CAS claims it. A claim trusts nothing else a slot's padding held
+// before (a cache written by someone else, or never written): a non-zero word is taken as a claim of
+// this launch only if it names a row of this batch that targets this slot, so stale words and
+// garbage lose to any row.
 #include "common/numeric.cuh"
 #include "common/nvfp4_encode.cuh"
 #include "common/nvfp4_format.cuh"
@@ -81,7 +83,7 @@ __device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, i
 
 // Row i -> slot i. Each warp loads its rows before encoding any, so their reads overlap.
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+__global__ void __launch_bounds__(kNvfp4WriterThreads, kNvfp4WriterMinBlocks) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
   if (lane < kNvfp4RowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
@@ -130,23 +132,11 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(
   nvfp4_writer_store<kPageSize>(p, slot, lane, r);
 }
 
-// One thread per row: the lowest row of each target slot ends up in the slot's padding word.
+// Claims `row`'s target slot for it (a no-op for rows past the batch and skipped slots): afterwards
+// the slot's padding word names the lowest row claimed so far. Needs the whole warp.
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+__device__ __forceinline__ void nvfp4_claim_slot(const Nvfp4WriterParams& p, int row) {
   const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kNvfp4ClaimThreads + threadIdx.x;
-  // The owner word this row will probably claim: the slot read here (from L2, past L1) may still
-  // change before the wait, so it only picks a line to warm. (Warming the write kernel's rows here
-  // too delays this grid's completion, which the write kernel waits for.)
-  if (row < p.num_rows && row < kNvfp4PrefetchRows) {
-    int guess;
-    asm volatile("ld.global.cg.b32 %0, [%1];" : "=r"(guess) : "l"(p.slot_mapping + row));
-    if (guess >= 0 && guess < p.num_slots) asm volatile("prefetch.global.L2 [%0];" ::"l"(nvfp4_scale_record<kPageSize>(p, guess)) : "memory");
-  }
-  // After the wait, so that the write kernel, starting now, reads inputs that are complete: it reads
-  // and encodes its rows, then waits for this whole grid before it reads an owner word.
-  nvfp4_wait_for_previous_kernel();
-  nvfp4_let_next_kernel_start();
   const int slot = row < p.num_rows ? p.slot_mapping[row] : -1;
   const bool valid = slot >= 0 && slot < p.num_slots;
   // Rows of this warp with the same slot: only the lowest (lowest lane) claims.
@@ -163,32 +153,40 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
   }
 }
 
-// After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
-// before it waits for the claims; then lane i reads row i's owner word, all in one round trip.
+// Before the wait: the owner word `row` will probably claim. The slot read here (from L2, past L1)
+// may still change before the wait, so it only picks a line to warm.
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+__device__ __forceinline__ void nvfp4_prefetch_owner(const Nvfp4WriterParams& p, int row) {
+  if (row >= p.num_rows || row >= kNvfp4PrefetchRows) return;
+  int guess;
+  asm volatile("ld.global.cg.b32 %0, [%1];" : "=r"(guess) : "l"(p.slot_mapping + row));
+  if (guess >= 0 && guess < p.num_slots) asm volatile("prefetch.global.L2 [%0];" ::"l"(nvfp4_scale_record<kPageSize>(p, guess)) : "memory");
+}
+
+// One thread per row: the lowest row of each target slot ends up in the slot's padding word.
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  const int row = blockIdx.x * kNvfp4ClaimThreads + threadIdx.x;
+  // (Warming the write kernel's rows here too delays this grid's completion, which the write kernel
+  // waits for.)
+  nvfp4_prefetch_owner<kPageSize>(p, row);
+  // After the wait, so that the write kernel, starting now, reads inputs that are complete: it reads
+  // and encodes its rows, then waits for this whole grid before it reads an owner word.
+  nvfp4_wait_for_previous_kernel();
   nvfp4_let_next_kernel_start();
+  nvfp4_claim_slot<kPageSize>(p, row);
+}
+
+// A warp's rows after the claims: lane i (< kNvfp4RowsPerWarp) reads row row0 + i's owner word,
+// all in one round trip, and only owners store.
+template <int kPageSize>
+__device__ __forceinline__ void nvfp4_store_owned(const Nvfp4WriterParams& p, int row0, int slot, const Nvfp4WriterRow (&r)[kNvfp4RowsPerWarp]) {
   const int lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
-  int slot = -1;  // lanes below kNvfp4RowsPerWarp: the target of row row0 + lane, -1 when skipped
-  if (lane < kNvfp4RowsPerWarp && row0 + lane < p.num_rows) {
-    const int s = p.slot_mapping[row0 + lane];
-    if (s >= 0 && s < p.num_slots) slot = s;
-  }
-  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
-#pragma unroll
-  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-    if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
-  }
-  const unsigned live = __ballot_sync(0xffffffffu, slot >= 0);
-#pragma unroll
-  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-    if ((live >> i) & 1u) nvfp4_writer_encode(r[i], lane);
-  }
-  nvfp4_wait_for_previous_kernel();  // the claims
   bool owner = false;
   if (slot >= 0) {
-    owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups) == static_cast<unsigned>(row0 + lane) + 1u;
+    unsigned word;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(word) : "l"(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups) : "memory");
+    owner = word == static_cast<unsigned>(row0 + lane) + 1u;
   }
   const unsigned write = __ballot_sync(0xffffffffu, owner);
 #pragma unroll
@@ -196,6 +194,101 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel
     const int s = __shfl_sync(0xffffffffu, slot, i);
     if ((write >> i) & 1u) nvfp4_writer_store<kPageSize>(p, s, lane, r[i]);
   }
+}
+
+// The target slot of row row0 + lane for lanes below kNvfp4RowsPerWarp; -1 when skipped.
+__device__ __forceinline__ int nvfp4_warp_slots(const Nvfp4WriterParams& p, int row0) {
+  const int lane = threadIdx.x % 32;
+  if (lane >= kNvfp4RowsPerWarp || row0 + lane >= p.num_rows) return -1;
+  const int s = p.slot_mapping[row0 + lane];
+  return s >= 0 && s < p.num_slots ? s : -1;
+}
+
+template <int kPageSize>
+__device__ __forceinline__ void nvfp4_load_rows(const Nvfp4WriterParams& p, int row0, Nvfp4WriterRow (&r)[kNvfp4RowsPerWarp]) {
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, threadIdx.x % 32);
+  }
+}
+
+__device__ __forceinline__ void nvfp4_encode_live(int slot, Nvfp4WriterRow (&r)[kNvfp4RowsPerWarp]) {
+  const unsigned live = __ballot_sync(0xffffffffu, slot >= 0);
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if ((live >> i) & 1u) nvfp4_writer_encode(r[i], threadIdx.x % 32);
+  }
+}
+
+// After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
+// before it waits for the claims.
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4WriterThreads, kNvfp4WriterMinBlocks) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  nvfp4_let_next_kernel_start();
+  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  const int slot = nvfp4_warp_slots(p, row0);
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+  nvfp4_load_rows<kPageSize>(p, row0, r);
+  nvfp4_encode_live(slot, r);
+  nvfp4_wait_for_previous_kernel();  // the claims
+  nvfp4_store_owned<kPageSize>(p, row0, slot, r);
+}
+
+// Large appends with a workspace: claim and write in one launch, with no assumption about which
+// blocks run at the same time. Claim items (kNvfp4WriterThreads rows each, one thread per row) are
+// handed out by a ticket counter that every block draws from until the items run out; then the block
+// encodes its own rows (loaded before it drew) and waits until every item is claimed. A block waits
+// only after all items were handed to blocks already running, which finish them without waiting on
+// anything, so the wait always ends, even if the blocks ran one at a time. The last block out sets
+// the counters back to zero for the next call (the next writer kernel touches them only after its
+// wait for this grid).
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4WriterThreads, kNvfp4WriterMinBlocks) nvfp4_append_fused_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  __shared__ unsigned item_shared;
+  const int lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  const unsigned items = static_cast<unsigned>((p.num_rows + kNvfp4WriterThreads - 1) / kNvfp4WriterThreads);
+  unsigned* ticket = p.workspace + kNvfp4WorkspaceTicket;
+  unsigned* claimed = p.workspace + kNvfp4WorkspaceClaimed;
+  unsigned* exited = p.workspace + kNvfp4WorkspaceExited;
+  // Blocks mostly start in index order, so block b probably draws item b.
+  if (lane < kNvfp4RowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
+  if (blockIdx.x < items) nvfp4_prefetch_owner<kPageSize>(p, blockIdx.x * kNvfp4WriterThreads + threadIdx.x);
+  nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
+  const int slot = nvfp4_warp_slots(p, row0);
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+  nvfp4_load_rows<kPageSize>(p, row0, r);  // in flight during the claims
+  for (;;) {
+    if (threadIdx.x == 0) item_shared = atomicAdd(ticket, 1u);
+    __syncthreads();
+    const unsigned item = item_shared;  // rewritten only after the barrier below
+    if (item >= items) break;
+    nvfp4_claim_slot<kPageSize>(p, static_cast<int>(item * kNvfp4WriterThreads) + threadIdx.x);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();  // the block's claims before the count (the grid barrier's release pattern)
+      atomicAdd(claimed, 1u);
+    }
+  }
+  nvfp4_encode_live(slot, r);
+  if (threadIdx.x == 0) {
+    for (;;) {
+      unsigned n;
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(n) : "l"(claimed) : "memory");
+      if (n >= items) break;
+      __nanosleep(kNvfp4ClaimPollNs);
+    }
+    __threadfence();  // this block's counter accesses before its exit count
+    if (atomicAdd(exited, 1u) == gridDim.x - 1) {
+      __threadfence();
+      *reinterpret_cast<volatile unsigned*>(ticket) = 0u;
+      *reinterpret_cast<volatile unsigned*>(claimed) = 0u;
+      *reinterpret_cast<volatile unsigned*>(exited) = 0u;
+    }
+  }
+  __syncthreads();  // every claim of this launch is in: owner words are final
+  nvfp4_store_owned<kPageSize>(p, row0, slot, r);
 }
 
 #endif  // __CUDACC__

@@ -11,20 +11,36 @@ struct Nvfp4WriterParams {
   const int* slot_mapping;   // append: destination slot per row; pack: null (row i -> slot i)
   long long num_slots;       // pages * page_size; slots outside [0, num_slots) are skipped
   int num_rows;
+  unsigned* workspace;       // the one-launch large append's counters (zero between calls); else null
 };
 
 // A warp writes token rows one at a time: lanes 0..27 own a 16-value group each, lanes 28..31 the
-// RoPE tail. Pack and the append write kernel give each warp kNvfp4RowsPerWarp rows; the
-// single-launch append gives it one.
+// RoPE tail. Pack and the large-append write kernels give each warp kNvfp4RowsPerWarp rows; the
+// small-append scan kernel gives it one.
 inline constexpr int kNvfp4WarpsPerBlock = 8;
 inline constexpr int kNvfp4WriterThreads = 32 * kNvfp4WarpsPerBlock;
 inline constexpr int kNvfp4RowsPerWarp = 2;
+// Blocks per SM the row kernels are compiled for (at most 32 registers a thread at 8): at 8, a 16k
+// row call is one wave on an H200.
+#ifndef KILN_NVFP4_WRITER_MIN_BLOCKS
+#define KILN_NVFP4_WRITER_MIN_BLOCKS 8
+#endif
+inline constexpr int kNvfp4WriterMinBlocks = KILN_NVFP4_WRITER_MIN_BLOCKS;
 
 // Appends of at most this many rows resolve duplicate slots in one launch, each row comparing its
 // slot with those of the rows before it (staged in shared memory). Larger appends claim slots first
-// (one thread per row), then write.
+// (one thread per row), then write: in one launch with a workspace, in two without.
 inline constexpr int kNvfp4AppendScanRows = 1024;
 inline constexpr int kNvfp4ClaimThreads = 256;
+
+// Workspace of the one-launch large append: three counters (claim tickets drawn, claim items
+// done, blocks past the counters), each on its own 128-byte line, as 32-bit word indices.
+inline constexpr int kNvfp4WorkspaceTicket = 0;
+inline constexpr int kNvfp4WorkspaceClaimed = 32;
+inline constexpr int kNvfp4WorkspaceExited = 64;
+inline constexpr int kNvfp4WorkspaceBytes = 384;
+// Pause between two reads of the claim count while a block waits for the claims.
+inline constexpr int kNvfp4ClaimPollNs = 128;
 
 // Rows whose source lines a kernel warms in L2 before it waits for the previous kernel: the first
 // 16 MB of rows, a third of the H200's L2, so that a large call does not evict its own lines.
@@ -34,5 +50,6 @@ inline constexpr int kNvfp4PrefetchRows = 16384;
 inline constexpr int kNvfp4AppendScanEntry = 0;
 inline constexpr int kNvfp4AppendClaimEntry = 1;
 inline constexpr int kNvfp4AppendWriteEntry = 2;
+inline constexpr int kNvfp4AppendFusedEntry = 3;
 
 }  // namespace kiln
