@@ -83,7 +83,7 @@ __device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, i
 
 // Row i -> slot i. Each warp loads its rows before encoding any, so their reads overlap.
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4WriterThreads, kNvfp4WriterMinBlocks) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
   if (lane < kNvfp4RowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
@@ -223,7 +223,7 @@ __device__ __forceinline__ void nvfp4_encode_live(int slot, Nvfp4WriterRow (&r)[
 // After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
 // before it waits for the claims.
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4WriterThreads, kNvfp4WriterMinBlocks) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   nvfp4_let_next_kernel_start();
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
   const int slot = nvfp4_warp_slots(p, row0);
@@ -235,57 +235,64 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads, kNvfp4WriterMinBlocks) nv
 }
 
 // Large appends with a workspace: claim and write in one launch, with no assumption about which
-// blocks run at the same time. Claim items (kNvfp4WriterThreads rows each, one thread per row) are
-// handed out by a ticket counter that every block draws from until the items run out; then the block
-// encodes its own rows (loaded before it drew) and waits until every item is claimed. A block waits
-// only after all items were handed to blocks already running, which finish them without waiting on
-// anything, so the wait always ends, even if the blocks ran one at a time. The last block out sets
-// the counters back to zero for the next call (the next writer kernel touches them only after its
-// wait for this grid).
+// blocks run at the same time. Claim items (kNvfp4FusedThreads rows each, one thread per row) are
+// handed out by a ticket counter that every block draws from until the items run out; then the
+// block encodes its own rows (loaded before it drew) and waits until every item is claimed. A block
+// waits only after all items were handed to blocks already running, which finish them without
+// waiting on anything, so the wait always ends, even if the blocks ran one at a time.
+// The workspace carries two counters from call to call, so that no block has to find out that it is
+// the last one out: a 64-bit ticket word (high half: claim items finished before this call, the base;
+// low half: tickets drawn in this call) and the count of claim items ever finished. Each block draws
+// exactly once past the last item, so the draw numbered items + blocks - 1 is the call's last; it
+// sets the ticket word to (base + items, 0) for the next call (which touches it only after its wait
+// for this grid). A zero-filled workspace is such a state (base 0, nothing finished).
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4WriterThreads, kNvfp4WriterMinBlocks) nvfp4_append_fused_kernel(const __grid_constant__ Nvfp4WriterParams p) {
-  __shared__ unsigned item_shared;
+__global__ void __launch_bounds__(kNvfp4FusedThreads) nvfp4_append_fused_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  __shared__ unsigned long long ticket_shared;
   const int lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
-  const unsigned items = static_cast<unsigned>((p.num_rows + kNvfp4WriterThreads - 1) / kNvfp4WriterThreads);
-  unsigned* ticket = p.workspace + kNvfp4WorkspaceTicket;
-  unsigned* claimed = p.workspace + kNvfp4WorkspaceClaimed;
-  unsigned* exited = p.workspace + kNvfp4WorkspaceExited;
+  const int row0 = (blockIdx.x * kNvfp4FusedWarps + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  const unsigned items = static_cast<unsigned>((p.num_rows + kNvfp4FusedThreads - 1) / kNvfp4FusedThreads);
+  unsigned long long* ticket = reinterpret_cast<unsigned long long*>(p.workspace + kNvfp4WorkspaceTicket);
+  unsigned* finished = p.workspace + kNvfp4WorkspaceFinished;
   // Blocks mostly start in index order, so block b probably draws item b.
   if (lane < kNvfp4RowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
-  if (blockIdx.x < items) nvfp4_prefetch_owner<kPageSize>(p, blockIdx.x * kNvfp4WriterThreads + threadIdx.x);
+  if (blockIdx.x < items) nvfp4_prefetch_owner<kPageSize>(p, blockIdx.x * kNvfp4FusedThreads + threadIdx.x);
   nvfp4_wait_for_previous_kernel();
   nvfp4_let_next_kernel_start();
+  if (threadIdx.x == 0) ticket_shared = atomicAdd(ticket, 1ull);  // its round trip overlaps the loads
   const int slot = nvfp4_warp_slots(p, row0);
   Nvfp4WriterRow r[kNvfp4RowsPerWarp];
   nvfp4_load_rows<kPageSize>(p, row0, r);  // in flight during the claims
+  __syncthreads();
+  unsigned long long t = ticket_shared;  // rewritten only after the next barrier
+  const unsigned base = static_cast<unsigned>(t >> 32);
   for (;;) {
-    if (threadIdx.x == 0) item_shared = atomicAdd(ticket, 1u);
-    __syncthreads();
-    const unsigned item = item_shared;  // rewritten only after the barrier below
-    if (item >= items) break;
-    nvfp4_claim_slot<kPageSize>(p, static_cast<int>(item * kNvfp4WriterThreads) + threadIdx.x);
+    const unsigned draw = static_cast<unsigned>(t);
+    if (draw >= items) {
+      if (threadIdx.x == 0 && draw == items + gridDim.x - 1) atomicExch(ticket, static_cast<unsigned long long>(base + items) << 32);
+      break;
+    }
+    nvfp4_claim_slot<kPageSize>(p, static_cast<int>(draw * kNvfp4FusedThreads) + threadIdx.x);
     __syncthreads();
     if (threadIdx.x == 0) {
       __threadfence();  // the block's claims before the count (the grid barrier's release pattern)
-      atomicAdd(claimed, 1u);
+      atomicAdd(finished, 1u);
+      ticket_shared = atomicAdd(ticket, 1ull);
     }
+    __syncthreads();
+    t = ticket_shared;
   }
+  // The count is read before the encode and checked after it, when the claims are most likely done.
+  const unsigned target = base + items;
+  unsigned seen = 0;
+  if (threadIdx.x == 0) asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(finished) : "memory");
   nvfp4_encode_live(slot, r);
   if (threadIdx.x == 0) {
-    for (;;) {
-      unsigned n;
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(n) : "l"(claimed) : "memory");
-      if (n >= items) break;
+    while (static_cast<int>(seen - target) < 0) {
       __nanosleep(kNvfp4ClaimPollNs);
+      asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(finished) : "memory");
     }
-    __threadfence();  // this block's counter accesses before its exit count
-    if (atomicAdd(exited, 1u) == gridDim.x - 1) {
-      __threadfence();
-      *reinterpret_cast<volatile unsigned*>(ticket) = 0u;
-      *reinterpret_cast<volatile unsigned*>(claimed) = 0u;
-      *reinterpret_cast<volatile unsigned*>(exited) = 0u;
-    }
+    __threadfence();  // with the read above: the acquire pattern pairing with the claimers' release
   }
   __syncthreads();  // every claim of this launch is in: owner words are final
   nvfp4_store_owned<kPageSize>(p, row0, slot, r);

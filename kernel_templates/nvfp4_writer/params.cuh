@@ -20,12 +20,13 @@ struct Nvfp4WriterParams {
 inline constexpr int kNvfp4WarpsPerBlock = 8;
 inline constexpr int kNvfp4WriterThreads = 32 * kNvfp4WarpsPerBlock;
 inline constexpr int kNvfp4RowsPerWarp = 2;
-// Blocks per SM the row kernels are compiled for (at most 32 registers a thread at 8): at 8, a 16k
-// row call is one wave on an H200.
-#ifndef KILN_NVFP4_WRITER_MIN_BLOCKS
-#define KILN_NVFP4_WRITER_MIN_BLOCKS 8
+#ifndef KILN_NVFP4_FUSED_WARPS
+#define KILN_NVFP4_FUSED_WARPS 8
 #endif
-inline constexpr int kNvfp4WriterMinBlocks = KILN_NVFP4_WRITER_MIN_BLOCKS;
+// The one-launch large append: warps per block (kNvfp4RowsPerWarp rows each); its claim items are a
+// block's threads' worth of rows.
+inline constexpr int kNvfp4FusedWarps = KILN_NVFP4_FUSED_WARPS;
+inline constexpr int kNvfp4FusedThreads = 32 * kNvfp4FusedWarps;
 
 // Appends of at most this many rows resolve duplicate slots in one launch, each row comparing its
 // slot with those of the rows before it (staged in shared memory). Larger appends claim slots first
@@ -33,12 +34,12 @@ inline constexpr int kNvfp4WriterMinBlocks = KILN_NVFP4_WRITER_MIN_BLOCKS;
 inline constexpr int kNvfp4AppendScanRows = 1024;
 inline constexpr int kNvfp4ClaimThreads = 256;
 
-// Workspace of the one-launch large append: three counters (claim tickets drawn, claim items
-// done, blocks past the counters), each on its own 128-byte line, as 32-bit word indices.
+// Workspace of the one-launch large append, as 32-bit word indices, each on its own 128-byte line:
+// the 64-bit ticket word (claim items finished before this call : tickets drawn in it) and the
+// count of claim items ever finished.
 inline constexpr int kNvfp4WorkspaceTicket = 0;
-inline constexpr int kNvfp4WorkspaceClaimed = 32;
-inline constexpr int kNvfp4WorkspaceExited = 64;
-inline constexpr int kNvfp4WorkspaceBytes = 384;
+inline constexpr int kNvfp4WorkspaceFinished = 32;
+inline constexpr int kNvfp4WorkspaceBytes = 256;
 // Pause between two reads of the claim count while a block waits for the claims.
 inline constexpr int kNvfp4ClaimPollNs = 128;
 

@@ -67,7 +67,12 @@ void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, 
     return;
   }
   if (params.workspace != nullptr) {
-    launch(handle, row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream, kNvfp4AppendFusedEntry);
+    const int per_block = kNvfp4FusedWarps * kNvfp4RowsPerWarp;
+    LaunchConfig fused;
+    fused.grid[0] = static_cast<unsigned>((params.num_rows + per_block - 1) / per_block);
+    fused.block[0] = kNvfp4FusedThreads;
+    fused.pdl = true;
+    launch(handle, fused, params, stream, kNvfp4AppendFusedEntry);
     return;
   }
   LaunchConfig claim;

@@ -47,8 +47,9 @@ void append(const TensorView& rows, const TensorView& slot_mapping, const Tensor
             KernelService& service = KernelService::global());
 
 // The same with a workspace: uint8/int8, contiguous, 16-byte aligned, >= append_workspace_size()
-// bytes, on the cache's device, disjoint from the other arguments. It must be zero-filled once
-// before its first use; every call leaves it zero again. Calls that share one workspace must be
+// bytes, on the cache's device, disjoint from the other arguments. Zero-fill it once before its
+// first use; calls then carry counters in it from one to the next (zeroing it again while no call
+// runs is harmless; any other write breaks the next call). Calls that share one workspace must be
 // ordered (one stream, or one captured graph's chain): two at a time would share its counters.
 void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, const TensorView& workspace,
             CUstream stream, KernelService& service = KernelService::global());

@@ -14,6 +14,7 @@
 
 #include "kiln/jit/compiler.h"
 #include "kiln/jit/error.h"
+#include "kiln/kernel_templates/nvfp4_writer/params.cuh"
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "tests/support/device_buffer.h"
@@ -235,20 +236,21 @@ TEST_CASE("writer pack: random data at several scales, every layout, padded page
 
 namespace {
 
-// A zero-filled append workspace.
+// An append workspace, zero-filled once.
 struct Workspace {
   DeviceBuffer buffer{kiln::nvfp4::append_workspace_size()};
   Workspace() { buffer.fill(0); }
   TensorView view() const { return TensorView::contiguous(buffer.get(), DType::kU8, {static_cast<std::int64_t>(buffer.bytes())}); }
-  bool zero() const {
-    const auto bytes = buffer.download<std::uint8_t>(buffer.bytes());
-    return std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t b) { return b == 0; });
+  // Between calls: no ticket drawn, and the base of the next call is the count of finished claim items.
+  bool settled() const {
+    const auto words = buffer.download<std::uint32_t>(buffer.bytes() / 4);
+    return words[kiln::kNvfp4WorkspaceTicket] == 0 && words[kiln::kNvfp4WorkspaceTicket + 1] == words[kiln::kNvfp4WorkspaceFinished];
   }
 };
 
 // Appends `rows` through `slots` into a cache whose bytes start as `initial` (through `workspace`
 // when given), and checks every byte: targeted slots hold the record of their lowest row (padding
-// zero again), others unchanged; the workspace is zero again.
+// zero again), others unchanged; the workspace is settled for the next call.
 void append_and_compare(const std::vector<std::uint16_t>& rows, const std::vector<std::int32_t>& slots, std::vector<std::uint8_t> initial,
                         int page, std::int64_t pages, const char* layout, const Workspace* workspace = nullptr) {
   const std::int64_t n = static_cast<std::int64_t>(slots.size()), page_stride = page * kNvfp4TokenBytes;
@@ -260,7 +262,7 @@ void append_and_compare(const std::vector<std::uint16_t>& rows, const std::vecto
   const TensorView v_cache = cache_view(cache.get(), layout, pages, page, page_stride);
   if (workspace != nullptr) {
     kiln::nvfp4::append(v_rows, v_map, v_cache, workspace->view(), nullptr);
-    CHECK(workspace->zero());
+    CHECK(workspace->settled());
   } else {
     kiln::nvfp4::append(v_rows, v_map, v_cache, nullptr);
   }
@@ -295,7 +297,7 @@ std::vector<std::int32_t> messy_slots(std::int64_t n, std::int64_t slots_total, 
 
 TEST_CASE("writer append: invalid slots skipped, lowest duplicate row wins, one-launch, claim and workspace paths", "[gpu][writer]") {
   const int page = 64;
-  const Workspace workspace;  // one for every call: each leaves it zero
+  const Workspace workspace;  // one for every call: each leaves it ready for the next
   const std::int64_t pages = 80, total = pages * page;
   std::vector<std::uint8_t> packed(pages * page * kNvfp4TokenBytes, 0);
   const auto base = random_rows(total, 7, -3, 3);
@@ -410,7 +412,7 @@ TEST_CASE("writer append captured in a CUDA graph and replayed with new rows equ
       d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
       d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
       const auto replayed = cache.download<std::uint8_t>(cache.bytes());
-      CHECK(workspace.zero());
+      CHECK(workspace.settled());
       append();  // eager, same values
       d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
       CHECK(cache.download<std::uint8_t>(cache.bytes()) == replayed);

@@ -34,9 +34,10 @@ def nvfp4_append(rows: Tensor, slot_mapping: Tensor, cache: Tensor, workspace: T
     rows name one slot, the lowest row wins.
 
     ``workspace`` (optional): uint8 of at least :func:`nvfp4_append_workspace_size` bytes on the
-    cache's device, zero-filled once before its first use (``torch.zeros``); every call leaves it
-    zero again. With it, more than 1024 rows take one launch instead of two. Calls sharing one
-    workspace must run in order (one stream or one captured graph)."""
+    cache's device, zero-filled once before its first use (``torch.zeros``); calls then carry
+    counters in it from one to the next, so leave it alone between calls. With it, more than 1024
+    rows take one launch instead of two. Calls sharing one workspace must run in order (one stream or
+    one captured graph)."""
     if is_compiling():
         _ops.nvfp4_append(rows, slot_mapping, cache, workspace)
         return
