@@ -26,6 +26,7 @@ namespace kiln {
 // trigger lets the next dependent start early in turn.
 __device__ __forceinline__ void nvfp4_wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void nvfp4_let_next_kernel_start() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void nvfp4_fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 // Before the wait a kernel may only warm L2 (coherent for every SM) with the lines it will read:
 // nothing reaches registers or L1 until the previous kernel's writes are visible. In a chain of
@@ -259,10 +260,13 @@ __global__ void __launch_bounds__(kNvfp4FusedThreads) nvfp4_append_fused_kernel(
   if (blockIdx.x < items) nvfp4_prefetch_owner<kPageSize>(p, blockIdx.x * kNvfp4FusedThreads + threadIdx.x);
   nvfp4_wait_for_previous_kernel();
   nvfp4_let_next_kernel_start();
-  if (threadIdx.x == 0) ticket_shared = atomicAdd(ticket, 1ull);  // its round trip overlaps the loads
   const int slot = nvfp4_warp_slots(p, row0);
   Nvfp4WriterRow r[kNvfp4RowsPerWarp];
-  nvfp4_load_rows<kPageSize>(p, row0, r);  // in flight during the claims
+  nvfp4_load_rows<kPageSize>(p, row0, r);  // in flight during the draw and the claims
+  if (threadIdx.x == 0) ticket_shared = atomicAdd(ticket, 1ull);  // after the loads: warp 0 waits for it
+#ifdef KILN_NVFP4_ENCODE_FIRST
+  nvfp4_encode_live(slot, r);
+#endif
   __syncthreads();
   unsigned long long t = ticket_shared;  // rewritten only after the next barrier
   const unsigned base = static_cast<unsigned>(t >> 32);
@@ -275,7 +279,7 @@ __global__ void __launch_bounds__(kNvfp4FusedThreads) nvfp4_append_fused_kernel(
     nvfp4_claim_slot<kPageSize>(p, static_cast<int>(draw * kNvfp4FusedThreads) + threadIdx.x);
     __syncthreads();
     if (threadIdx.x == 0) {
-      __threadfence();  // the block's claims before the count (the grid barrier's release pattern)
+      nvfp4_fence_acq_rel_gpu();  // the block's claims before the count (a release pattern)
       atomicAdd(finished, 1u);
       ticket_shared = atomicAdd(ticket, 1ull);
     }
@@ -286,13 +290,15 @@ __global__ void __launch_bounds__(kNvfp4FusedThreads) nvfp4_append_fused_kernel(
   const unsigned target = base + items;
   unsigned seen = 0;
   if (threadIdx.x == 0) asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(finished) : "memory");
+#ifndef KILN_NVFP4_ENCODE_FIRST
   nvfp4_encode_live(slot, r);
+#endif
   if (threadIdx.x == 0) {
     while (static_cast<int>(seen - target) < 0) {
       __nanosleep(kNvfp4ClaimPollNs);
       asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(finished) : "memory");
     }
-    __threadfence();  // with the read above: the acquire pattern pairing with the claimers' release
+    nvfp4_fence_acq_rel_gpu();  // after the read above: the acquire pattern pairing with the claimers' release
   }
   __syncthreads();  // every claim of this launch is in: owner words are final
   nvfp4_store_owned<kPageSize>(p, row0, slot, r);
