@@ -178,18 +178,21 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
   nvfp4_claim_slot<kPageSize>(p, row);
 }
 
-// A warp's rows after the claims: lane i (< kNvfp4RowsPerWarp) reads row row0 + i's owner word,
-// all in one round trip, and only owners store.
+// After the claims: the owner word of the slot of row row0 + lane (lanes below
+// kNvfp4RowsPerWarp; 0 when skipped).
 template <int kPageSize>
-__device__ __forceinline__ void nvfp4_store_owned(const Nvfp4WriterParams& p, int row0, int slot, const Nvfp4WriterRow (&r)[kNvfp4RowsPerWarp]) {
+__device__ __forceinline__ unsigned nvfp4_read_owner(const Nvfp4WriterParams& p, int slot) {
+  unsigned word = 0;
+  if (slot >= 0) asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(word) : "l"(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups) : "memory");
+  return word;
+}
+
+// Only the rows whose slot's owner word names them store.
+template <int kPageSize>
+__device__ __forceinline__ void nvfp4_store_if_owner(const Nvfp4WriterParams& p, int row0, int slot, unsigned owner,
+                                                     const Nvfp4WriterRow (&r)[kNvfp4RowsPerWarp]) {
   const int lane = threadIdx.x % 32;
-  bool owner = false;
-  if (slot >= 0) {
-    unsigned word;
-    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(word) : "l"(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups) : "memory");
-    owner = word == static_cast<unsigned>(row0 + lane) + 1u;
-  }
-  const unsigned write = __ballot_sync(0xffffffffu, owner);
+  const unsigned write = __ballot_sync(0xffffffffu, slot >= 0 && owner == static_cast<unsigned>(row0 + lane) + 1u);
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
     const int s = __shfl_sync(0xffffffffu, slot, i);
@@ -232,41 +235,15 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel
   nvfp4_load_rows<kPageSize>(p, row0, r);
   nvfp4_encode_live(slot, r);
   nvfp4_wait_for_previous_kernel();  // the claims
-  nvfp4_store_owned<kPageSize>(p, row0, slot, r);
+  nvfp4_store_if_owner<kPageSize>(p, row0, slot, nvfp4_read_owner<kPageSize>(p, slot), r);
 }
 
-// Large appends with a workspace: claim and write in one launch, with no assumption about which
-// blocks run at the same time. Claim items (kNvfp4FusedThreads rows each, one thread per row) are
-// handed out by a ticket counter that every block draws from until the items run out; then the
-// block encodes its own rows (loaded before it drew) and waits until every item is claimed. A block
-// waits only after all items were handed to blocks already running, which finish them without
-// waiting on anything, so the wait always ends, even if the blocks ran one at a time.
-// The workspace carries two counters from call to call, so that no block has to find out that it is
-// the last one out: a 64-bit ticket word (high half: claim items finished before this call, the base;
-// low half: tickets drawn in this call) and the count of claim items ever finished. Each block draws
-// exactly once past the last item, so the draw numbered items + blocks - 1 is the call's last; it
-// sets the ticket word to (base + items, 0) for the next call (which touches it only after its wait
-// for this grid). A zero-filled workspace is such a state (base 0, nothing finished).
+// Draws claim items until they run out, claiming each (one thread per row): a block's last draw is
+// always past the last item. Returns the base (see below). The whole block calls it.
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4FusedThreads) nvfp4_append_fused_kernel(const __grid_constant__ Nvfp4WriterParams p) {
-  __shared__ unsigned long long ticket_shared;
-  const int lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * kNvfp4FusedWarps + threadIdx.x / 32) * kNvfp4RowsPerWarp;
-  const unsigned items = static_cast<unsigned>((p.num_rows + kNvfp4FusedThreads - 1) / kNvfp4FusedThreads);
-  unsigned long long* ticket = reinterpret_cast<unsigned long long*>(p.workspace + kNvfp4WorkspaceTicket);
-  unsigned* finished = p.workspace + kNvfp4WorkspaceFinished;
-  // Blocks mostly start in index order, so block b probably draws item b.
-  if (lane < kNvfp4RowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
-  if (blockIdx.x < items) nvfp4_prefetch_owner<kPageSize>(p, blockIdx.x * kNvfp4FusedThreads + threadIdx.x);
-  nvfp4_wait_for_previous_kernel();
-  nvfp4_let_next_kernel_start();
-  const int slot = nvfp4_warp_slots(p, row0);
-  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
-  nvfp4_load_rows<kPageSize>(p, row0, r);  // in flight during the draw and the claims
-  if (threadIdx.x == 0) ticket_shared = atomicAdd(ticket, 1ull);  // after the loads: warp 0 waits for it
-#ifdef KILN_NVFP4_ENCODE_FIRST
-  nvfp4_encode_live(slot, r);
-#endif
+__device__ __forceinline__ unsigned nvfp4_draw_and_claim(const Nvfp4WriterParams& p, unsigned items, unsigned long long* ticket, unsigned* finished,
+                                                         unsigned long long& ticket_shared) {
+  if (threadIdx.x == 0) ticket_shared = atomicAdd(ticket, 1ull);
   __syncthreads();
   unsigned long long t = ticket_shared;  // rewritten only after the next barrier
   const unsigned base = static_cast<unsigned>(t >> 32);
@@ -274,7 +251,7 @@ __global__ void __launch_bounds__(kNvfp4FusedThreads) nvfp4_append_fused_kernel(
     const unsigned draw = static_cast<unsigned>(t);
     if (draw >= items) {
       if (threadIdx.x == 0 && draw == items + gridDim.x - 1) atomicExch(ticket, static_cast<unsigned long long>(base + items) << 32);
-      break;
+      return base;
     }
     nvfp4_claim_slot<kPageSize>(p, static_cast<int>(draw * kNvfp4FusedThreads) + threadIdx.x);
     __syncthreads();
@@ -286,22 +263,67 @@ __global__ void __launch_bounds__(kNvfp4FusedThreads) nvfp4_append_fused_kernel(
     __syncthreads();
     t = ticket_shared;
   }
-  // The count is read before the encode and checked after it, when the claims are most likely done.
+}
+
+// Large appends with a workspace: claim and write in one launch, with no assumption about which
+// blocks run at the same time. Claim items (kNvfp4FusedThreads rows each, one thread per row) are
+// handed out by a ticket counter that every block draws from until the items run out; a block
+// waits for the claims only after all items were handed to blocks already running, which finish
+// them without waiting on anything, so the wait always ends, even if the blocks ran one at a time.
+// Blocks start mostly in index order, so the first `items` blocks draw (and claim) before they load
+// their rows, keeping the claims ahead of the grid's loads in the memory queues; the others load
+// first and draw while the loads are in flight. A block that finds the claims done reads its owner
+// words before it encodes; one that does not waits for them after it encodes.
+// The workspace carries two counters from call to call, so that no block has to find out that it is
+// the last one out: a 64-bit ticket word (high half: claim items finished before this call, the base;
+// low half: tickets drawn in this call) and the count of claim items ever finished. Each block draws
+// exactly once past the last item, so the draw numbered items + blocks - 1 is the call's last; it
+// sets the ticket word to (base + items, 0) for the next call (which touches it only after its wait
+// for this grid). A zero-filled workspace is such a state (base 0, nothing finished).
+template <int kPageSize>
+__global__ void __launch_bounds__(kNvfp4FusedThreads) nvfp4_append_fused_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  __shared__ unsigned long long ticket_shared;
+  __shared__ unsigned done_shared;
+  const int lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * kNvfp4FusedWarps + threadIdx.x / 32) * kNvfp4RowsPerWarp;
+  const unsigned items = static_cast<unsigned>((p.num_rows + kNvfp4FusedThreads - 1) / kNvfp4FusedThreads);
+  unsigned long long* ticket = reinterpret_cast<unsigned long long*>(p.workspace + kNvfp4WorkspaceTicket);
+  unsigned* finished = p.workspace + kNvfp4WorkspaceFinished;
+  const bool claims_first = blockIdx.x < items;  // probably draws item blockIdx.x
+  if (lane < kNvfp4RowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
+  if (claims_first) nvfp4_prefetch_owner<kPageSize>(p, blockIdx.x * kNvfp4FusedThreads + threadIdx.x);
+  nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
+  unsigned base = 0;
+  if (claims_first) base = nvfp4_draw_and_claim<kPageSize>(p, items, ticket, finished, ticket_shared);
+  const int slot = nvfp4_warp_slots(p, row0);
+  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+  nvfp4_load_rows<kPageSize>(p, row0, r);
+  if (!claims_first) base = nvfp4_draw_and_claim<kPageSize>(p, items, ticket, finished, ticket_shared);
   const unsigned target = base + items;
-  unsigned seen = 0;
-  if (threadIdx.x == 0) asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(finished) : "memory");
-#ifndef KILN_NVFP4_ENCODE_FIRST
-  nvfp4_encode_live(slot, r);
-#endif
   if (threadIdx.x == 0) {
-    while (static_cast<int>(seen - target) < 0) {
-      __nanosleep(kNvfp4ClaimPollNs);
-      asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(finished) : "memory");
-    }
-    nvfp4_fence_acq_rel_gpu();  // after the read above: the acquire pattern pairing with the claimers' release
+    unsigned seen;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(finished) : "memory");
+    done_shared = static_cast<int>(seen - target) >= 0;
   }
-  __syncthreads();  // every claim of this launch is in: owner words are final
-  nvfp4_store_owned<kPageSize>(p, row0, slot, r);
+  __syncthreads();
+  const bool done = done_shared;
+  unsigned owner = 0;
+  if (done) owner = nvfp4_read_owner<kPageSize>(p, slot);  // in flight during the encode
+  nvfp4_encode_live(slot, r);
+  if (!done) {
+    if (threadIdx.x == 0) {
+      for (;;) {
+        unsigned seen;
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(finished) : "memory");
+        if (static_cast<int>(seen - target) >= 0) break;
+        __nanosleep(kNvfp4ClaimPollNs);
+      }
+    }
+    __syncthreads();  // every claim of this launch is in: owner words are final
+    owner = nvfp4_read_owner<kPageSize>(p, slot);
+  }
+  nvfp4_store_if_owner<kPageSize>(p, row0, slot, owner, r);
 }
 
 #endif  // __CUDACC__

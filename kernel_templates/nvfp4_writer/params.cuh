@@ -23,7 +23,6 @@ inline constexpr int kNvfp4RowsPerWarp = 2;
 #ifndef KILN_NVFP4_FUSED_WARPS
 #define KILN_NVFP4_FUSED_WARPS 8
 #endif
-//#define KILN_NVFP4_ENCODE_FIRST
 // The one-launch large append: warps per block (kNvfp4RowsPerWarp rows each); its claim items are a
 // block's threads' worth of rows.
 inline constexpr int kNvfp4FusedWarps = KILN_NVFP4_FUSED_WARPS;

@@ -1001,9 +1001,11 @@ WriterCase writer_generate(Rng& r, bool append) {
   c.rows = make(region(r, 2), DType::kBf16, {c.N, 512});
   c.rows.strides[0] = 512 + (coin(r, 0.3) ? 8 * rnd(r, 1, 16) : 0);
   c.slots = make(region(r, 3), DType::kI32, {c.N});
-  c.has_workspace = append && coin(r);
-  c.workspace = make(region(r, 4), pick(r, {DType::kU8, DType::kI8}),
-                     {static_cast<std::int64_t>(nv::append_workspace_size()) + (coin(r) ? rnd(r, 1, 4096) : 0)});
+  if (append) {  // (pack's random stream stays as it was)
+    c.has_workspace = coin(r);
+    c.workspace = make(region(r, 4), pick(r, {DType::kU8, DType::kI8}),
+                       {static_cast<std::int64_t>(nv::append_workspace_size()) + (coin(r) ? rnd(r, 1, 4096) : 0)});
+  }
   return c;
 }
 
