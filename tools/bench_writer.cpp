@@ -8,9 +8,7 @@
 // replays timed with driver events (>= 5 when replays are long); per-call time = median replay /
 // calls. Pack covers whole pages: its N is rounded up to a multiple of the page size. Append slots
 // are a random permutation of the call's region; "dup" maps every slot from two rows (N / 2
-// distinct slots, the lowest row writes), so half the rows only read. Append passes a workspace
-// (one launch at every N; zeroed once, checked settled after the warm-up); above 1024 rows it
-// also runs without one ("nows": the claim and write kernels), outside the bars. Bytes moved per call are
+// distinct slots, the lowest row writes), so half the rows only read. Bytes moved per call are
 // N x (1024 + 384) in both cases, the metric, against a 1 GiB cuMemcpyDtoDAsync (read +
 // write) at the start and the end of the run (the larger is used).
 #include "tools/bench_writer.h"
@@ -30,7 +28,6 @@
 #include "kiln/jit/error.h"
 #include "kiln/runtime/driver.h"
 #include "kiln/runtime/kernel_service.h"
-#include "kiln/kernel_templates/nvfp4_writer/params.cuh"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "tools/bench_ceilings.h"
 #include "tools/bench_report.h"
@@ -52,8 +49,7 @@ struct WriterConfig {
   bool dup;  // append: every slot from two rows
   int page;
   std::int64_t rows;
-  bool workspace = true;  // append: with a workspace
-  std::string op() const { return append ? std::string(dup ? "append+dup" : "append") + (workspace ? "" : " nows") : "pack"; }
+  std::string op() const { return append ? (dup ? "append+dup" : "append") : "pack"; }
   std::string name() const { return fmt::format("{} N={} page={}", op(), rows, page); }
   double bytes() const { return static_cast<double>(rows) * (kRowBytes + kTokenBytes); }
 };
@@ -66,11 +62,8 @@ std::vector<WriterConfig> bench_grid(bool quick) {
     for (const std::int64_t n : ns) {
       const std::int64_t pack_rows = (n + page - 1) / page * page;  // whole pages
       if (pack_rows != packed) grid.push_back({false, false, page, packed = pack_rows});
-      for (const bool workspace : {true, false}) {
-        if (!workspace && n <= 1024) continue;  // the same one-launch path either way
-        grid.push_back({true, false, page, n, workspace});
-        if (n > 1) grid.push_back({true, true, page, n, workspace});
-      }
+      grid.push_back({true, false, page, n});
+      if (n > 1) grid.push_back({true, true, page, n});
     }
   }
   return grid;
@@ -80,7 +73,6 @@ struct Timing : BenchReplayTimes {
   int calls = 0;
   double mib_per_replay = 0;
   std::size_t bad_records = 0;  // written records whose padding is not zero after the warm-up
-  bool workspace_unsettled = false;  // append: workspace counters not settled after the warm-up
 };
 
 Timing time_config(const WriterConfig& c, KernelService& service, CUstream stream, BenchRng& rng) {
@@ -123,11 +115,6 @@ Timing time_config(const WriterConfig& c, KernelService& service, CUstream strea
     map = std::make_unique<BenchDeviceMemory>(slots.size() * 4, where + " slot_mapping");
     bench_check(d.cuMemcpyHtoD(map->ptr(), slots.data(), slots.size() * 4), "cuMemcpyHtoD", where + " slot_mapping");
   }
-  // One workspace for every call of the graph: they run in stream order.
-  const std::size_t workspace_bytes = nvfp4::append_workspace_size();
-  BenchDeviceMemory workspace(workspace_bytes, where + " workspace");
-  bench_check(d.cuMemsetD8(workspace.ptr(), 0, workspace_bytes), "cuMemsetD8", where + " workspace");
-  const TensorView workspace_view = TensorView::contiguous(workspace.at(0), DType::kU8, {static_cast<std::int64_t>(workspace_bytes)});
   bench_check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", where + " fill");
   nvfp4::warm({c.append ? nvfp4::WriterOp::kAppend : nvfp4::WriterOp::kPack, c.page}, {0}, service);
 
@@ -137,13 +124,9 @@ Timing time_config(const WriterConfig& c, KernelService& service, CUstream strea
           TensorView::contiguous(cache.at(region * k), DType::kU8, {pages_per_call, c.page, static_cast<std::int64_t>(kTokenBytes)});
       void* rows = src.at(static_cast<std::size_t>(c.rows) * kRowBytes * k);
       if (c.append) {
-        const TensorView rows_view = TensorView::contiguous(rows, DType::kBf16, {c.rows, 512});
-        const TensorView map_view = TensorView::contiguous(map->at(static_cast<std::size_t>(c.rows) * 4 * k), DType::kI32, {c.rows});
-        if (c.workspace) {
-          nvfp4::append(rows_view, map_view, cache_view, workspace_view, stream, service);
-        } else {
-          nvfp4::append(rows_view, map_view, cache_view, stream, service);
-        }
+        nvfp4::append(TensorView::contiguous(rows, DType::kBf16, {c.rows, 512}),
+                      TensorView::contiguous(map->at(static_cast<std::size_t>(c.rows) * 4 * k), DType::kI32, {c.rows}), cache_view, stream,
+                      service);
       } else {
         nvfp4::pack(TensorView::contiguous(rows, DType::kBf16, {pages_per_call, c.page, 512}), cache_view, stream, service);
       }
@@ -157,10 +140,6 @@ Timing time_config(const WriterConfig& c, KernelService& service, CUstream strea
       const std::uint8_t* pad = &host[static_cast<std::size_t>((slot / c.page) * c.page * kTokenBytes + c.page * 352 + (slot % c.page) * 32 + 28)];
       t.bad_records += (pad[0] | pad[1] | pad[2] | pad[3]) != 0;
     }
-    std::vector<std::uint32_t> words(workspace_bytes / 4);
-    bench_check(d.cuMemcpyDtoH(words.data(), workspace.ptr(), workspace_bytes), "cuMemcpyDtoH", where + " workspace");
-    // No ticket drawn, and the next call's base equals the finished claim items.
-    t.workspace_unsettled = words[kNvfp4WorkspaceTicket] != 0 || words[kNvfp4WorkspaceTicket + 1] != words[kNvfp4WorkspaceFinished];
   };
   static_cast<BenchReplayTimes&>(t) = bench_graph_replays(stream, where, t.calls, kLongReplayMs, capture, check_warm_up);
   return t;
@@ -195,11 +174,7 @@ int run_bench_writer(const BenchOptions& options) {
                               "its timing would mean nothing",
                               c.name(), t.bad_records));
     }
-    if (t.workspace_unsettled) {
-      throw Error(ErrorCode::kInternal,
-                  fmt::format("writer bench {}: the append workspace's counters are not settled after a replay: the writer is broken here", c.name()));
-    }
-    std::fprintf(stderr, "%-33s %5d calls %9.2f us  %7.1f GB/s  (%.0f ms)\n", c.name().c_str(), t.calls, t.us, c.bytes() / (t.us * 1e-6) * 1e-9,
+    std::fprintf(stderr, "%-28s %5d calls %9.2f us  %7.1f GB/s  (%.0f ms)\n", c.name().c_str(), t.calls, t.us, c.bytes() / (t.us * 1e-6) * 1e-9,
                  bench_ms_since(t0));
     rows.emplace_back(c, t);
   }
@@ -211,11 +186,11 @@ int run_bench_writer(const BenchOptions& options) {
   for (const auto& [c, t] : rows) {
     const double gb_s = c.bytes() / (t.us * 1e-6) * 1e-9;
     const double pct = 100 * gb_s * 1e-3 / copy_ceiling;
-    results.push_back({{"op", c.op()}, {"rows", c.rows}, {"page_size", c.page}, {"workspace", c.append && c.workspace}, {"us_per_call", t.us}, {"us_min", t.us_min},
+    results.push_back({{"op", c.op()}, {"rows", c.rows}, {"page_size", c.page}, {"us_per_call", t.us}, {"us_min", t.us_min},
                        {"us_max", t.us_max}, {"gb_s", gb_s}, {"pct_copy", pct}, {"bytes_per_call", c.bytes()},
                        {"calls_per_graph", t.calls}, {"replays_timed", t.replays}, {"mib_per_replay", t.mib_per_replay}});
     const json key = {{"op", c.op()}, {"rows", c.rows}, {"page_size", c.page}};
-    if (c.rows >= 16384 && c.workspace) bars["n16k_plus_pct_copy"].push_back({{"config", key}, {"pct_copy", pct}, {"pass", pct >= 70}});
+    if (c.rows >= 16384) bars["n16k_plus_pct_copy"].push_back({{"config", key}, {"pct_copy", pct}, {"pass", pct >= 70}});
     if (c.append && c.rows == 1) bars["n1_append_us"].push_back({{"config", key}, {"us", t.us}, {"pass", t.us <= 4}});
   }
   const json bar_summary = bench_bar_summary(bars);
@@ -232,8 +207,6 @@ int run_bench_writer(const BenchOptions& options) {
       {"bytes", "rows * (1024 read + 384 written), also for append+dup, where half the rows write nothing"},
       {"pack_rows", "whole pages: N rounded up to the page size"},
       {"slots", "append: a random permutation of the call's own pages; append+dup: N / 2 slots, each from two rows"},
-      {"workspace", "append passes one workspace shared by the graph's calls (zeroed once; its counters checked settled after the warm-up); "
-                    "'nows' rows (N > 1024) pass none (claim + write kernels) and are outside the bars"},
       {"source", "random bf16 in (-1, 1)"},
       {"quick", options.quick}};
   report["ceilings"] = ceilings.report();
@@ -244,9 +217,9 @@ int run_bench_writer(const BenchOptions& options) {
   write_report(report, options.out);
 
   ceilings.print();
-  std::fprintf(stderr, "%-16s %6s %5s %10s %8s %6s\n", "op", "N", "page", "us/call", "GB/s", "%copy");
+  std::fprintf(stderr, "%-11s %6s %5s %10s %8s %6s\n", "op", "N", "page", "us/call", "GB/s", "%copy");
   for (const json& r : results) {
-    std::fprintf(stderr, "%-16s %6lld %5d %10.2f %8.1f %6.1f\n", r["op"].get<std::string>().c_str(), r["rows"].get<long long>(),
+    std::fprintf(stderr, "%-11s %6lld %5d %10.2f %8.1f %6.1f\n", r["op"].get<std::string>().c_str(), r["rows"].get<long long>(),
                  r["page_size"].get<int>(), r["us_per_call"].get<double>(), r["gb_s"].get<double>(), r["pct_copy"].get<double>());
   }
   bench_print_footer(report, bar_summary);

@@ -11,37 +11,20 @@ struct Nvfp4WriterParams {
   const int* slot_mapping;   // append: destination slot per row; pack: null (row i -> slot i)
   long long num_slots;       // pages * page_size; slots outside [0, num_slots) are skipped
   int num_rows;
-  unsigned* workspace;       // the one-launch large append's counters (zero between calls); else null
 };
 
 // A warp writes token rows one at a time: lanes 0..27 own a 16-value group each, lanes 28..31 the
-// RoPE tail. Pack and the large-append write kernels give each warp kNvfp4RowsPerWarp rows; the
-// small-append scan kernel gives it one.
+// RoPE tail. Pack and the append write kernel give each warp kNvfp4RowsPerWarp rows; the
+// single-launch append gives it one.
 inline constexpr int kNvfp4WarpsPerBlock = 8;
 inline constexpr int kNvfp4WriterThreads = 32 * kNvfp4WarpsPerBlock;
 inline constexpr int kNvfp4RowsPerWarp = 2;
-#ifndef KILN_NVFP4_FUSED_WARPS
-#define KILN_NVFP4_FUSED_WARPS 8
-#endif
-// The one-launch large append: warps per block (kNvfp4RowsPerWarp rows each); its claim items are a
-// block's threads' worth of rows.
-inline constexpr int kNvfp4FusedWarps = KILN_NVFP4_FUSED_WARPS;
-inline constexpr int kNvfp4FusedThreads = 32 * kNvfp4FusedWarps;
 
 // Appends of at most this many rows resolve duplicate slots in one launch, each row comparing its
 // slot with those of the rows before it (staged in shared memory). Larger appends claim slots first
-// (one thread per row), then write: in one launch with a workspace, in two without.
+// (one thread per row), then write.
 inline constexpr int kNvfp4AppendScanRows = 1024;
 inline constexpr int kNvfp4ClaimThreads = 256;
-
-// Workspace of the one-launch large append, as 32-bit word indices, each on its own 128-byte line:
-// the 64-bit ticket word (claim items finished before this call : tickets drawn in it) and the
-// count of claim items ever finished.
-inline constexpr int kNvfp4WorkspaceTicket = 0;
-inline constexpr int kNvfp4WorkspaceFinished = 32;
-inline constexpr int kNvfp4WorkspaceBytes = 256;
-// Pause between two reads of the claim count while a block waits for the claims.
-inline constexpr int kNvfp4ClaimPollNs = 128;
 
 // Rows whose source lines a kernel warms in L2 before it waits for the previous kernel: the first
 // 16 MB of rows, a third of the H200's L2, so that a large call does not evict its own lines.
@@ -51,6 +34,5 @@ inline constexpr int kNvfp4PrefetchRows = 16384;
 inline constexpr int kNvfp4AppendScanEntry = 0;
 inline constexpr int kNvfp4AppendClaimEntry = 1;
 inline constexpr int kNvfp4AppendWriteEntry = 2;
-inline constexpr int kNvfp4AppendFusedEntry = 3;
 
 }  // namespace kiln

@@ -16,13 +16,12 @@ namespace {
 
 constexpr int kMaxPageSize = 1024;
 
-// pack: one entry. append: the scan, claim, write and one-launch kernels (kNvfp4Append*Entry order).
+// pack: one entry. append: the scan, claim and write kernels (kNvfp4Append*Entry order).
 KernelSource render(const WriterPolicy& p) {
   if (p.op == WriterOp::kPack) return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n", {fmt::format("kiln::nvfp4_pack_kernel<{}>", p.page_size)}};
   return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n",
                       {fmt::format("kiln::nvfp4_append_scan_kernel<{}>", p.page_size), fmt::format("kiln::nvfp4_append_claim_kernel<{}>", p.page_size),
-                       fmt::format("kiln::nvfp4_append_write_kernel<{}>", p.page_size),
-                       fmt::format("kiln::nvfp4_append_fused_kernel<{}>", p.page_size)}};
+                       fmt::format("kiln::nvfp4_append_write_kernel<{}>", p.page_size)}};
 }
 
 const PolicySchema<WriterPolicy>& schema() {
@@ -58,21 +57,11 @@ LaunchConfig row_warps(int rows, int rows_per_warp) {
   return config;
 }
 
-// Up to kNvfp4AppendScanRows rows: one launch. More: with a workspace one launch too (claims and
-// writes in one grid); without, the claim kernel, then the write kernel, which reads and encodes its
-// rows while the claims run (programmatic dependent launch).
+// Up to kNvfp4AppendScanRows rows: one launch. More: the claim kernel, then the write kernel, which
+// reads and encodes its rows while the claims run (programmatic dependent launch).
 void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, CUstream stream) {
   if (params.num_rows <= kNvfp4AppendScanRows) {
     launch(handle, row_warps(params.num_rows, 1), params, stream, kNvfp4AppendScanEntry);
-    return;
-  }
-  if (params.workspace != nullptr) {
-    const int per_block = kNvfp4FusedWarps * kNvfp4RowsPerWarp;
-    LaunchConfig fused;
-    fused.grid[0] = static_cast<unsigned>((params.num_rows + per_block - 1) / per_block);
-    fused.block[0] = kNvfp4FusedThreads;
-    fused.pdl = true;
-    launch(handle, fused, params, stream, kNvfp4AppendFusedEntry);
     return;
   }
   LaunchConfig claim;
@@ -109,17 +98,12 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream, Ke
   on.check(latent, "latent");
   on.check(cache, "cache");
   const Nvfp4WriterParams params{latent.data, latent.stride(1), cache.data, g.page_stride, nullptr, rows,
-                                 static_cast<int>(rows), nullptr};
+                                 static_cast<int>(rows)};
   launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream, on.device()), row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream);
 }
 
-std::size_t append_workspace_size() { return kNvfp4WorkspaceBytes; }
-
-namespace {
-
-// `workspace`: null for none.
-void append_rows(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, const TensorView* workspace,
-                 CUstream stream, KernelService& service) {
+void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,
+            KernelService& service) {
   const Nvfp4CacheGeometry g = check_cache(cache);
   check_rows(rows, "rows", 2);
   if (rows.size(0) > 1 && rows.stride(0) % 8 != 0) check::fail("rows", "a row stride that is a multiple of 8 elements", fmt::format("{}", rows.stride(0)));
@@ -131,42 +115,16 @@ void append_rows(const TensorView& rows, const TensorView& slot_mapping, const T
   check::dim(slot_mapping, "slot_mapping", 0, rows.size(0));
   check::disjoint(rows, "rows", cache, "cache");
   check::disjoint(slot_mapping, "slot_mapping", cache, "cache");
-  if (workspace != nullptr) {
-    check::dtype(*workspace, "workspace", {DType::kU8, DType::kI8});
-    check::contiguous(*workspace, "workspace");
-    check::not_null(*workspace, "workspace");
-    check::aligned(*workspace, "workspace", 16);
-    if (workspace->numel() < kNvfp4WorkspaceBytes) {
-      check::fail("workspace", fmt::format("at least append_workspace_size() = {} bytes", kNvfp4WorkspaceBytes),
-                  fmt::format("{} bytes", workspace->numel()));
-    }
-    check::disjoint(*workspace, "workspace", rows, "rows");
-    check::disjoint(*workspace, "workspace", slot_mapping, "slot_mapping");
-    check::disjoint(*workspace, "workspace", cache, "cache");
-  }
   if (rows.size(0) > INT32_MAX) check::fail("rows", "at most 2^31-1 rows", fmt::format("{}", rows.size(0)));
   if (rows.size(0) == 0) return;
   const StreamDevice on(stream);
   on.check(rows, "rows");
   on.check(slot_mapping, "slot_mapping");
   on.check(cache, "cache");
-  if (workspace != nullptr) on.check(*workspace, "workspace");
   const Nvfp4WriterParams params{rows.data, rows.stride(0), cache.data, g.page_stride,
-                                 static_cast<const int*>(slot_mapping.data), g.pages * g.page_size, static_cast<int>(rows.size(0)),
-                                 workspace != nullptr ? static_cast<unsigned*>(workspace->data) : nullptr};
+                                 static_cast<const int*>(slot_mapping.data), g.pages * g.page_size,
+                                 static_cast<int>(rows.size(0))};
   launch_append(acquire(service, WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, stream, on.device()), params, stream);
-}
-
-}  // namespace
-
-void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,
-            KernelService& service) {
-  append_rows(rows, slot_mapping, cache, nullptr, stream, service);
-}
-
-void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, const TensorView& workspace,
-            CUstream stream, KernelService& service) {
-  append_rows(rows, slot_mapping, cache, &workspace, stream, service);
 }
 
 void warm(const WriterPolicy& policy, const std::vector<int>& devices, KernelService& service) {

@@ -5,7 +5,6 @@
 // Policy JSON: {"op": "pack"|"append" (default "append"), "page_size": 1..1024 (default 64)}.
 #include <cuda.h>
 
-#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -39,23 +38,11 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream,
           KernelService& service = KernelService::global());
 
 // rows: bf16 [N, 512]; slot_mapping: int32 [N] (slot = page * page_size + row; negative or
-// >= P * page_size skipped; duplicates: the lowest input row wins). cache as above. O(N) whatever the
-// duplicates, no host reads, no allocation. Up to 1024 rows one launch. Above, one launch with a
-// workspace, two without (a claim kernel, then a write kernel); either way a target slot's 4 padding
-// bytes carry its claim and are zero again afterwards.
+// >= P * page_size skipped; duplicates: the lowest input row wins). cache as above. One launch up to
+// 1024 rows, two above (O(N) whatever the duplicates; no scratch: a target slot's 4 padding bytes
+// carry its claim between them and are zero again afterwards).
 void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,
             KernelService& service = KernelService::global());
-
-// The same with a workspace: uint8/int8, contiguous, 16-byte aligned, >= append_workspace_size()
-// bytes, on the cache's device, disjoint from the other arguments. Zero-fill it once before its
-// first use; calls then carry counters in it from one to the next (zeroing it again while no call
-// runs is harmless; any other write breaks the next call). Calls that share one workspace must be
-// ordered (one stream, or one captured graph's chain): two at a time would share its counters.
-void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, const TensorView& workspace,
-            CUstream stream, KernelService& service = KernelService::global());
-
-// Workspace bytes for append: a constant (independent of N, the page size and the device).
-std::size_t append_workspace_size();
 
 // Compiles (or loads from cache) and loads the writer for `policy` on each device.
 void warm(const WriterPolicy& policy, const std::vector<int>& devices, KernelService& service = KernelService::global());

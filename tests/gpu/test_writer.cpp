@@ -14,7 +14,6 @@
 
 #include "kiln/jit/compiler.h"
 #include "kiln/jit/error.h"
-#include "kiln/kernel_templates/nvfp4_writer/params.cuh"
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "tests/support/device_buffer.h"
@@ -236,36 +235,17 @@ TEST_CASE("writer pack: random data at several scales, every layout, padded page
 
 namespace {
 
-// An append workspace, zero-filled once.
-struct Workspace {
-  DeviceBuffer buffer{kiln::nvfp4::append_workspace_size()};
-  Workspace() { buffer.fill(0); }
-  TensorView view() const { return TensorView::contiguous(buffer.get(), DType::kU8, {static_cast<std::int64_t>(buffer.bytes())}); }
-  // Between calls: no ticket drawn, and the base of the next call is the count of finished claim items.
-  bool settled() const {
-    const auto words = buffer.download<std::uint32_t>(buffer.bytes() / 4);
-    return words[kiln::kNvfp4WorkspaceTicket] == 0 && words[kiln::kNvfp4WorkspaceTicket + 1] == words[kiln::kNvfp4WorkspaceFinished];
-  }
-};
-
-// Appends `rows` through `slots` into a cache whose bytes start as `initial` (through `workspace`
-// when given), and checks every byte: targeted slots hold the record of their lowest row (padding
-// zero again), others unchanged; the workspace is settled for the next call.
+// Appends `rows` through `slots` into a cache whose bytes start as `initial`, and checks every
+// byte: targeted slots hold the record of their lowest row (padding zero again), others unchanged.
 void append_and_compare(const std::vector<std::uint16_t>& rows, const std::vector<std::int32_t>& slots, std::vector<std::uint8_t> initial,
-                        int page, std::int64_t pages, const char* layout, const Workspace* workspace = nullptr) {
+                        int page, std::int64_t pages, const char* layout) {
   const std::int64_t n = static_cast<std::int64_t>(slots.size()), page_stride = page * kNvfp4TokenBytes;
   DeviceBuffer cache(initial.size()), src(rows.size() * 2), map(slots.size() * 4);
   cache.upload(initial);
   src.upload(rows);
   map.upload(slots);
-  const TensorView v_rows = TensorView::contiguous(src.get(), DType::kBf16, {n, 512}), v_map = TensorView::contiguous(map.get(), DType::kI32, {n});
-  const TensorView v_cache = cache_view(cache.get(), layout, pages, page, page_stride);
-  if (workspace != nullptr) {
-    kiln::nvfp4::append(v_rows, v_map, v_cache, workspace->view(), nullptr);
-    CHECK(workspace->settled());
-  } else {
-    kiln::nvfp4::append(v_rows, v_map, v_cache, nullptr);
-  }
+  kiln::nvfp4::append(TensorView::contiguous(src.get(), DType::kBf16, {n, 512}), TensorView::contiguous(map.get(), DType::kI32, {n}),
+                      cache_view(cache.get(), layout, pages, page, page_stride), nullptr);
   std::vector<bool> taken(pages * page, false);
   for (std::int64_t i = 0; i < n; ++i) {
     if (slots[i] < 0 || slots[i] >= pages * page || taken[slots[i]]) continue;
@@ -295,9 +275,8 @@ std::vector<std::int32_t> messy_slots(std::int64_t n, std::int64_t slots_total, 
 
 }  // namespace
 
-TEST_CASE("writer append: invalid slots skipped, lowest duplicate row wins, one-launch, claim and workspace paths", "[gpu][writer]") {
+TEST_CASE("writer append: invalid slots skipped, lowest duplicate row wins, one-launch and claim paths", "[gpu][writer]") {
   const int page = 64;
-  const Workspace workspace;  // one for every call: each leaves it ready for the next
   const std::int64_t pages = 80, total = pages * page;
   std::vector<std::uint8_t> packed(pages * page * kNvfp4TokenBytes, 0);
   const auto base = random_rows(total, 7, -3, 3);
@@ -310,14 +289,11 @@ TEST_CASE("writer append: invalid slots skipped, lowest duplicate row wins, one-
     INFO("N " << n);
     append_and_compare(rows, slots, packed, page, pages, "HND");
     append_and_compare(rows, slots, poisoned, page, pages, "compact");
-    append_and_compare(rows, slots, packed, page, pages, "NHD", &workspace);
-    append_and_compare(rows, slots, poisoned, page, pages, "compact", &workspace);
   }
   SECTION("one slot for every row") {
     for (const std::int64_t n : {700, 3000}) {
       INFO("N " << n);
       append_and_compare(random_rows(n, 5, -3, 3), std::vector<std::int32_t>(n, 77), poisoned, page, pages, "NHD");
-      append_and_compare(random_rows(n, 6, -3, 3), std::vector<std::int32_t>(n, 78), poisoned, page, pages, "HND", &workspace);
     }
   }
   SECTION("padding words naming rows of the batch: stale claims must lose") {
@@ -333,27 +309,24 @@ TEST_CASE("writer append: invalid slots skipped, lowest duplicate row wins, one-
       std::memcpy(&stale[(s / page) * page * kNvfp4TokenBytes + page * 352 + (s % page) * 32 + 28], &fake, 4);
     }
     append_and_compare(random_rows(n, 9, -3, 3), slots, stale, page, pages, "compact");
-    append_and_compare(random_rows(n, 9, -3, 3), slots, stale, page, pages, "HND", &workspace);
   }
 }
 
-TEST_CASE("writer append with a workspace: large duplicate-heavy batches over several waves of blocks", "[gpu][writer]") {
-  // 70k rows: 274 claim items and 4375 blocks, more than an H200 holds at once, so blocks wait for
-  // claims drawn by blocks that finished long before; one workspace reused by every call.
-  const Workspace workspace;
+TEST_CASE("writer append: large duplicate-heavy batches over several waves of blocks", "[gpu][writer]") {
+  // 70k rows: 274 claim blocks and 4375 write blocks, more than an H200 holds at once.
   const int page = 128;
   const std::int64_t pages = 96, total = pages * page;
   const std::vector<std::uint8_t> poisoned(total * kNvfp4TokenBytes, kPoison);
   const std::int64_t n = 70000;
   const auto rows = random_rows(n, 21, -8, 8);
   SECTION("about 6 rows a slot, invalid slots, garbage padding") {
-    append_and_compare(rows, messy_slots(n, total, 31), poisoned, page, pages, "compact", &workspace);
+    append_and_compare(rows, messy_slots(n, total, 31), poisoned, page, pages, "compact");
   }
-  SECTION("runs of one slot, then every row to one slot") {
+  SECTION("runs of one slot across warps and blocks, then every row to one slot") {
     std::vector<std::int32_t> runs(n);
     for (std::int64_t i = 0; i < n; ++i) runs[i] = static_cast<std::int32_t>((i / 37 * 7919) % total);
-    append_and_compare(rows, runs, poisoned, page, pages, "NHD", &workspace);
-    append_and_compare(rows, std::vector<std::int32_t>(n, static_cast<std::int32_t>(total - 1)), poisoned, page, pages, "HND", &workspace);
+    append_and_compare(rows, runs, poisoned, page, pages, "NHD");
+    append_and_compare(rows, std::vector<std::int32_t>(n, static_cast<std::int32_t>(total - 1)), poisoned, page, pages, "HND");
   }
 }
 
@@ -363,12 +336,9 @@ TEST_CASE("writer: sanitizer subset", "[gpu][writer][sanitizer]") {
   const std::int64_t pages = 100, total = pages * page;
   CHECK(pack_and_compare(random_rows(2 * page, 3, -3, 3), page, "compact", 0) == static_cast<std::size_t>(2 * page * kNvfp4TokenBytes));
   const std::vector<std::uint8_t> poisoned(total * kNvfp4TokenBytes, kPoison);
-  const Workspace workspace;
-  for (const std::int64_t n : {300, 2000}) {
-    const auto rows = random_rows(n, 50 + static_cast<std::uint32_t>(n), -3, 3);
-    const auto slots = messy_slots(n, total, 60 + static_cast<std::uint32_t>(n));
-    append_and_compare(rows, slots, poisoned, page, pages, "compact");
-    if (n > 1024) append_and_compare(rows, slots, poisoned, page, pages, "compact", &workspace);
+  for (const std::int64_t n : {300, 2000}) {  // one launch; claim + write
+    append_and_compare(random_rows(n, 50 + static_cast<std::uint32_t>(n), -3, 3), messy_slots(n, total, 60 + static_cast<std::uint32_t>(n)), poisoned,
+                       page, pages, "compact");
   }
 }
 
@@ -376,9 +346,7 @@ TEST_CASE("writer append captured in a CUDA graph and replayed with new rows equ
   const kiln::Driver& d = kiln::Driver::get();
   const int page = 32;
   const std::int64_t pages = 200;
-  // One launch; claim + write (programmatic dependent); one launch with a workspace.
-  for (const auto& [n, with_workspace] : {std::pair<std::int64_t, bool>{40, false}, {2500, false}, {2500, true}}) {
-    const Workspace workspace;
+  for (const std::int64_t n : {40, 2500}) {  // one launch; claim + write (programmatic dependent)
     DeviceBuffer cache(pages * page * kNvfp4TokenBytes), src(n * 512 * 2), map(n * 4);
     std::vector<std::int32_t> slots(n);
     for (std::int64_t i = 0; i < n; ++i) slots[i] = static_cast<std::int32_t>((i * 37) % 1000);  // duplicates when n > 1000
@@ -393,27 +361,19 @@ TEST_CASE("writer append captured in a CUDA graph and replayed with new rows equ
     kiln::nvfp4::warm({kiln::nvfp4::WriterOp::kAppend, page}, {0});  // warm before capture
     CUgraph graph = nullptr;
     CUgraphExec exec = nullptr;
-    const auto append = [&] {
-      if (with_workspace) {
-        kiln::nvfp4::append(view_rows, view_map, view_cache, workspace.view(), stream);
-      } else {
-        kiln::nvfp4::append(view_rows, view_map, view_cache, stream);
-      }
-    };
     d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
-    append();
+    kiln::nvfp4::append(view_rows, view_map, view_cache, stream);
     d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
     d.check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
 
     for (std::uint32_t round = 0; round < 3; ++round) {
-      INFO("N " << n << " workspace " << with_workspace << " round " << round);
+      INFO("N " << n << " round " << round);
       const auto rows = random_rows(n, 100 + round, -4, 4);
       src.upload(rows);  // new values at the same address
       d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
       d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
       const auto replayed = cache.download<std::uint8_t>(cache.bytes());
-      CHECK(workspace.settled());
-      append();  // eager, same values
+      kiln::nvfp4::append(view_rows, view_map, view_cache, stream);  // eager, same values
       d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
       CHECK(cache.download<std::uint8_t>(cache.bytes()) == replayed);
       std::vector<std::uint8_t> want(cache.bytes(), 0);

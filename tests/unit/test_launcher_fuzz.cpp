@@ -982,8 +982,6 @@ struct WriterCase {
   bool append = false;
   std::int64_t P = 1, page = 1, N = 0;
   TensorView cache, latent, rows, slots;
-  bool has_workspace = false;  // append: the overload with a workspace
-  TensorView workspace;
 };
 
 WriterCase writer_generate(Rng& r, bool append) {
@@ -1001,11 +999,6 @@ WriterCase writer_generate(Rng& r, bool append) {
   c.rows = make(region(r, 2), DType::kBf16, {c.N, 512});
   c.rows.strides[0] = 512 + (coin(r, 0.3) ? 8 * rnd(r, 1, 16) : 0);
   c.slots = make(region(r, 3), DType::kI32, {c.N});
-  if (append) {  // (pack's random stream stays as it was)
-    c.has_workspace = coin(r);
-    c.workspace = make(region(r, 4), pick(r, {DType::kU8, DType::kI8}),
-                       {static_cast<std::int64_t>(nv::append_workspace_size()) + (coin(r) ? rnd(r, 1, 4096) : 0)});
-  }
   return c;
 }
 
@@ -1116,32 +1109,6 @@ std::vector<Mutation<WriterCase>> writer_catalogue(bool append) {
         {"slot_mapping misaligned (not 4 B)", X, [](WriterCase& c, Rng& r) { if (!c.N) return false; shift(c.slots, pick(r, {1, 2})); return true; }},
         {"slot_mapping null", X, [](WriterCase& c, Rng&) { if (!c.N) return false; c.slots.data = nullptr; return true; }},
         {"slot_mapping overlaps cache", X, [](WriterCase& c, Rng&) { return overlap_into(c.slots, c.cache, 4); }},
-        {"workspace wrong dtype", X, [](WriterCase& c, Rng& r) {
-           if (!c.has_workspace) return false;
-           c.workspace.dtype = pick(r, {DType::kI32, DType::kBf16});
-           return true;
-         }},
-        {"workspace smaller than append_workspace_size()", X, [](WriterCase& c, Rng& r) {
-           if (!c.has_workspace) return false;
-           reshape(c.workspace, {rnd(r, 0, static_cast<std::int64_t>(nv::append_workspace_size()) - 1)});
-           return true;
-         }},
-        {"workspace non-contiguous", X, [](WriterCase& c, Rng& r) { return c.has_workspace && break_contiguity(c.workspace, r); }},
-        {"workspace misaligned (not 16 B)", X, [](WriterCase& c, Rng& r) {
-           if (!c.has_workspace) return false;
-           shift(c.workspace, pick(r, {1, 4, 8}));
-           return true;
-         }},
-        {"workspace null", X, [](WriterCase& c, Rng&) {
-           if (!c.has_workspace) return false;
-           c.workspace.data = nullptr;
-           return true;
-         }},
-        {"workspace overlaps cache, rows or slot_mapping", X, [](WriterCase& c, Rng& r) {
-           if (!c.has_workspace) return false;
-           const int which = static_cast<int>(rnd(r, 0, 2));
-           return overlap_into(c.workspace, which == 0 ? c.cache : which == 1 ? c.rows : c.slots, 16);
-         }},
     };
     m.insert(m.end(), a.begin(), a.end());
   }
@@ -1204,16 +1171,6 @@ TEST_CASE("launcher fuzz: NVFP4 writer pack arguments", "[unit][fuzz]") {
 TEST_CASE("launcher fuzz: NVFP4 writer append arguments", "[unit][fuzz]") {
   const Stats st = fuzz_launcher<WriterCase>(
       "nvfp4_writer_append", [](Rng& r) { return writer_generate(r, true); }, writer_catalogue(true),
-      {{"append", [](const WriterCase& c) {
-        return run_call(
-            [&] {
-              if (c.has_workspace) {
-                nv::append(c.rows, c.slots, c.cache, c.workspace, nullptr);
-              } else {
-                nv::append(c.rows, c.slots, c.cache, nullptr);
-              }
-            },
-            true);
-      }}});
+      {{"append", [](const WriterCase& c) { return run_call([&] { nv::append(c.rows, c.slots, c.cache, nullptr); }, true); }}});
   check_stats(st);
 }

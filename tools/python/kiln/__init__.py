@@ -48,7 +48,7 @@ from .service import (
     warm_nvfp4_writer,
     warm_sparse,
 )
-from .writer import nvfp4_append, nvfp4_append_workspace_size, nvfp4_pack
+from .writer import nvfp4_append, nvfp4_pack
 
 from . import _native
 
@@ -67,7 +67,6 @@ __all__ = [
     "mla_workspace_size",
     "nvfp4_pack",
     "nvfp4_append",
-    "nvfp4_append_workspace_size",
     "warm_mla",
     "warm_sparse",
     "warm_nvfp4_writer",

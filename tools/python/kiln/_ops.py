@@ -25,7 +25,7 @@ _lib.define(
     "Tensor? extra_topk_length, Tensor(c!)? mid_out, Tensor(d!)? mid_lse, float lse_scale, int? num_splits, "
     "int max_splits, int? head_tiles) -> ()")
 _lib.define("nvfp4_pack(Tensor latent, Tensor(a!) cache) -> ()")
-_lib.define("nvfp4_append(Tensor rows, Tensor slot_mapping, Tensor(a!) cache, Tensor(b!)? workspace) -> ()")
+_lib.define("nvfp4_append(Tensor rows, Tensor slot_mapping, Tensor(a!) cache) -> ()")
 
 
 def _sparse_decode(*args) -> None:
@@ -57,7 +57,7 @@ def _nvfp4_pack_fake(latent, cache):
 
 
 @torch.library.register_fake("kiln::nvfp4_append")
-def _nvfp4_append_fake(rows, slot_mapping, cache, workspace):
+def _nvfp4_append_fake(rows, slot_mapping, cache):
     return None
 
 

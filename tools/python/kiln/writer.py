@@ -28,25 +28,14 @@ def nvfp4_pack(latent: Tensor, cache: Tensor | None = None) -> Tensor:
     return cache
 
 
-def nvfp4_append(rows: Tensor, slot_mapping: Tensor, cache: Tensor, workspace: Tensor | None = None) -> None:
+def nvfp4_append(rows: Tensor, slot_mapping: Tensor, cache: Tensor) -> None:
     """Quantize ``rows`` (bf16 ``[N, 512]``) into the cache slots ``slot_mapping`` (int32 ``[N]``,
     slot = page * page_size + row). Negative slots and slots past the cache are skipped; when several
-    rows name one slot, the lowest row wins.
-
-    ``workspace`` (optional): uint8 of at least :func:`nvfp4_append_workspace_size` bytes on the
-    cache's device, zero-filled once before its first use (``torch.zeros``); calls then carry
-    counters in it from one to the next, so leave it alone between calls. With it, more than 1024
-    rows take one launch instead of two. Calls sharing one workspace must run in order (one stream or
-    one captured graph)."""
+    rows name one slot, the lowest row wins."""
     if is_compiling():
-        _ops.nvfp4_append(rows, slot_mapping, cache, workspace)
+        _ops.nvfp4_append(rows, slot_mapping, cache)
         return
     try:
-        _native.nvfp4_append(rows, slot_mapping, cache, workspace)
+        _native.nvfp4_append(rows, slot_mapping, cache)
     except _NeedsDispatch:
-        _ops.nvfp4_append(rows, slot_mapping, cache, workspace)
-
-
-def nvfp4_append_workspace_size() -> int:
-    """Bytes of :func:`nvfp4_append`'s workspace: a constant (any N, page size and device)."""
-    return _native.nvfp4_append_workspace_size()
+        _ops.nvfp4_append(rows, slot_mapping, cache)

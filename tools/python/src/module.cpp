@@ -144,19 +144,14 @@ void nvfp4_pack(nb::handle latent, nb::handle cache) {
   nvfp4::pack(l, c, args.stream());
 }
 
-void nvfp4_append(nb::handle rows, nb::handle slot_mapping, nb::handle cache, nb::handle workspace) {
+void nvfp4_append(nb::handle rows, nb::handle slot_mapping, nb::handle cache) {
   TensorArgs args;
   const TensorView r = args.get(rows.ptr(), "rows");
   const TensorView s = args.get(slot_mapping.ptr(), "slot_mapping");
   const TensorView c = args.get(cache.ptr(), "cache");
-  const std::optional<TensorView> w = args.optional(workspace.ptr(), "workspace");
   nb::gil_scoped_release release;
   DeviceScope scope(args.device());
-  if (w) {
-    nvfp4::append(r, s, c, *w, args.stream());
-  } else {
-    nvfp4::append(r, s, c, args.stream());
-  }
+  nvfp4::append(r, s, c, args.stream());
 }
 
 mla::MlaDecodePolicy mla_policy(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed,
@@ -242,8 +237,7 @@ NB_MODULE(_native, m) {
         "extra_topk_length"_a.none(), "mid_out"_a.none(), "mid_lse"_a.none(), "lse_scale"_a, "num_splits"_a.none(),
         "max_splits"_a, "head_tiles"_a.none());
   m.def("nvfp4_pack", &nvfp4_pack);
-  m.def("nvfp4_append", &nvfp4_append, "rows"_a, "slot_mapping"_a, "cache"_a, "workspace"_a.none());
-  m.def("nvfp4_append_workspace_size", &nvfp4::append_workspace_size);
+  m.def("nvfp4_append", &nvfp4_append);
   m.def("time_mla_cpp", &time_mla_cpp);
   m.def("time_sparse_cpp", &time_sparse_cpp);
 

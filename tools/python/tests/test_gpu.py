@@ -222,32 +222,6 @@ def test_writer_matches_the_reference_bytes():
     assert int(got.abs().sum(1).ne(0).sum()) == 2  # nothing else was written
 
 
-def test_writer_append_with_a_workspace():
-    # 3000 rows (the one-launch large path) into 40 pages, every slot named by several rows: the
-    # lowest row of each slot wins, byte for byte the same as without a workspace.
-    rows = torch.randn(3000, 512, device="cuda").bfloat16()
-    slots = torch.randint(0, 700, (3000,), dtype=torch.int32, device="cuda")
-    slots[::97] = -1  # skipped
-    slots[::89] = 40 * 64 + 3  # past the cache: skipped
-    workspace = torch.zeros(kiln.nvfp4_append_workspace_size(), dtype=torch.uint8, device="cuda")
-    with_ws = torch.zeros(40, 64, 384, dtype=torch.uint8, device="cuda")
-    kiln.nvfp4_append(rows, slots, with_ws, workspace)
-    without = torch.zeros_like(with_ws)
-    kiln.nvfp4_append(rows, slots, without)
-    assert torch.equal(with_ws, without)
-    again = torch.zeros_like(with_ws)
-    kiln.nvfp4_append(rows, slots, again, workspace)  # the workspace carries over to the next call
-    assert torch.equal(again, without)
-    first = {}
-    for i, s in enumerate(slots.tolist()):
-        if 0 <= s < 40 * 64:
-            first.setdefault(s, i)
-    written = sorted(first)
-    got = nvfp4_dequantize(with_ws.view(40, -1), 64)
-    ref = nvfp4_dequantize(nvfp4_pages(rows[[first[s] for s in written]], 1), 1)
-    assert torch.equal(got[written], ref)
-
-
 class DLPackOnly:
     """A DLPack producer that is not a torch.Tensor."""
 
@@ -393,10 +367,7 @@ def test_opcheck():
     cache = torch.empty(2, 64, 384, dtype=torch.uint8, device="cuda")
     torch.library.opcheck(ops.nvfp4_pack.default, (latent, cache))
     torch.library.opcheck(ops.nvfp4_append.default, (latent[0], torch.arange(64, dtype=torch.int32, device="cuda"),
-                                                     cache, None))
-    workspace = torch.zeros(kiln.nvfp4_append_workspace_size(), dtype=torch.uint8, device="cuda")
-    torch.library.opcheck(ops.nvfp4_append.default, (latent[0], torch.arange(64, dtype=torch.int32, device="cuda"),
-                                                     cache, workspace))
+                                                     cache))
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")

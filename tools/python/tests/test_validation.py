@@ -135,9 +135,6 @@ def test_writer_argument_errors():
            lambda: kiln.nvfp4_append(cuda((4, 512), "bfloat16"), cuda((5,), "int32"), cuda((8, 64, 384), "uint8")))
     expect(kiln.InvalidArgumentError, "rows",
            lambda: kiln.nvfp4_append(cuda((4, 448), "bfloat16"), cuda((4,), "int32"), cuda((8, 64, 384), "uint8")))
-    expect(kiln.InvalidArgumentError, "workspace",
-           lambda: kiln.nvfp4_append(cuda((4, 512), "bfloat16"), cuda((4,), "int32"), cuda((8, 64, 384), "uint8"),
-                                     cuda((kiln.nvfp4_append_workspace_size() - 1,), "uint8")))
 
 
 def test_error_classes():
