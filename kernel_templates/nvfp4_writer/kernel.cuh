@@ -135,17 +135,18 @@ template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kNvfp4ClaimThreads + threadIdx.x;
-  // Before its wait: the write kernel may start (it reads nothing before its own wait, which is for
-  // this grid), and warm L2 with its rows while the kernel before this one finishes.
-  nvfp4_let_next_kernel_start();
   // The owner word this row will probably claim: the slot read here (from L2, past L1) may still
-  // change before the wait, so it only picks a line to warm.
+  // change before the wait, so it only picks a line to warm. (Warming the write kernel's rows here
+  // too delays this grid's completion, which the write kernel waits for.)
   if (row < p.num_rows && row < kNvfp4PrefetchRows) {
     int guess;
     asm volatile("ld.global.cg.b32 %0, [%1];" : "=r"(guess) : "l"(p.slot_mapping + row));
     if (guess >= 0 && guess < p.num_slots) asm volatile("prefetch.global.L2 [%0];" ::"l"(nvfp4_scale_record<kPageSize>(p, guess)) : "memory");
   }
+  // After the wait, so that the write kernel, starting now, reads inputs that are complete: it reads
+  // and encodes its rows, then waits for this whole grid before it reads an owner word.
   nvfp4_wait_for_previous_kernel();
+  nvfp4_let_next_kernel_start();
   const int slot = row < p.num_rows ? p.slot_mapping[row] : -1;
   const bool valid = slot >= 0 && slot < p.num_slots;
   // Rows of this warp with the same slot: only the lowest (lowest lane) claims.
@@ -162,17 +163,13 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
   }
 }
 
-// After the claim kernel: only each slot's owner writes. The kernel starts while the claim kernel
-// waits for the kernel before it, so it only warms L2 with its rows before its own wait (for the
-// claims, and through them every earlier kernel). Then lane i reads row i's slot and owner word
-// while the rows load.
+// After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
+// before it waits for the claims; then lane i reads row i's owner word, all in one round trip.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   nvfp4_let_next_kernel_start();
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
-  if (lane < kNvfp4RowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
-  nvfp4_wait_for_previous_kernel();
   int slot = -1;  // lanes below kNvfp4RowsPerWarp: the target of row row0 + lane, -1 when skipped
   if (lane < kNvfp4RowsPerWarp && row0 + lane < p.num_rows) {
     const int s = p.slot_mapping[row0 + lane];
@@ -183,13 +180,17 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
     if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
   }
-  const bool owner = slot >= 0 && *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups) ==
-                                      static_cast<unsigned>(row0 + lane) + 1u;
-  const unsigned write = __ballot_sync(0xffffffffu, owner);
+  const unsigned live = __ballot_sync(0xffffffffu, slot >= 0);
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-    if ((write >> i) & 1u) nvfp4_writer_encode(r[i], lane);
+    if ((live >> i) & 1u) nvfp4_writer_encode(r[i], lane);
   }
+  nvfp4_wait_for_previous_kernel();  // the claims
+  bool owner = false;
+  if (slot >= 0) {
+    owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups) == static_cast<unsigned>(row0 + lane) + 1u;
+  }
+  const unsigned write = __ballot_sync(0xffffffffu, owner);
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
     const int s = __shfl_sync(0xffffffffu, slot, i);
