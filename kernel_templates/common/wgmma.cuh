@@ -68,23 +68,23 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 // D (+)= A * B for one m64nNk16 step: bf16 inputs, fp32 accumulators (N / 2 registers per thread;
 // register i of thread t holds row 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2), column
 // 8 (i / 4) + 2 (t % 4) + i % 2). `accumulate` false overwrites D. kTransB 0 reads B K-major, 1
-// MN-major. The register A fragment (rs) has the same row/column pattern as a 64 x 16 accumulator,
-// packed as bf16 pairs: a[0] = (row r, cols c, c+1), a[1] = (r + 8, c), a[2] = (r, c + 8),
+// MN-major; kTransA (ss, N 16 and 32) the same for A. The register A fragment (rs) has the same
+// row/column pattern as a 64 x 16 accumulator, packed as bf16 pairs: a[0] = (row r, cols c, c+1), a[1] = (r + 8, c), a[2] = (r, c + 8),
 // a[3] = (r + 8, c + 8) with r = 16 warp + lane / 4, c = 2 (lane % 4).
 template <int kN>
 struct WgmmaBf16;
 
 template <>
 struct WgmmaBf16<16> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   static __device__ __forceinline__ void ss(float (&d)[8], u64 desc_a, u64 desc_b, bool accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7"
-        "}, %8, %9, p, 1, 1, 0, %11;\n}\n"
+        "}, %8, %9, p, 1, 1, %12, %11;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs(float (&d)[8], const u32 (&a)[4], u64 desc_b, bool accumulate) {
@@ -101,16 +101,16 @@ struct WgmmaBf16<16> {
 
 template <>
 struct WgmmaBf16<32> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   static __device__ __forceinline__ void ss(float (&d)[16], u64 desc_a, u64 desc_b, bool accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, %16, %17, p, 1, 1, 0, %19;\n}\n"
+        "}, %16, %17, p, 1, 1, %20, %19;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs(float (&d)[16], const u32 (&a)[4], u64 desc_b, bool accumulate) {

@@ -1,11 +1,13 @@
 #pragma once
 // Paged MLA decode (576-wide Q/K, V = first 512 columns of the same cache row): the two entry points
 // of the module. mla_decode_kernel: grid (parts, row tiles); each CTA walks its part's pieces
-// (schedule.cuh) with the wgmma kernel (sm_90a, kernel_wgmma.cuh) or the mma.sync kernel
-// (kernel_mma.cuh), as mla_variant() picks for the target. mla_combine_kernel merges the pieces of
-// split requests; it is launched (with programmatic dependent launch) only when a request can split.
+// (schedule.cuh) with the wgmma kernel (sm_90a, kernel_wgmma.cuh), the KV-on-M wgmma kernel (sm_90a,
+// kernel_kv.cuh) or the mma.sync kernel (kernel_mma.cuh), as mla_variant() picks for the target.
+// mla_combine_kernel merges the pieces of split requests; it is launched (with programmatic dependent
+// launch) only when a request can split.
 #include "common/mbarrier.cuh"
 #include "common/pdl.cuh"
+#include "mla_decode/kernel_kv.cuh"
 #include "mla_decode/kernel_mma.cuh"
 #include "mla_decode/kernel_wgmma.cuh"
 #include "mla_decode/params.cuh"
@@ -47,7 +49,26 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     }
   };
 
-  if constexpr (kV.wgmma) {
+  if constexpr (kV.kv_rows > 0) {
+    static_assert(kV.kv_rows > 0 && kMlaSm90a, "the KV-on-M wgmma MLA kernel needs sm_90a");
+    static_assert(!kFp8, "the KV-on-M wgmma MLA kernel takes bf16 only");
+    constexpr MlaKvSmem kL = mla_kv_smem(kV.kv_rows);
+    const u32 raw = smem_addr(smem);
+    const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+    long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kL.sched_offset);
+    if (threadIdx.x == 0) {
+      // Every thread arrives once per fill (cp.async completion, .noinc).
+      for (int i = 0; i < 1 + kMlaKvStages; ++i) mbar_init(base + kL.bar_offset + 8 * i, kMlaKvThreads);
+      mbar_fence_init();
+    }
+    __syncthreads();
+    MlaWgState st{0u, 0u};
+    mla_for_each_piece<kThreads, kMlaKvTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+      record(pc);
+      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
+      mla_kv_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kV.kv_rows>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+    });
+  } else if constexpr (kV.wgmma) {
     static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
     static_assert(!kFp8, "the wgmma MLA kernel takes bf16 only");
     const u32 raw = smem_addr(smem);

@@ -39,10 +39,12 @@ constexpr int kMlaMinBlockTokens = 32;
 
 // Kernel choice carried in the policy ("kernel" field): auto lets the planner decide per arch;
 // mma_sync forces the portable mma.sync kernel in the configuration that fits ~99 KB of shared memory
-// (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a, bf16 only).
+// (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a, bf16 only); wgmma_kv forces the Hopper
+// kernel that puts KV tokens on the MMA's M side (sm_90a, bf16 only; kernel_kv.cuh).
 constexpr int kMlaKernelAuto = 0;
 constexpr int kMlaKernelMmaSync = 1;
 constexpr int kMlaKernelWgmma = 2;
+constexpr int kMlaKernelWgmmaKv = 3;
 
 // Combine: one CTA of four warps per output row (kernel.cuh).
 constexpr int kMlaCombineThreads = 128;
@@ -81,8 +83,9 @@ struct MlaTileConfig {
 
 // What a (policy, arch) compiles to.
 struct MlaVariant {
-  bool wgmma;
+  bool wgmma;          // either wgmma kernel
   MlaTileConfig tile;  // mma.sync kernel only
+  int kv_rows;         // > 0: the KV-on-M wgmma kernel, with this many query rows (its N) per CTA
 };
 
 KILN_MLA_HD constexpr int mla_max_rows(int heads, int max_seq_len_q) { return heads * max_seq_len_q; }
@@ -99,16 +102,27 @@ KILN_MLA_HD constexpr MlaTileConfig mla_tile_config(int heads, int max_seq_len_q
 // The configuration that fits ~99 KB of shared memory per block (sm_120): 16 rows, two stages.
 KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConfig{1, 4, 32, 2}; }
 
-// The wgmma kernel serves bf16 row counts from this up (measured on the H200: at 32 rows it beats the
-// 32-row mma.sync tile, at 16 rows the 16-row tile, two per SM, beats it).
-constexpr int kMlaWgmmaMinRows = 17;
+// On sm_90a the KV-on-M wgmma kernel serves bf16 row counts up to this, the heads-on-M wgmma kernel
+// the larger ones (measured on the H200 over the bench grid: at H x SQ <= 32 1.01-1.37x the speed of
+// the better of the other two at B >= 8 or L = 16k, 0.97-1.07x at B 1 with L <= 4096; at 64 rows,
+// two row tiles each streaming the KV, 0.68-0.81x the wgmma kernel's from B x L >= 128k).
+constexpr int kMlaKvMaxRows = 32;
+
+// The KV-on-M kernel's query rows per CTA (the wgmma N): 16 or 32; more rows take more row tiles.
+KILN_MLA_HD constexpr int mla_kv_rows(int heads, int max_seq_len_q) {
+  return mla_max_rows(heads, max_seq_len_q) <= 16 ? 16 : 32;
+}
 
 // `sm90a`: compiling for (or running on) sm_90a, the one target with wgmma and 227 KB per block.
 KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_len_q, bool fp8, bool sm90a) {
-  if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config()};
-  if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config()};
-  if (!fp8 && mla_max_rows(heads, max_seq_len_q) >= kMlaWgmmaMinRows) return MlaVariant{true, mla_small_tile_config()};
-  return MlaVariant{false, mla_tile_config(heads, max_seq_len_q, fp8)};
+  if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config(), 0};
+  if (kernel == kMlaKernelWgmmaKv) return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
+  if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config(), 0};
+  if (fp8) return MlaVariant{false, mla_tile_config(heads, max_seq_len_q, fp8), 0};
+  if (mla_max_rows(heads, max_seq_len_q) <= kMlaKvMaxRows) {
+    return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
+  }
+  return MlaVariant{true, mla_small_tile_config(), 0};
 }
 
 KILN_MLA_HD constexpr int mla_threads(MlaTileConfig c) { return 32 * c.row_groups * c.col_groups; }
@@ -184,10 +198,38 @@ constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + kMlaWgStages);
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 
-KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v) { return v.wgmma ? kMlaWgThreads : mla_threads(v.tile); }
-KILN_MLA_HD constexpr int mla_variant_rows(MlaVariant v) { return v.wgmma ? kMlaWgRows : mla_tile_rows(v.tile); }
+// ---- KV-on-M wgmma kernel (sm_90a) geometry ----
+// One warpgroup; N = kv_rows query rows (16 or 32) per CTA; KV tiles of 64 tokens (the wgmma M).
+// Shared memory, every operand in the 128-byte swizzle layout: Q (9 column blocks of N rows x 128 B),
+// two KV stages (64 tokens x 576), P^T hi and lo (N rows x 64 tokens each), the per-warp column
+// max / sum exchange, scheduler scratch, mbarriers (Q full, stage full x 2).
+constexpr int kMlaKvTileTokens = 64;
+constexpr int kMlaKvThreads = 128;
+constexpr int kMlaKvStages = 2;
+struct MlaKvSmem {
+  int q_offset, stage_offset, p_offset, p_bytes, red_offset, sched_offset, bar_offset, total;
+};
+KILN_MLA_HD constexpr MlaKvSmem mla_kv_smem(int n) {
+  MlaKvSmem l{};
+  l.q_offset = 0;
+  l.stage_offset = 9 * n * 128;                           // a multiple of 1024 for n = 16, 32
+  l.p_offset = l.stage_offset + kMlaKvStages * kMlaWgStageBytes;
+  l.p_bytes = n * 128;                                     // hi, then lo
+  l.red_offset = l.p_offset + 2 * l.p_bytes;
+  l.sched_offset = l.red_offset + 4 * n * 4;               // [warp][column] fp32
+  l.bar_offset = l.sched_offset + kMlaSchedScratchBytes;
+  l.total = l.bar_offset + 8 * (1 + kMlaKvStages) + 1024;  // + the kernel's own 1024-byte alignment
+  return l;
+}
+
+KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v) {
+  return v.kv_rows > 0 ? kMlaKvThreads : v.wgmma ? kMlaWgThreads : mla_threads(v.tile);
+}
+KILN_MLA_HD constexpr int mla_variant_rows(MlaVariant v) {
+  return v.kv_rows > 0 ? v.kv_rows : v.wgmma ? kMlaWgRows : mla_tile_rows(v.tile);
+}
 KILN_MLA_HD constexpr int mla_variant_smem(MlaVariant v, bool fp8) {
-  return v.wgmma ? kMlaWgSmemBytes : mla_smem_layout(v.tile, fp8).total;
+  return v.kv_rows > 0 ? mla_kv_smem(v.kv_rows).total : v.wgmma ? kMlaWgSmemBytes : mla_smem_layout(v.tile, fp8).total;
 }
 
 }  // namespace kiln

@@ -97,10 +97,11 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
   if (batch > 65535) bad("batch", "<= 65535 (combine grid y)", batch);
   MlaPlan p;
   p.workspace = workspace_layout(policy, batch, check);
-  if (policy.kernel == kMlaKernelWgmma && !is_sm90a(arch)) {
-    throw Error(ErrorCode::kUnsupported,
-                "argument 'kernel': \"wgmma\" runs on sm_90a (Hopper) only; this device is " + std::string(arch) +
-                    ": use kernel \"auto\" or \"mma_sync\"");
+  if ((policy.kernel == kMlaKernelWgmma || policy.kernel == kMlaKernelWgmmaKv) && !is_sm90a(arch)) {
+    throw Error(ErrorCode::kUnsupported, std::string("argument 'kernel': \"") +
+                                             (policy.kernel == kMlaKernelWgmma ? "wgmma" : "wgmma_kv") +
+                                             "\" runs on sm_90a (Hopper) only; this device is " + std::string(arch) +
+                                             ": use kernel \"auto\" or \"mma_sync\"");
   }
   p.variant = variant(policy, arch);
   const int tiles = row_tiles(policy, p.variant);
