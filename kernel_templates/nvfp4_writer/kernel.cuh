@@ -163,9 +163,8 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
   }
 }
 
-// After the claim kernel: only each slot's owner writes. Each warp issues its rows' loads before it
-// waits for the claims (which are usually in before the rows arrive); then lane i reads row i's
-// owner word, all in one round trip, and only owners encode (a duplicate row only reads).
+// After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
+// before it waits for the claims; then lane i reads row i's owner word, all in one round trip.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   nvfp4_let_next_kernel_start();
@@ -181,16 +180,17 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
     if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
   }
-  nvfp4_wait_for_previous_kernel();  // the claims: usually in before the rows arrive
+  const unsigned live = __ballot_sync(0xffffffffu, slot >= 0);
+#pragma unroll
+  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+    if ((live >> i) & 1u) nvfp4_writer_encode(r[i], lane);
+  }
+  nvfp4_wait_for_previous_kernel();  // the claims
   bool owner = false;
   if (slot >= 0) {
     owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups) == static_cast<unsigned>(row0 + lane) + 1u;
   }
   const unsigned write = __ballot_sync(0xffffffffu, owner);
-#pragma unroll
-  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
-    if ((write >> i) & 1u) nvfp4_writer_encode(r[i], lane);
-  }
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
     const int s = __shfl_sync(0xffffffffu, slot, i);
