@@ -11,8 +11,9 @@
 //
 // "results" holds the 120-config uniform grid (bf16, page 64, fixed SQ, causal), the rows
 // ../shared/anchors/compare.py matches with FlashMLA's. "extra_results" holds the rest: mixed-length
-// batches (lengths log-uniform in [64, 32k]), fp8, packed query rows, page sizes 16 and 128, and the
-// grid rows with H * SQ <= 128 again with each kernel forced (what the planner's choice rests on).
+// batches (lengths log-uniform in [64, 32k]), fp8 (each config also with the mma.sync kernel
+// forced), packed query rows, page sizes 16 and 128, and the grid rows with H * SQ <= 128 again with
+// each kernel forced (what the planner's choices rest on). --only keeps one group or one config.
 #include "tools/bench_mla.h"
 
 #include <fmt/format.h>
@@ -150,13 +151,18 @@ std::vector<BenchConfig> extra_configs(bool quick, const std::string& arch) {
   for (int b : {4, 32, 128})
     for (int h : {16, 128}) x.push_back(mixed(b, h, 1));
   x.push_back(mixed(32, 64, 2));
-  for (int b : {1, 64})
-    for (int h : {16, 128}) {
-      BenchConfig c = uniform(b, 4096, h, 1);
-      c.group = "fp8";
-      c.fp8 = true;
-      x.push_back(c);
-    }
+  for (int b : {1, 8, 64, 128})
+    for (int l : {4096, 16384})
+      for (int h : {8, 16, 32, 64, 128}) {
+        BenchConfig c = uniform(b, l, h, 1);
+        c.group = "fp8";
+        c.fp8 = true;
+        x.push_back(c);
+        if (mla::is_sm90a(arch)) {
+          c.kernel = mla::MlaKernel::kMmaSync;  // auto takes the wgmma kernel for every fp8 key there
+          x.push_back(c);
+        }
+      }
   for (int b : {8, 64})
     for (int h : {16, 128}) {
       BenchConfig c = uniform(b, 4096, h, 4);
@@ -300,11 +306,14 @@ int run_bench_mla(const BenchOptions& options) {
   std::vector<BenchConfig> grid = bench_grid(quick);
   std::vector<BenchConfig> extra = extra_configs(quick, arch);
   if (!options.only.empty()) {
-    for (auto* list : {&grid, &extra}) std::erase_if(*list, [&](const BenchConfig& c) { return c.group != options.only; });
+    const auto other = [&](const BenchConfig& c) { return c.group != options.only && c.name() != options.only; };
+    std::erase_if(grid, other);
+    std::erase_if(extra, other);
     if (grid.empty() && extra.empty()) {
       throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("--only \"{}\" names no group of the MLA bench on {}; use grid, mixed, fp8, packed, page or kernel",
-                              options.only, arch));
+                  fmt::format("--only \"{}\" names no group or config of the sweep; use grid, mixed, fp8, packed, page, "
+                              "kernel or a name as the sweep prints it, e.g. \"B=64 L=4096 H=128 SQ=1\"",
+                              options.only));
     }
   }
   // Warm every key first (in parallel): compiles stay out of the timings, and capture never compiles.

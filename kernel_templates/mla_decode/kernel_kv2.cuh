@@ -176,8 +176,7 @@ __device__ __forceinline__ void mla_kv2_piece(const MlaDecodeParams& p, u32 base
   const u32 stage_smem = base + kL.stage_offset;
   const u32 p_lo_buf = base + kL.plo_offset;  // N = 64 only
   const u32 alpha_smem = base + kL.alpha_offset;
-  const u32 red = base + kL.red_offset;  // [warp][column] fp32
-  const u32 sum_smem = base + kL.sum_offset;
+  const u32 red = base + kL.red_offset;  // [warp][column] fp32; after the loop row 0 holds the sums
   const u32 bar_q = base + kL.bar_offset;
   auto bar_full = [&](u32 s) { return bar_q + 8 + 8 * s; };
   auto bar_empty = [&](u32 s) { return bar_q + 8 + 8 * kMlaKvStages + 8 * s; };
@@ -189,7 +188,7 @@ __device__ __forceinline__ void mla_kv2_piece(const MlaDecodeParams& p, u32 base
     named_barrier_sync(1, kMlaKv2Threads);
 #pragma unroll
     for (int n = 0; n < kCols / 2; ++n) {
-      const float2 v = lds_f32x2(sum_smem + (8 * n + 2 * c4) * 4);
+      const float2 v = lds_f32x2(red + (8 * n + 2 * c4) * 4);
       lt[2 * n] = v.x;
       lt[2 * n + 1] = v.y;
     }
@@ -439,8 +438,9 @@ __device__ __forceinline__ void mla_kv2_piece(const MlaDecodeParams& p, u32 base
           t[0] += v.x;
           t[1] += v.y;
         }
-        sts_f32(sum_smem + (8 * n + 2 * c4) * 4, t[0]);
-        sts_f32(sum_smem + (8 * n + 2 * c4 + 1) * 4, t[1]);
+        // Row 0, the columns this lane has just read: no other lane touches them.
+        sts_f32(red + (8 * n + 2 * c4) * 4, t[0]);
+        sts_f32(red + (8 * n + 2 * c4 + 1) * 4, t[1]);
       }
     }
     float lt[kCols];

@@ -39,9 +39,9 @@ constexpr int kMlaMinBlockTokens = 32;
 
 // Kernel choice carried in the policy ("kernel" field): auto lets the planner decide per arch;
 // mma_sync forces the portable mma.sync kernel in the configuration that fits ~99 KB of shared memory
-// (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a, bf16 only); wgmma_kv forces the Hopper
-// kernel that puts KV tokens on the MMA's M side (sm_90a, bf16 only; kernel_kv.cuh); wgmma_kv2 its
-// two-warpgroup form (kernel_kv2.cuh).
+// (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a); wgmma_kv forces the Hopper kernel that
+// puts KV tokens on the MMA's M side (sm_90a, bf16 only; kernel_kv.cuh); wgmma_kv2 its two-warpgroup
+// form (sm_90a, bf16 only; kernel_kv2.cuh).
 constexpr int kMlaKernelAuto = 0;
 constexpr int kMlaKernelMmaSync = 1;
 constexpr int kMlaKernelWgmma = 2;
@@ -93,26 +93,20 @@ struct MlaVariant {
 
 KILN_MLA_HD constexpr int mla_max_rows(int heads, int max_seq_len_q) { return heads * max_seq_len_q; }
 
-// Up to 16 rows: small CTAs, two per SM, so one CTA's barriers overlap the other's loads and MMAs.
-// Larger row counts keep the 64-row tile that amortises K/V shared-memory reads over more MMA work.
-KILN_MLA_HD constexpr MlaTileConfig mla_tile_config(int heads, int max_seq_len_q, bool fp8) {
-  const int rows = mla_max_rows(heads, max_seq_len_q);
-  if (rows <= 16) return MlaTileConfig{1, 4, 32, fp8 ? 4 : 2};  // ~100 KB: two CTAs per SM
-  if (rows <= 32) return MlaTileConfig{2, 4, 32, fp8 ? 6 : 4};
-  return MlaTileConfig{4, 2, 32, fp8 ? 4 : 3};
-}
-
-// The configuration that fits ~99 KB of shared memory per block (sm_120): 16 rows, two stages.
+// The mma.sync kernel's configuration on every arch: 16 rows, two stages, ~100 KB (fits sm_120's ~99 KB
+// per block; two CTAs per SM on sm_90a, so one CTA's barriers overlap the other's loads and MMAs).
 KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConfig{1, 4, 32, 2}; }
 
-// On sm_90a bf16 row counts up to kMlaKvMaxRows run the one-warpgroup KV-on-M kernel, up to
-// kMlaKv2MaxRows its two-warpgroup form, larger ones the heads-on-M wgmma kernel. Measured on the
-// H200 over the bench grid's rows: at 16 rows the two forms are even (two-warpgroup 0.99x), at 32
-// the two-warpgroup form is 1.01x (1.04-1.06x where memory-bound, 0.92-0.98x at B <= 32 with
-// L <= 4096), at 64 and 128 rows 0.86x and 0.88x the heads-on-M kernel (its P V reads half the
-// shared-memory bytes per MMA: P from registers, N = 256).
-constexpr int kMlaKvMaxRows = 16;
-constexpr int kMlaKv2MaxRows = 32;
+// The KV-on-M wgmma kernel serves bf16 row counts up to this on sm_90a, the heads-on-M wgmma kernel
+// the larger ones (measured on the H200 over the bench grid: at H x SQ <= 32 1.01-1.37x the speed of
+// the better of the other two at B >= 8 or L = 16k, 0.97-1.07x at B 1 with L <= 4096; at 64 rows,
+// two row tiles each streaming the KV, 0.68-0.81x the wgmma kernel's from B x L >= 128k). fp8 keys
+// take the heads-on-M kernel at every row count (measured: at 16 rows it ties or beats the 16-row
+// mma.sync tile, whose compute warps widen e4m3 themselves, and from 32 rows it takes about half the
+// time). The two-warpgroup KV-on-M form (kernel_kv2.cuh) is not picked: over the same rows it ran
+// 0.99x the one-warpgroup kernel's speed at 16 rows, 1.01x at 32 (1.02-1.06x from B x L >= 256k,
+// 0.92-0.98x at B <= 32 with L <= 4096), and 0.86x / 0.88x the heads-on-M kernel's at 64 / 128 rows.
+constexpr int kMlaKvMaxRows = 32;
 
 // The KV-on-M kernel's query rows per CTA (the wgmma N): 16 or 32; more rows take more row tiles.
 KILN_MLA_HD constexpr int mla_kv_rows(int heads, int max_seq_len_q) {
@@ -131,12 +125,8 @@ KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_
     return MlaVariant{true, mla_small_tile_config(), mla_kv2_rows(heads, max_seq_len_q), true};
   }
   if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config(), 0};
-  if (fp8) return MlaVariant{false, mla_tile_config(heads, max_seq_len_q, fp8), 0};
-  if (mla_max_rows(heads, max_seq_len_q) <= kMlaKvMaxRows) {
+  if (!fp8 && mla_max_rows(heads, max_seq_len_q) <= kMlaKvMaxRows) {
     return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
-  }
-  if (mla_max_rows(heads, max_seq_len_q) <= kMlaKv2MaxRows) {
-    return MlaVariant{true, mla_small_tile_config(), mla_kv2_rows(heads, max_seq_len_q), true};
   }
   return MlaVariant{true, mla_small_tile_config(), 0};
 }
@@ -163,8 +153,8 @@ struct MlaSmemLayout {
 KILN_MLA_HD constexpr int mla_align16(int x) { return (x + 15) / 16 * 16; }
 
 // Scratch of the block-wide reductions and scan that find a part's range and first request: two
-// 8-byte slots per warp (8 warps at most) and the two results.
-constexpr int kMlaSchedScratchBytes = 8 * (2 * 8 + 2);
+// 8-byte slots per warp (12 warps at most) and the two results.
+constexpr int kMlaSchedScratchBytes = 8 * (2 * 12 + 2);
 
 KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
   MlaSmemLayout l{};
@@ -214,6 +204,24 @@ constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + kMlaWgStages);
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 
+// ---- fp8 wgmma kernel (sm_90a) geometry ----
+// The same 64 rows, 64-token tiles and consumer warpgroups, plus a third warpgroup that loads e4m3
+// and widens it to f16. Shared memory, each tile 128-byte-swizzled in 9 column blocks of 64 f16 (8 KB
+// per 64 rows): Q (64 rows x 576), two KV stages (64 tokens x 576), P (64 x 64 f16), row max / sum
+// exchange, scheduler scratch, mbarriers (stage full x 2, stage empty x 2).
+constexpr int kMlaWgFp8Threads = 384;
+constexpr int kMlaWgFp8TileBytes = kMlaWgTileTokens * kMlaDimQk * 2;     // 73728: Q or one stage
+constexpr int kMlaWgFp8QOffset = 0;
+constexpr int kMlaWgFp8StageOffset = kMlaWgFp8QOffset + kMlaWgFp8TileBytes;
+constexpr int kMlaWgFp8Stages = 2;
+constexpr int kMlaWgFp8POffset = kMlaWgFp8StageOffset + kMlaWgFp8Stages * kMlaWgFp8TileBytes;
+constexpr int kMlaWgFp8RedOffset = kMlaWgFp8POffset + kMlaWgPBytes;
+constexpr int kMlaWgFp8SchedOffset = kMlaWgFp8RedOffset + kMlaWgRedBytes;
+constexpr int kMlaWgFp8BarOffset = kMlaWgFp8SchedOffset + kMlaSchedScratchBytes;
+constexpr int kMlaWgFp8UsedBytes = kMlaWgFp8BarOffset + 8 * 2 * kMlaWgFp8Stages;
+constexpr int kMlaWgFp8SmemBytes = kMlaWgFp8UsedBytes + 1024;  // + the 1024-byte alignment, as above
+static_assert(kMlaWgFp8SmemBytes <= 232448, "the fp8 wgmma kernel exceeds sm_90's 227 KB per block");
+
 // ---- KV-on-M wgmma kernel (sm_90a) geometry ----
 // One warpgroup; N = kv_rows query rows (16 or 32) per CTA; KV tiles of 64 tokens (the wgmma M).
 // Shared memory, every operand in the 128-byte swizzle layout: Q (9 column blocks of N rows x 128 B),
@@ -242,11 +250,11 @@ KILN_MLA_HD constexpr MlaKvSmem mla_kv_smem(int n) {
 // Two warpgroups; N = kv_rows (16, 32 or 64) query rows per CTA. Shared memory: Q (9 column blocks of
 // N rows x 128 B), two KV stages (64 tokens x 576; P^T hi, and lo up to N = 32, go to the stage's
 // RoPE block once S^T is done), P^T lo at N = 64, the column rescale factors per stage, the per-warp
-// column max / sum exchange, the final column sums, scheduler scratch, mbarriers (Q full, then per
-// stage: full, empty, P ready).
+// column max / sum exchange (row 0 then takes the final sums), scheduler scratch, mbarriers (Q full,
+// then per stage: full, empty, P ready).
 constexpr int kMlaKv2Threads = 256;
 struct MlaKv2Smem {
-  int q_offset, stage_offset, plo_offset, alpha_offset, red_offset, sum_offset, sched_offset, bar_offset, total;
+  int q_offset, stage_offset, plo_offset, alpha_offset, red_offset, sched_offset, bar_offset, total;
 };
 KILN_MLA_HD constexpr MlaKv2Smem mla_kv2_smem(int n) {
   MlaKv2Smem l{};
@@ -255,24 +263,22 @@ KILN_MLA_HD constexpr MlaKv2Smem mla_kv2_smem(int n) {
   l.plo_offset = l.stage_offset + kMlaKvStages * kMlaWgStageBytes;
   l.alpha_offset = l.plo_offset + (n > 32 ? n * 128 : 0);
   l.red_offset = l.alpha_offset + kMlaKvStages * n * 4;
-  l.sum_offset = l.red_offset + 4 * n * 4;  // [warp][column] fp32
-  l.sched_offset = l.sum_offset + n * 4;
+  l.sched_offset = l.red_offset + 4 * n * 4;  // [warp][column] fp32
   l.bar_offset = l.sched_offset + kMlaSchedScratchBytes;
   l.total = l.bar_offset + 8 * (1 + 3 * kMlaKvStages) + 1024;  // + the kernel's own 1024-byte alignment
   return l;
 }
 
-KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v) {
-  return v.kv2 ? kMlaKv2Threads : v.kv_rows > 0 ? kMlaKvThreads : v.wgmma ? kMlaWgThreads : mla_threads(v.tile);
+KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v, bool fp8) {
+  if (v.kv_rows > 0) return v.kv2 ? kMlaKv2Threads : kMlaKvThreads;
+  return v.wgmma ? (fp8 ? kMlaWgFp8Threads : kMlaWgThreads) : mla_threads(v.tile);
 }
 KILN_MLA_HD constexpr int mla_variant_rows(MlaVariant v) {
   return v.kv_rows > 0 ? v.kv_rows : v.wgmma ? kMlaWgRows : mla_tile_rows(v.tile);
 }
 KILN_MLA_HD constexpr int mla_variant_smem(MlaVariant v, bool fp8) {
-  return v.kv2           ? mla_kv2_smem(v.kv_rows).total
-         : v.kv_rows > 0 ? mla_kv_smem(v.kv_rows).total
-         : v.wgmma       ? kMlaWgSmemBytes
-                         : mla_smem_layout(v.tile, fp8).total;
+  if (v.kv_rows > 0) return v.kv2 ? mla_kv2_smem(v.kv_rows).total : mla_kv_smem(v.kv_rows).total;
+  return v.wgmma ? (fp8 ? kMlaWgFp8SmemBytes : kMlaWgSmemBytes) : mla_smem_layout(v.tile, fp8).total;
 }
 
 }  // namespace kiln

@@ -21,13 +21,10 @@ constexpr std::int64_t value(MaskType m) { return static_cast<std::int64_t>(m); 
 constexpr std::int64_t value(MlaKernel k) { return static_cast<std::int64_t>(k); }
 
 void cross_check(const MlaDecodePolicy& p) {
-  if ((p.kernel == MlaKernel::kWgmma || p.kernel == MlaKernel::kWgmmaKv || p.kernel == MlaKernel::kWgmmaKv2) &&
-      p.dtype != DType::kBf16) {
+  if ((p.kernel == MlaKernel::kWgmmaKv || p.kernel == MlaKernel::kWgmmaKv2) && p.dtype != DType::kBf16) {
     throw Error(ErrorCode::kUnsupported, std::string("argument 'kernel': \"") +
-                                             (p.kernel == MlaKernel::kWgmma     ? "wgmma"
-                                              : p.kernel == MlaKernel::kWgmmaKv ? "wgmma_kv"
-                                                                                : "wgmma_kv2") +
-                                             "\" takes dtype bf16 only; use \"auto\" or \"mma_sync\" for fp8_e4m3");
+                                             (p.kernel == MlaKernel::kWgmmaKv ? "wgmma_kv" : "wgmma_kv2") +
+                                             "\" takes dtype bf16 only; use \"auto\", \"mma_sync\" or \"wgmma\" for fp8_e4m3");
   }
 }
 

@@ -8,11 +8,12 @@
 //    "kernel": "auto"|"mma_sync"|"wgmma"|"wgmma_kv"|"wgmma_kv2"}
 // heads and max_seq_len have no default (no value is right for every model); the rest default to
 // page_size 64, max_seq_len_q 1, packed false, dtype bf16, out_dtype bf16, mask causal, kernel auto.
-// kernel: auto lets the planner pick per GPU (on sm_90a for bf16: the KV-on-M wgmma kernel up to 32
-// rows per request, the wgmma kernel above; else the mma.sync kernel); mma_sync forces the mma.sync
-// kernel in the configuration that fits ~99 KB of shared memory (what sm_120 runs); wgmma forces the
-// Hopper kernel (sm_90a and bf16 only); wgmma_kv forces the Hopper kernel with KV tokens on the MMA's
-// M side (sm_90a and bf16 only), wgmma_kv2 its two-warpgroup form (the same limits).
+// kernel: auto lets the planner pick per GPU (on sm_90a: for bf16 the KV-on-M wgmma kernel up to 32
+// rows per request, the wgmma kernel above; for fp8 the wgmma kernel; else the mma.sync kernel);
+// mma_sync forces the mma.sync kernel in the configuration that fits ~99 KB of shared memory (what
+// sm_120 runs); wgmma forces the Hopper kernel (sm_90a only); wgmma_kv forces the Hopper kernel with
+// KV tokens on the MMA's M side (sm_90a and bf16 only), wgmma_kv2 its two-warpgroup form (the same
+// limits).
 #include <cstdint>
 #include <string_view>
 

@@ -113,7 +113,7 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
 
   p.decode.grid[0] = static_cast<unsigned>(p.num_parts);
   p.decode.grid[1] = static_cast<unsigned>(tiles);
-  p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant));
+  p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant, policy.fp8));
   p.decode.smem_bytes = static_cast<unsigned>(mla_variant_smem(p.variant, policy.fp8));
 
   p.combine.grid[0] = static_cast<unsigned>(mla_max_rows(policy.heads, policy.max_seq_len_q));

@@ -658,10 +658,13 @@ std::vector<MlaCase> mixed_length_cases() {
 
 TEST_CASE("mla: peaked softmax (large bmm1_scale, one dominant key, long rows)", "[gpu][mla]") {
   std::vector<MlaCase> m = peaked_cases();
-  // The same rows through the portable mma.sync configuration.
-  MlaCase forced = m[1];
-  forced.kernel = MlaKernel::kMmaSync;
-  m.push_back(forced);
+  // The same rows through the portable mma.sync configuration (bf16, and fp8, which auto puts on the
+  // wgmma kernel).
+  for (const std::size_t i : {1, 3}) {
+    MlaCase forced = m[i];
+    forced.kernel = MlaKernel::kMmaSync;
+    m.push_back(forced);
+  }
   run_cases(m, base_seed() * 1000 + 500);
 }
 
@@ -733,7 +736,7 @@ TEST_CASE("mla: the two-warpgroup KV-on-M kernel forced on every bf16 launch of 
 
 TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
   // Small launches that still reach every code path: split + combine, one split, two and more row
-  // tiles, fp8, packed with an empty request, the rank-4 cache, padded block tables.
+  // tiles, fp8 on both kernels, packed with an empty request, the rank-4 cache, padded block tables.
   std::vector<MlaCase> m = {
       fixed(16, 64, 1, false, true, {1, 65, 300}, 163840),
       fixed(128, 32, 2, true, false, {63, 129}),
@@ -742,7 +745,10 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
       packed(64, 64, 2, false, false, {64, 65, 2}, {1, 0, 2}, 4096),
       fixed(128, 64, 1, false, true, {1, 65, 300}, 163840),
       fixed(24, 32, 16, false, true, {1, 200}),
+      fixed(8, 64, 2, true, true, {1, 65, 300}, 163840),
+      fixed(12, 16, 1, true, true, {64, 200, 1}, 163840),
   };
+  m[7].kernel = MlaKernel::kMmaSync;
   m[0].bt_pad = 5;
   m[1].rank4_cache = true;
   m[2].bt_pad = 3;

@@ -665,7 +665,6 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   rejects({{"heads", 129}, {"max_seq_len", 4096}}, "'heads'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"max_seq_len_q", 65}}, "'max_seq_len_q'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"kernel", "tcgen05"}}, "'kernel'");
-  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"kernel", "wgmma"}}, "'kernel'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"kernel", "wgmma_kv"}}, "'kernel'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"kernel", "wgmma_kv2"}}, "'kernel'");
 
@@ -743,6 +742,16 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.combine.grid[1] == 4);
   CHECK(w.workspace.max_parts >= w.num_parts);
 
+  // fp8 H 128: the wgmma kernel with its producer warpgroup (384 threads), within the opt-in limit.
+  MlaPolicy f8 = p;
+  f8.fp8 = true;
+  const kiln::mla::MlaPlan w8 = kiln::mla::plan(f8, 4, h200, "sm_90a");
+  CHECK(w8.variant.wgmma);
+  CHECK(w8.decode.grid[1] == 2);
+  CHECK(w8.decode.block[0] == 384);
+  CHECK(w8.decode.smem_bytes <= 232448);
+  CHECK(w8.decode.smem_bytes != w.decode.smem_bytes);
+
   // The same key on sm_120a: the 16-row mma.sync configuration.
   const kiln::mla::MlaPlan s = kiln::mla::plan(p, 4, sm120, "sm_120a");
   CHECK_FALSE(s.variant.wgmma);
@@ -763,8 +772,8 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
         CHECK(kiln::mla::plan(q, 1, h200, "sm_90a").decode.smem_bytes <= 101376);
       }
 
-  // Small head counts: bf16 up to 16 rows on the KV-on-M kernel, up to 32 on its two-warpgroup form,
-  // fp8 on mma.sync, more rows on the heads-on-M wgmma kernel; wgmma off sm_90a is refused.
+  // Small head counts: bf16 up to 32 rows on the KV-on-M kernel, more rows and every fp8 key on the
+  // heads-on-M wgmma kernel; wgmma off sm_90a is refused.
   MlaPolicy small = p;
   small.heads = 16;
   for (int sq : {1, 2, 3}) {
@@ -773,9 +782,11 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
     INFO("H 16 SQ " << sq);
     CHECK(v.wgmma);
     CHECK(v.kv_rows == (sq == 1 ? 16 : sq == 2 ? 32 : 0));
-    CHECK(v.kv2 == (sq == 2));
+    CHECK_FALSE(v.kv2);
     small.fp8 = true;
-    CHECK_FALSE(kiln::mla::plan(small, 1, h200, "sm_90a").variant.wgmma);
+    const kiln::MlaVariant v8 = kiln::mla::plan(small, 1, h200, "sm_90a").variant;
+    CHECK(v8.wgmma);
+    CHECK(v8.kv_rows == 0);
     small.fp8 = false;
   }
   small.max_seq_len_q = 1;
