@@ -1,7 +1,7 @@
 // kiln bench sparse: sparse NVFP4 MLA decode, L2-cold, against ceilings measured in the same run.
 // "results" is the 30-config grid of the FlashMLA anchors (compare.py reads it); "extended" adds
 // head counts 16 and 32, T = 2 and 4, page sizes 32 and 128, and topk_length shorter than topk.
-// On sm_90a every config is timed with each sm_90a decode kernel forced ("us_sm90_ring", "us_sm90", "us_mma");
+// On sm_90a every config is timed with both decode kernels forced ("us_sm90", "us_mma");
 // "us_per_call" is the time of the one the launcher picks for the call ("kernel"), so the choice
 // rule can be checked against the same run.
 //
@@ -276,9 +276,9 @@ int run_bench_sparse(const BenchOptions& options) {
     }
   }
   const bool hopper = arch == "sm_90a";
-  // The kernels timed per config: on sm_90a every one the launcher may pick or be forced onto, else its one choice.
+  // The kernels timed per config: on sm_90a both the launcher may pick, else its one choice.
   const std::vector<sparse::SparseKernel> kernels =
-      hopper ? std::vector<sparse::SparseKernel>{sparse::SparseKernel::kSm90Ring, sparse::SparseKernel::kSm90, sparse::SparseKernel::kMma}
+      hopper ? std::vector<sparse::SparseKernel>{sparse::SparseKernel::kSm90, sparse::SparseKernel::kMma}
              : std::vector<sparse::SparseKernel>{sparse::SparseKernel::kMmaSmall};
   // Warm every key the grid's calls use, in parallel: compiles stay out of the timings, and
   // capture never compiles.
@@ -416,16 +416,16 @@ int run_bench_sparse(const BenchOptions& options) {
 
   // The compact table last, on stderr (stdout carries the JSON).
   ceilings.print();
-  std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %9s %-16s %2s %s\n", "T", "H", "cands", "page", "len", "us/call",
-               "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us ring", "us sm90", "us mma", "tiles/splits/cpb", "cl", "us mma 1 CTA");
+  std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %-16s %2s %s\n", "T", "H", "cands", "page", "len", "us/call",
+               "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us sm90", "us mma", "tiles/splits/cpb", "cl", "us mma 1 CTA");
   for (const json* list : {&results, &extended}) {
     for (const json& r : *list) {
       const std::string cands = r["extra_topk"].get<int>() ? fmt::format("{}+{}", r["topk"].get<int>(), r["extra_topk"].get<int>())
                                                            : fmt::format("{}", r["topk"].get<int>());
-      std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %-9s %8.1f %6.1f %8.1f %6.1f %9.2f %9.2f %9.2f %-16s %2d %.2f\n", r["T"].get<int>(),
+      std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %-9s %8.1f %6.1f %8.1f %6.1f %9.2f %9.2f %-16s %2d %.2f\n", r["T"].get<int>(),
                    r["H"].get<int>(), cands.c_str(), r["page_size"].get<int>(), r.value("topk_length", 0), r["us_per_call"].get<double>(),
                    r["kernel"].get<std::string>().c_str(), r["gathered_gb_s"].get<double>(), r["pct_copy"].get<double>(),
-                   r["tflop_s"].get<double>(), r.value("pct_wgmma_peak", 0.0), r.value("us_sm90_ring", 0.0), r.value("us_sm90", 0.0), r.value("us_mma", 0.0),
+                   r["tflop_s"].get<double>(), r.value("pct_wgmma_peak", 0.0), r.value("us_sm90", 0.0), r.value("us_mma", 0.0),
                    fmt::format("{}/{}/{}", r["head_tiles"].get<int>(), r["num_splits"].get<int>(), r["chunks_per_block"].get<int>()).c_str(),
                    r.value("mma_cluster", 1), r.value("us_mma_no_cluster", 0.0));
     }

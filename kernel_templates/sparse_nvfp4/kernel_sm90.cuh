@@ -151,36 +151,30 @@ __device__ __forceinline__ u64 record_addr(const SparseNvfp4Params& p, const spa
   return reinterpret_cast<u64>(rec);
 }
 
-// Raw row layout: the 352 data bytes, the 32 scale bytes, then (kScale0Copy) a second copy of scale
-// unit 0 (decode half 1 of this kernel needs scale groups 14-15 next to unit 1's). One producer warp
-// gathers kRows rows; for each, lane l < 24 (25 with the copy) copies 16-byte piece l (lanes 0-21
-// data units, 22-23 scale units, 24 the copy), so a warp's copy of a record touches its 3-4 data
-// lines and 1 scale line instead of one line per lane. `addr`: lane l < kRows holds record l's data
-// address, lane kRows + l its scale address, 0 when masked; masked rows are zero-filled, which
-// decodes to zeros.
+// Raw row layout: the 352 data bytes, the 32 scale bytes, then a second copy of scale unit 0
+// (decode half 1 needs scale groups 14-15 next to unit 1's). One producer warp gathers 16 rows;
+// for each, lane l < 25 copies 16-byte piece l (lanes 0-21 data units, 22-23 scale units, 24 the
+// copy), so a warp's copy of a record touches its 3-4 data lines and 1 scale line instead of one
+// line per lane. `addr`: lane l holds record 16 * warp + (l & 15)'s data address (l < 16) or scale
+// address (l >= 16), 0 when masked; masked rows are zero-filled, which decodes to zeros.
 constexpr u32 kScale0Copy = 384u;
 
-template <int kRows, bool kWithCopy>
 __device__ __forceinline__ void gather_rows(const u8* fallback, u64 addr, u32 rows, int lane) {
-  static_assert(2 * kRows <= 32, "a warp holds a data and a scale address per row");
-  const int src_lane = lane < 22 ? 0 : kRows;
+  const int src_lane = lane < 22 ? 0 : 16;
   const u32 src_off = lane < 22 ? 16u * lane : (lane < 24 ? 16u * (lane - 22) : 0u);
   const u32 dst_off = lane < 22 ? 16u * lane : (lane < 24 ? sparse_detail::kDataBytes + 16u * (lane - 22) : kScale0Copy);
-  constexpr int kLanes = kWithCopy ? 25 : 24;
 #pragma unroll
-  for (int k = 0; k < kRows; ++k) {
+  for (int k = 0; k < 16; ++k) {
     const u32 lo = __shfl_sync(0xffffffffu, u32(addr), src_lane + k);
     const u32 hi = __shfl_sync(0xffffffffu, u32(addr >> 32), src_lane + k);
     const u64 a = (u64(hi) << 32) | lo;
-    if (lane < kLanes) cp_async_16_addr(rows + u32(k) * kRawRow + dst_off, a ? reinterpret_cast<const u8*>(a) + src_off : fallback, a ? 16u : 0u);
+    if (lane < 25) cp_async_16_addr(rows + u32(k) * kRawRow + dst_off, a ? reinterpret_cast<const u8*>(a) + src_off : fallback, a ? 16u : 0u);
   }
 }
 
 __device__ __forceinline__ void sts16(u32 addr, u16 v) { asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v)); }
 
-// Decodes code unit u (dims 32u..32u+31) with its two scale bytes into the tile column of `tile`;
-// dims 8g..8g+7 of a tile row sit kGroupStride bytes after dims 8(g-1).. (16 x the tile's rows).
-template <u32 kGroupStride>
+// Decodes code unit u (dims 32u..32u+31) with its two scale bytes into the tile column of `tile`.
 __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 tile, int u) {
   const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - sparse_detail::kKScaleExp>(u16(scale_pair));
   const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
@@ -189,86 +183,7 @@ __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 til
   for (int wi = 0; wi < 4; ++wi) {
     u32 o[4];
     e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
-    sts128(tile + (4 * u + wi) * kGroupStride, U32x4{o[0], o[1], o[2], o[3]});
-  }
-}
-
-// Epilogue of WG0 (O[:, 0:256]): row sums, normalisation, sink, LSE; hands 1/l (-1 for a row that
-// saw no candidate) to WG1 through `factor_smem` (float[64]).
-template <int kHeads, bool kSplit>
-__device__ __forceinline__ void wg0_epilogue(const SparseNvfp4Params& p, const float (&o)[128], const float (&m_run)[2], const float (&l_run)[2],
-                                             int t, int split, int head0, int row_lo, int q4, u32 factor_smem) {
-  using namespace sparse_detail;
-  const float* sink = static_cast<const float*>(p.attn_sink);
-  constexpr float kLog2e = 1.4426950408889634f;
-  float factor[2], lse[2];
-  bool empty[2];
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int head = head0 + row_lo + 8 * hr;
-    const float l = quad_sum(l_run[hr]);
-    empty[hr] = !(l > 0.0f);
-    lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
-    factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
-    if (!kSplit && sink != nullptr && head < kHeads) {
-      const float s2 = sink[head] * kLog2e;
-      if (empty[hr]) {
-        lse[hr] = s2;
-      } else {
-        factor[hr] *= 1.0f / (1.0f + fast_exp2(s2 - lse[hr]));
-        const float hi = fmaxf(lse[hr], s2), lo = fminf(lse[hr], s2);
-        lse[hr] = hi + fast_log2(1.0f + fast_exp2(lo - hi));
-      }
-    } else if (empty[hr]) {
-      lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
-    }
-    if (q4 == 0) sts_f32(factor_smem + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
-  }
-  named_barrier_sync(kBarEpilogue, kConsumers);
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int head = head0 + row_lo + 8 * hr;
-    if (head >= kHeads) continue;
-    const long long out_row = (long long)t * kHeads + head;
-    if (q4 == 0) {
-      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
-      else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
-    }
-    if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
-    u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
-                      : static_cast<u16*>(p.output) + out_row * 512;
-    const float f = factor[hr] * kKScaleUndo;
-#pragma unroll
-    for (int j = 0; j < 32; ++j)
-      *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
-  }
-}
-
-// Epilogue of WG1 (O[:, 256:512]) with WG0's 1/l.
-template <int kHeads, bool kSplit>
-__device__ __forceinline__ void wg1_epilogue(const SparseNvfp4Params& p, const float (&o_nope)[96], const float (&o_rope)[32], int t, int split,
-                                             int head0, int row_lo, int q4, u32 factor_smem) {
-  using namespace sparse_detail;
-  named_barrier_sync(kBarEpilogue, kConsumers);
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int head = head0 + row_lo + 8 * hr;
-    if (head >= kHeads) continue;
-    float f = lds_f32(factor_smem + (row_lo + 8 * hr) * 4);
-    if (f < 0.0f) {
-      if (kSplit) continue;
-      f = 0.0f;
-    }
-    const long long out_row = (long long)t * kHeads + head;
-    u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
-                      : static_cast<u16*>(p.output) + out_row * 512;
-    const float fn = f * kKScaleUndo;
-#pragma unroll
-    for (int j = 0; j < 24; ++j)
-      *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
+    sts128(tile + (4 * u + wi) * 1024, U32x4{o[0], o[1], o[2], o[3]});
   }
 }
 
@@ -334,7 +249,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
     SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
     u32 valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
-    gather_rows<16, true>(fallback, addr, my_rows, lane);
+    gather_rows(fallback, addr, my_rows, lane);
     cp_async_commit();
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
@@ -360,7 +275,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       if (i + 1 < n_iter) {
         addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
         valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
-        gather_rows<16, true>(fallback, addr, my_rows, lane);
+        gather_rows(fallback, addr, my_rows, lane);
         if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
       }
       cp_async_commit();
@@ -372,10 +287,10 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       const u32 words[4] = {sw.x, sw.y, sw.z, sw.w};
       if (half == 0) {
 #pragma unroll
-        for (int u = 0; u < 7; ++u) decode_unit<1024>(code[u], words[u >> 1] >> (16 * (u & 1)), tile, u);
+        for (int u = 0; u < 7; ++u) decode_unit(code[u], words[u >> 1] >> (16 * (u & 1)), tile, u);
       } else {
 #pragma unroll
-        for (int u = 7; u < 14; ++u) decode_unit<1024>(code[u - 7], words[(u >> 1) - 3] >> (16 * (u & 1)), tile, u);
+        for (int u = 7; u < 14; ++u) decode_unit(code[u - 7], words[(u >> 1) - 3] >> (16 * (u & 1)), tile, u);
       }
       if (lane == 0) sts16(sbase + kMaskOff + 8 * b + 2 * pw, u16(valid_cur));
       fence_proxy_async_smem();
@@ -395,6 +310,9 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   named_barrier_sync(kBarQ, kConsumers);
 
   const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
+  const float* sink = static_cast<const float*>(p.attn_sink);
+  constexpr float kLog2e = 1.4426950408889634f;
+
   if (wg == 0) {
     // ---- WG0: S = Q K^T, softmax, O[:, 0:256] ----
     float o[128];
@@ -485,7 +403,48 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     pin_u32(pf);
     if (n_iter > 0) mbar_arrive(bar_empty + 8 * ((n_iter - 1) & 1));
 
-    wg0_epilogue<kHeads, kSplit>(p, o, m_run, l_run, t, split, head0, row_lo, q4, sbase + kFactorOff);
+    // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
+    float factor[2], lse[2];
+    bool empty[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int head = head0 + row_lo + 8 * hr;
+      const float l = quad_sum(l_run[hr]);
+      empty[hr] = !(l > 0.0f);
+      lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
+      factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
+      if (!kSplit && sink != nullptr && head < kHeads) {
+        const float s2 = sink[head] * kLog2e;
+        if (empty[hr]) {
+          lse[hr] = s2;
+        } else {
+          factor[hr] *= 1.0f / (1.0f + fast_exp2(s2 - lse[hr]));
+          const float hi = fmaxf(lse[hr], s2), lo = fminf(lse[hr], s2);
+          lse[hr] = hi + fast_log2(1.0f + fast_exp2(lo - hi));
+        }
+      } else if (empty[hr]) {
+        lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
+      }
+      if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
+    }
+    named_barrier_sync(kBarEpilogue, kConsumers);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int head = head0 + row_lo + 8 * hr;
+      if (head >= kHeads) continue;
+      const long long out_row = (long long)t * kHeads + head;
+      if (q4 == 0) {
+        if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
+        else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
+      }
+      if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
+      u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
+                        : static_cast<u16*>(p.output) + out_row * 512;
+      const float f = factor[hr] * kKScaleUndo;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+    }
   } else {
     // ---- WG1: O[:, 256:448] (f16 P) and O[:, 448:512] (bf16 P) ----
     float o_nope[96], o_rope[32];
@@ -533,7 +492,27 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       pin_u32(pb);
       mbar_arrive(bar_empty + 8 * b);
     }
-    wg1_epilogue<kHeads, kSplit>(p, o_nope, o_rope, t, split, head0, row_lo, q4, sbase + kFactorOff);
+    named_barrier_sync(kBarEpilogue, kConsumers);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int head = head0 + row_lo + 8 * hr;
+      if (head >= kHeads) continue;
+      float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
+      if (f < 0.0f) {
+        if (kSplit) continue;
+        f = 0.0f;
+      }
+      const long long out_row = (long long)t * kHeads + head;
+      u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
+                        : static_cast<u16*>(p.output) + out_row * 512;
+      const float fn = f * kKScaleUndo;
+#pragma unroll
+      for (int j = 0; j < 24; ++j)
+        *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
+    }
   }
 }
 

@@ -114,11 +114,6 @@ constexpr int kSparseSm90Heads = 64;
 // Q (64 KiB) + two decoded K tiles (128 KiB) + a 64-record raw stage (25,600 B) + P (8 KiB) +
 // per-row scalars, masks and mbarriers: 230,968 B (the sm_90 opt-in limit is 232,448).
 KILN_SPARSE_HD constexpr unsigned sparse_sm90_smem_bytes() { return 230968u; }
-// The ring variant (sparse_nvfp4/kernel_sm90_ring.cuh), same threads and grid: Q (64 KiB) + three
-// decoded 32-candidate tiles (96 KiB) + a ring of four 32-record raw stages (51,200 B) + P (4 KiB)
-// + per-row scalars, masks and mbarriers: 219,784 B.
-constexpr int kSparseSm90RingTile = 32;
-KILN_SPARSE_HD constexpr unsigned sparse_sm90_ring_smem_bytes() { return 219784u; }
 KILN_SPARSE_HD constexpr int sparse_sm90_head_groups(int heads) { return (heads + kSparseSm90Heads - 1) / kSparseSm90Heads; }
 KILN_SPARSE_HD constexpr long long sparse_sm90_grid(int tokens, int heads, int num_splits) {
   return (long long)tokens * sparse_sm90_head_groups(heads) * num_splits;

@@ -40,24 +40,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss_bf16(float (&d)[32], u64 a_de
       : "l"(a_desc), "l"(b_desc), "r"(accumulate));
 }
 
-// D[64 x 32] (+)= A[64 x 16] * B[16 x 32], A and B K-major in shared memory (f16).
-__device__ __forceinline__ void wgmma_m64n32k16_ss_f16(float (&d)[16], u64 a_desc, u64 b_desc, int accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
-}
-
-// D[64 x 32] (+)= A[64 x 16] * B[16 x 32], A and B K-major in shared memory (bf16).
-__device__ __forceinline__ void wgmma_m64n32k16_ss_bf16(float (&d)[16], u64 a_desc, u64 b_desc, int accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
-}
-
 // D[64 x 256] += A[64 x 16] * B[16 x 256], A from registers, B N-major (transposed) in shared memory (f16).
 __device__ __forceinline__ void wgmma_m64n256k16_rs_f16(float (&d)[128], const u32 (&a)[4], u64 b_desc) {
   asm volatile(

@@ -16,9 +16,6 @@ KernelSource render(const SparsePolicy& p) {
   if (p.kernel == SparseKernel::kSm90) {
     source.source = "#include \"sparse_nvfp4/kernel_sm90.cuh\"\n";
     source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_sm90_kernel<{}, {}, {}>", p.heads, p.has_extra, p.split));
-  } else if (p.kernel == SparseKernel::kSm90Ring) {
-    source.source = "#include \"sparse_nvfp4/kernel_sm90_ring.cuh\"\n";
-    source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_sm90_ring_kernel<{}, {}, {}>", p.heads, p.has_extra, p.split));
   } else {
     source.source = "#include \"sparse_nvfp4/kernel.cuh\"\n";
     source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_decode_kernel<{}, {}, {}, {}, {}>", p.heads, p.head_tiles,
@@ -34,7 +31,7 @@ void check_head_tiles(const SparsePolicy& p) {
                 fmt::format("2 with H = {}", p.heads));
   }
   if (p.head_tiles == 2 && p.kernel != SparseKernel::kMma) {
-    check::fail("head_tiles", "1 with kernel \"mma_small\", \"sm90\" or \"sm90_ring\" (only kernel \"mma\" has two head tiles; the others map "
+    check::fail("head_tiles", "1 with kernel \"mma_small\" or \"sm90\" (only kernel \"mma\" has two head tiles; the others map "
                               "every plan onto their own blocks)",
                 fmt::format("2 with kernel \"{}\"", sparse_kernel_name(p.kernel)));
   }
@@ -51,9 +48,8 @@ const PolicySchema<SparsePolicy>& schema() {
        bool_field<&SparsePolicy::has_extra>("has_extra", false), bool_field<&SparsePolicy::split>("split", false),
        enum_field<&SparsePolicy::kernel>(
            "kernel",
-           {{"mma", value(SparseKernel::kMma)}, {"mma_small", value(SparseKernel::kMmaSmall)}, {"sm90", value(SparseKernel::kSm90)},
-            {"sm90_ring", value(SparseKernel::kSm90Ring)}},
-           value(SparseKernel::kMma), ErrorCode::kInvalidArgument, "\"mma\", \"mma_small\", \"sm90\" or \"sm90_ring\"", &describe_kernel)},
+           {{"mma", value(SparseKernel::kMma)}, {"mma_small", value(SparseKernel::kMmaSmall)}, {"sm90", value(SparseKernel::kSm90)}},
+           value(SparseKernel::kMma), ErrorCode::kInvalidArgument, "\"mma\", \"mma_small\" or \"sm90\"", &describe_kernel)},
       &render, &check_head_tiles);
   return s;
 }
@@ -65,7 +61,6 @@ const char* sparse_kernel_name(SparseKernel kernel) {
     case SparseKernel::kMma: return "mma";
     case SparseKernel::kMmaSmall: return "mma_small";
     case SparseKernel::kSm90: return "sm90";
-    case SparseKernel::kSm90Ring: return "sm90_ring";
   }
   return "mma";
 }

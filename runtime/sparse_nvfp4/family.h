@@ -21,10 +21,8 @@ enum class SparseKernel {
   kMma,       // mma.sync, 16 or 32 heads per block, two decoded tiles: 206-227 KiB (sm_90a)
   kMmaSmall,  // mma.sync, 16 heads per block, one decoded tile, no raw staging: 87,600 B (fits sm_120's 99 KiB)
   kSm90,      // warpgroup MMA, 64 heads per block, decoded once per block (sm_90a only)
-  kSm90Ring,  // kSm90 with 32-candidate tiles and a four-stage raw ring: more gathers in flight (sm_90a only)
 };
-// "mma", "mma_small", "sm90", "sm90_ring": the policy field's values
-const char* sparse_kernel_name(SparseKernel kernel);
+const char* sparse_kernel_name(SparseKernel kernel);  // "mma", "mma_small", "sm90": the policy field's values
 
 struct SparsePolicy {
   int heads = 64;         // H: a multiple of 8 in [8, 128]

@@ -276,10 +276,9 @@ LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& 
   LaunchConfig decode;
   switch (policy.kernel) {
     case SparseKernel::kSm90:
-    case SparseKernel::kSm90Ring:
       decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits));
       decode.block[0] = kSparseSm90Threads;
-      decode.smem_bytes = policy.kernel == SparseKernel::kSm90 ? sparse_sm90_smem_bytes() : sparse_sm90_ring_smem_bytes();
+      decode.smem_bytes = sparse_sm90_smem_bytes();
       break;
     case SparseKernel::kMmaSmall:
       decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));
@@ -329,9 +328,8 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
 SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
                            std::optional<SparseKernel> kernel) {
   if (kernel) {
-    if ((*kernel == SparseKernel::kSm90 || *kernel == SparseKernel::kSm90Ring) && arch != "sm_90a") {
-      const char* name = sparse_kernel_name(*kernel);
-      check::unsupported("kernel", fmt::format("\"{}\" only on sm_90a", name), fmt::format("\"{}\" on {}", name, arch));
+    if (*kernel == SparseKernel::kSm90 && arch != "sm_90a") {
+      check::unsupported("kernel", "\"sm90\" only on sm_90a", fmt::format("\"sm90\" on {}", arch));
     }
     return *kernel;
   }
@@ -343,7 +341,7 @@ SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const S
   if (heads % 64 != 0 || 5 * blocks < sms) return SparseKernel::kMma;
   // Where the mma.sync grid still leaves room for clusters that spare each CTA two or more chunks,
   // it finishes first (H200, T = 8, H = 128, 2048 candidates: 49.8 us on 64 pairs vs 63.8 us).
-  return sparse_cluster_size(tokens, heads, plan, sms) > 1 ? SparseKernel::kMma : SparseKernel::kSm90Ring;
+  return sparse_cluster_size(tokens, heads, plan, sms) > 1 ? SparseKernel::kMma : SparseKernel::kSm90;
 }
 
 int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster) {
@@ -363,7 +361,7 @@ int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int 
 
 std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads) {
   if (arch != "sm_90a") return {SparseKernel::kMmaSmall};
-  if (heads % 64 == 0) return {SparseKernel::kMma, SparseKernel::kSm90Ring};
+  if (heads % 64 == 0) return {SparseKernel::kMma, SparseKernel::kSm90};
   return {SparseKernel::kMma};
 }
 

@@ -62,9 +62,9 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
                              std::optional<int> head_tiles = std::nullopt);
 
 // The decode kernel the launcher runs for a call of T tokens and H heads resolved to `plan` on a
-// device of target `arch` with `sms` SMs (kernel = an override, checked: kSm90 and kSm90Ring need sm_90a).
+// device of target `arch` with `sms` SMs (kernel = an override, checked: kSm90 needs sm_90a).
 // sm_120a (and any target but sm_90a): kMmaSmall, the one configuration that fits 99 KiB per block.
-// sm_90a: kSm90Ring where the 64-head warpgroup-MMA kernels were measured faster (tools/bench_results/sparse_h200.json): H a multiple
+// sm_90a: kSm90 where it was measured faster (tools/bench_results/sparse_h200.json): H a multiple
 // of 64 (no padded rows), its 64-head blocks on at least a fifth of the SMs, and no cluster for kMma
 // (sparse_cluster_size 1); kMma otherwise.
 SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
@@ -84,7 +84,7 @@ int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int 
 // manifest needs for that target).
 std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads);
 
-// The policy (kernel key) a resolved plan launches with `kernel`. kMmaSmall and the sm90 kernels map every plan
+// The policy (kernel key) a resolved plan launches with `kernel`. kMmaSmall and kSm90 map every plan
 // onto their own blocks (16 and 64 heads), so their keys carry head_tiles 1.
 SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan, SparseKernel kernel = SparseKernel::kMma);
 

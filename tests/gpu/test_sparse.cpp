@@ -256,7 +256,7 @@ bool on_sm90() { return kiln::KernelService::global().device_arch(0) == "sm_90a"
 // spec's normalisation keeps (a count normalised to another one is covered by that one), with each
 // valid head_tiles. Counts below ceil(chunks / 16) are rejected on the host (checked separately).
 // Every variant runs with the launcher's kernel, the forced compact configuration and (sm_90a) the
-// forced warpgroup-MMA kernels (one head tiling: it maps both onto its own blocks); planned calls also
+// forced warpgroup-MMA kernel (one head tiling: it maps both onto its own blocks); planned calls also
 // with the mma.sync kernel. On sm_90a the mma.sync kernel also runs with the cluster forced on and
 // off (planned calls and every sweep variant).
 std::vector<Variant> variants(const SparseCase& c) {
@@ -264,7 +264,6 @@ std::vector<Variant> variants(const SparseCase& c) {
                             Variant{std::nullopt, std::nullopt, SparseKernel::kMma}};
   if (on_sm90()) {
     v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kSm90});
-    v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kSm90Ring});
     v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kMma, true});
     v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kMma, false});
   }
@@ -277,10 +276,7 @@ std::vector<Variant> variants(const SparseCase& c) {
       if (kt::sparse_plan_reference(c.tokens, c.heads, c.topk, c.xtopk(), 132, ns).num_splits != ns) continue;
       v.push_back(Variant{ns, tiles});
       v.push_back(Variant{ns, tiles, SparseKernel::kMmaSmall});
-      if (on_sm90() && tiles == 1) {
-        v.push_back(Variant{ns, tiles, SparseKernel::kSm90});
-        v.push_back(Variant{ns, tiles, SparseKernel::kSm90Ring});
-      }
+      if (on_sm90() && tiles == 1) v.push_back(Variant{ns, tiles, SparseKernel::kSm90});
       if (on_sm90()) {
         v.push_back(Variant{ns, tiles, SparseKernel::kMma, true});
         v.push_back(Variant{ns, tiles, SparseKernel::kMma, false});
@@ -817,10 +813,7 @@ TEST_CASE("sparse: sanitizer subset", "[gpu][sparse][sanitizer]") {
   run_oracle(h);
   DeviceCase dev(h);
   std::vector<Variant> forced = {Variant{3, 1}, Variant{3, 2}, Variant{3, 1, SparseKernel::kMmaSmall}};
-  if (on_sm90()) {
-    forced.push_back(Variant{3, 1, SparseKernel::kSm90});
-    forced.push_back(Variant{3, 1, SparseKernel::kSm90Ring});
-  }
+  if (on_sm90()) forced.push_back(Variant{3, 1, SparseKernel::kSm90});
   for (const Variant& v : forced) {
     kiln::KernelService::global().warm({variant_key(split_extra, v, kiln::KernelService::global().device_arch(0))}, {0});
     const Outputs o = run_variant(dev, h, v, true);
@@ -873,8 +866,6 @@ TEST_CASE("sparse: magnitude-30 cache groups, split-path error bound", "[gpu][sp
   if (on_sm90()) {
     runs.push_back(Variant{10, std::nullopt, SparseKernel::kSm90});
     runs.push_back(Variant{1, std::nullopt, SparseKernel::kSm90});
-    runs.push_back(Variant{10, std::nullopt, SparseKernel::kSm90Ring});
-    runs.push_back(Variant{1, std::nullopt, SparseKernel::kSm90Ring});
   }
   const std::string arch = kiln::KernelService::global().device_arch(0);
   std::vector<kiln::SemanticKey> keys;
@@ -961,7 +952,6 @@ TEST_CASE("sparse: graph replay after in-place index and length changes equals e
       {with_extra(2, 16, 2048, 64, 32, 32, kH, kN, kOff, kExtraLen, kUnitLse), Variant{5, std::nullopt}},  // forced split
       {main_only(3, 64, 512, 64, kC, kOn, kMainLen, kUnitLse), Variant{std::nullopt, std::nullopt, SparseKernel::kMmaSmall}},
       {with_extra(4, 128, 512, 128, 64, 2, kC, kH, kOn, kBothLen, kLn2Lse), Variant{std::nullopt, std::nullopt, SparseKernel::kSm90}},
-      {with_extra(4, 128, 512, 128, 64, 2, kC, kH, kOn, kBothLen, kLn2Lse), Variant{3, std::nullopt, SparseKernel::kSm90Ring}},
   };
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const SparseCase& c = cases[ci].c;

@@ -32,7 +32,7 @@ TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
 
   const std::vector<Case> cases = {
       {"sm_90a", {64, 1, false, false, sp::SparseKernel::kSm90}},   // TP 2 of 128 heads, sliding window only, direct
-      {"sm_90a", {128, 1, true, true, sp::SparseKernel::kSm90Ring}},  // full 128 heads, both pools, split + merge
+      {"sm_90a", {128, 1, true, true, sp::SparseKernel::kSm90}},    // full 128 heads, both pools, split + merge
       {"sm_90a", {32, 2, false, true}},                             // the mma.sync kernel, two head tiles
       {"sm_90a", {8, 1, true, false}},                              // smallest head count (half a 16-row tile)
       {"sm_120a", {16, 1, false, true, sp::SparseKernel::kMmaSmall}},
@@ -45,10 +45,8 @@ TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
     INFO(key.str());
     const nlohmann::json lowered = kiln::testing::expect_compiled(service, key);
     REQUIRE(lowered.size() == (c.policy.split ? 2u : 1u));
-    const char* entry = c.policy.kernel == sp::SparseKernel::kSm90       ? "sparse_nvfp4_sm90_kernel"
-                        : c.policy.kernel == sp::SparseKernel::kSm90Ring ? "sparse_nvfp4_sm90_ring_kernel"
-                                                                         : "sparse_nvfp4_decode_kernel";
-    CHECK(lowered[0].get<std::string>().find(entry) != std::string::npos);
+    CHECK(lowered[0].get<std::string>().find(c.policy.kernel == sp::SparseKernel::kSm90 ? "sparse_nvfp4_sm90_kernel"
+                                                                                       : "sparse_nvfp4_decode_kernel") != std::string::npos);
     if (c.policy.split) CHECK(lowered[1].get<std::string>().find("sparse_nvfp4_merge_kernel") != std::string::npos);
   }
   // A second service over the same directory finds every entry on disk: nothing recompiles.

@@ -544,7 +544,6 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
   fails({{"heads", 64}, {"kernel", 1}}, "'kernel'");
   fails({{"heads", 64}, {"head_tiles", 2}, {"kernel", "sm90"}}, "only kernel \"mma\"");
   fails({{"heads", 64}, {"head_tiles", 2}, {"kernel", "mma_small"}}, "only kernel \"mma\"");
-  fails({{"heads", 64}, {"head_tiles", 2}, {"kernel", "sm90_ring"}}, "only kernel \"mma\"");
   CHECK(f.canonicalize({{"heads", 64}})["kernel"] == "mma");
 
   const sp::SparsePolicy direct{128, 2, true, false};
@@ -563,13 +562,6 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
   CHECK(s3.name_expressions[0] == "kiln::sparse_nvfp4_sm90_kernel<96, true, true>");
   CHECK(s3.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<96>");
   CHECK(s3.source.find("sparse_nvfp4/kernel_sm90.cuh") != std::string::npos);
-  const sp::SparsePolicy ring{128, 1, false, false, sp::SparseKernel::kSm90Ring};
-  const kiln::KernelSource s4 = f.render(ring.key("sm_90a").policy());
-  REQUIRE(s4.name_expressions.size() == 1);
-  CHECK(s4.name_expressions[0] == "kiln::sparse_nvfp4_sm90_ring_kernel<128, false, false>");
-  CHECK(s4.source.find("sparse_nvfp4/kernel_sm90_ring.cuh") != std::string::npos);
-  CHECK(ring.key("sm_90a").str().rfind("sparse_nvfp4:sm_90a:has_extra=false,head_tiles=1,heads=128,kernel=sm90_ring,split=false:", 0) == 0);
-  CHECK(ring.fingerprint() != sp::SparsePolicy{128, 1, false, false, sp::SparseKernel::kSm90}.fingerprint());
 
   const kiln::SemanticKey k = direct.key("sm_90a");
   CHECK(kiln::SemanticKey::parse(k.str()) == k);
@@ -596,21 +588,20 @@ TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
   const sp::SplitPlanResult one{1, 1, 8}, two{2, 2, 16};
   CHECK(sp::choose_kernel("sm_120a", 512, 128, two, 170) == K::kMmaSmall);
   CHECK(sp::choose_kernel("sm_120a", 1, 8, one, 170) == K::kMmaSmall);
-  // sm_90a: the Hopper ring kernel from a fifth of the SMs' worth of its 64-head blocks, for H a multiple of 64,
+  // sm_90a: the Hopper kernel from a fifth of the SMs' worth of its 64-head blocks, for H a multiple of 64,
   // unless the mma.sync grid runs as clusters.
-  CHECK(sp::choose_kernel("sm_90a", 64, 128, one, 132) == K::kSm90Ring);  // 128 blocks
-  CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kSm90Ring);  // 64 blocks
-  CHECK(sp::choose_kernel("sm_90a", 16, 128, two, 132) == K::kSm90Ring);  // 64 blocks
+  CHECK(sp::choose_kernel("sm_90a", 64, 128, one, 132) == K::kSm90);   // 128 blocks
+  CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kSm90);    // 64 blocks
+  CHECK(sp::choose_kernel("sm_90a", 16, 128, two, 132) == K::kSm90);   // 64 blocks
   // 32 blocks, but mma.sync's 64 (token, head group, split) CTAs fit pairs of 8 chunks each.
   CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kMma);
   CHECK(sp::choose_kernel("sm_90a", 8, 64, two, 132) == K::kMma);      // 16 blocks
   CHECK(sp::choose_kernel("sm_90a", 512, 32, two, 132) == K::kMma);    // padded 64-row tiles
   CHECK(sp::choose_kernel("sm_90a", 512, 96, two, 132) == K::kMma);
-  CHECK(sp::choose_kernel("sm_90a", 14, 128, one, 132) == K::kSm90Ring);  // 28 blocks: 5 * 28 >= 132
+  CHECK(sp::choose_kernel("sm_90a", 14, 128, one, 132) == K::kSm90);   // 28 blocks: 5 * 28 >= 132
   CHECK(sp::choose_kernel("sm_90a", 13, 128, one, 132) == K::kMma);    // 26 blocks
   CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kMmaSmall) == K::kMmaSmall);
   CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kSm90) == K::kSm90);
-  CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kSm90Ring) == K::kSm90Ring);
   // Whatever it picks without an override is listed for the target (what prebuild manifests use).
   for (const char* arch : {"sm_90a", "sm_120a"})
     for (int heads : {8, 16, 32, 48, 64, 96, 128})
@@ -620,8 +611,6 @@ TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
         CHECK(std::find(all.begin(), all.end(), k) != all.end());
       }
   expect_error([&] { sp::choose_kernel("sm_120a", 1, 64, one, 132, K::kSm90); }, "kernel", {"sm_90a"}, ErrorCode::kUnsupported);
-  expect_error([&] { sp::choose_kernel("sm_120a", 1, 64, one, 132, K::kSm90Ring); }, "kernel", {"\"sm90_ring\" only on sm_90a"},
-               ErrorCode::kUnsupported);
 }
 
 TEST_CASE("sparse validation: CTAs per cluster of an mma.sync launch", "[unit]") {
