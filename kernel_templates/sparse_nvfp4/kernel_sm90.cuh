@@ -261,13 +261,8 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     const int my_slot = 16 * pw + (lane & 15);
     const bool scale_lane = lane >= 16;
     const u8* fallback = static_cast<const u8*>(p.kv);
-    // Addresses are resolved a chunk before their gather and slot indices a chunk before that, so
-    // neither the index load nor the address arithmetic sits between a stage's release and its refill.
-    const SlotIndex first = load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot);
-    const SlotIndex second = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
-    const u64 addr = record_addr<kHasExtra>(p, work, c_begin, first, scale_lane);
-    u64 next_addr = record_addr<kHasExtra>(p, work, c_begin + 1, second, scale_lane);
-    SlotIndex next = n_iter > 2 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 2, my_slot) : SlotIndex{0, false};
+    u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
+    SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
     u32 valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
     gather_rows(fallback, addr, my_rows, lane);
     cp_async_commit();
@@ -290,12 +285,10 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
       // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
       if (i + 1 < n_iter) {
-        valid16 = __ballot_sync(0xffffffffu, next_addr != 0) & 0xffffu;
-        gather_rows(fallback, next_addr, my_rows, lane);
-        if (i + 2 < n_iter) {
-          next_addr = record_addr<kHasExtra>(p, work, c_begin + i + 2, next, scale_lane);
-          if (i + 3 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 3, my_slot);
-        }
+        addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
+        valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
+        gather_rows(fallback, addr, my_rows, lane);
+        if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
       }
       cp_async_commit();
       if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
