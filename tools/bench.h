@@ -6,7 +6,7 @@ struct BenchOptions {
   std::string out;        // JSON report path
   std::string cache_dir;  // scratch cache root
   bool quick = false;     // mla/sparse: a 4-config smoke subset
-  std::string only;       // sparse: time only the config of this name (e.g. "T=64 H=128 topk=2048"), for profilers
+  std::string only;       // sparse: only the config of this name (for profilers); mla: a group or a config name
   int fleet = 16;         // jit with KILN_REMOTE_CACHE: processes of the fleet start (0: skip it)
   std::string manifest;   // the fleet start's manifest; empty: the embedded default
 };

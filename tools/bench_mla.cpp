@@ -11,8 +11,9 @@
 //
 // "results" holds the 120-config uniform grid (bf16, page 64, fixed SQ, causal), the rows
 // ../shared/anchors/compare.py matches with FlashMLA's. "extra_results" holds the rest: mixed-length
-// batches (lengths log-uniform in [64, 32k]), fp8, packed query rows, page sizes 16 and 128, and the
-// small-head grid rows again with the other kernel forced (what the planner's choice rests on).
+// batches (lengths log-uniform in [64, 32k]), fp8 (each config also with the mma.sync kernel
+// forced), packed query rows, page sizes 16 and 128, and the grid rows with H * SQ <= 64 again with
+// each kernel forced (what the planner's choices rest on). --only keeps one group or one config.
 #include "tools/bench_mla.h"
 
 #include <fmt/format.h>
@@ -73,6 +74,7 @@ struct BenchConfig {
     if (page_size != 64) s += fmt::format(" page={}", page_size);
     if (kernel == mla::MlaKernel::kMmaSync) s += " kernel=mma_sync";
     if (kernel == mla::MlaKernel::kWgmma) s += " kernel=wgmma";
+    if (kernel == mla::MlaKernel::kWgmmaKv) s += " kernel=wgmma_kv";
     return s;
   }
   mla::MlaDecodePolicy policy() const {
@@ -148,13 +150,18 @@ std::vector<BenchConfig> extra_configs(bool quick, const std::string& arch) {
   for (int b : {4, 32, 128})
     for (int h : {16, 128}) x.push_back(mixed(b, h, 1));
   x.push_back(mixed(32, 64, 2));
-  for (int b : {1, 64})
-    for (int h : {16, 128}) {
-      BenchConfig c = uniform(b, 4096, h, 1);
-      c.group = "fp8";
-      c.fp8 = true;
-      x.push_back(c);
-    }
+  for (int b : {1, 8, 64, 128})
+    for (int l : {4096, 16384})
+      for (int h : {8, 16, 32, 64, 128}) {
+        BenchConfig c = uniform(b, l, h, 1);
+        c.group = "fp8";
+        c.fp8 = true;
+        x.push_back(c);
+        if (mla::is_sm90a(arch)) {
+          c.kernel = mla::MlaKernel::kMmaSync;  // auto takes the wgmma kernel for every fp8 key there
+          x.push_back(c);
+        }
+      }
   for (int b : {8, 64})
     for (int h : {16, 128}) {
       BenchConfig c = uniform(b, 4096, h, 4);
@@ -170,22 +177,27 @@ std::vector<BenchConfig> extra_configs(bool quick, const std::string& arch) {
       c.page_size = page;
       x.push_back(c);
     }
-  // Small head counts (H * SQ <= 32): the grid's rows with the kernel the planner does not pick
-  // forced (sm_90a only): the planner's choice rests on these.
+  // Small head counts (H * SQ <= 32): the grid's rows with each kernel forced; H * SQ = 64: the two
+  // wgmma kernels (sm_90a only). The planner's choice rests on these.
   if (mla::is_sm90a(arch)) {
     for (int b : {1, 8, 32, 64, 128})
       for (int l : {1024, 4096, 16384})
-        for (int h : {16, 32})
+        for (int h : {16, 32, 64})
           for (int sq : {1, 2}) {
-            if (h * sq > 32) continue;
-            BenchConfig c = uniform(b, l, h, sq);
-            c.group = "kernel";
-            c.kernel = h * sq >= kMlaWgmmaMinRows ? mla::MlaKernel::kMmaSync : mla::MlaKernel::kWgmma;
-            x.push_back(c);
+            if (h * sq > 64) continue;
+            for (const mla::MlaKernel k : {mla::MlaKernel::kMmaSync, mla::MlaKernel::kWgmma, mla::MlaKernel::kWgmmaKv}) {
+              if (h * sq > 32 && k == mla::MlaKernel::kMmaSync) continue;
+              BenchConfig c = uniform(b, l, h, sq);
+              c.group = "kernel";
+              c.kernel = k;
+              x.push_back(c);
+            }
           }
   }
   return x;
 }
+
+const char* kernel_name(const MlaVariant& v) { return v.kv_rows > 0 ? "wgmma_kv" : v.wgmma ? "wgmma" : "mma_sync"; }
 
 struct Timing : BenchReplayTimes {
   int calls = 0;
@@ -286,8 +298,19 @@ int run_bench_mla(const BenchOptions& options) {
   const BenchStream bench_stream;
   const CUstream stream = bench_stream.get();
 
-  const std::vector<BenchConfig> grid = bench_grid(quick);
-  const std::vector<BenchConfig> extra = extra_configs(quick, arch);
+  std::vector<BenchConfig> grid = bench_grid(quick);
+  std::vector<BenchConfig> extra = extra_configs(quick, arch);
+  if (!options.only.empty()) {
+    const auto other = [&](const BenchConfig& c) { return c.group != options.only && c.name() != options.only; };
+    std::erase_if(grid, other);
+    std::erase_if(extra, other);
+    if (grid.empty() && extra.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--only \"{}\" names no group or config of the sweep; use grid, mixed, fp8, packed, page, "
+                              "kernel or a name as the sweep prints it, e.g. \"B=64 L=4096 H=128 SQ=1\"",
+                              options.only));
+    }
+  }
   // Warm every key first (in parallel): compiles stay out of the timings, and capture never compiles.
   {
     const auto t0 = BenchClock::now();
@@ -360,7 +383,7 @@ int run_bench_mla(const BenchOptions& options) {
                 {"calls_per_graph", t.calls},
                 {"replays_timed", t.replays},
                 {"kv_mib_per_replay", t.rotated_mib},
-                {"kernel", plan.variant.wgmma ? "wgmma" : "mma_sync"},
+                {"kernel", kernel_name(plan.variant)},
                 {"parts", plan.num_parts},
                 {"decode_grid", {plan.decode.grid[0], plan.decode.grid[1], plan.decode.grid[2]}},
                 {"decode_threads", plan.decode.block[0]},
@@ -431,7 +454,7 @@ int run_bench_mla(const BenchOptions& options) {
     const mla::MlaPlan plan = mla::plan(c.policy().planner_policy(), c.batch, service.device_limits(0), arch);
     std::fprintf(stderr, "%-44s %10.2f %7.2f %6.1f %8.1f %6.1f %6.1f %-8s %5d\n", c.name().c_str(), t.us, tb_s,
                  100 * tb_s / copy_ceiling, tflop_s, 100 * tflop_s / mma_ceiling,
-                 wgmma_ceiling > 0 ? 100 * tflop_s / wgmma_ceiling : 0.0, plan.variant.wgmma ? "wgmma" : "mma_sync",
+                 wgmma_ceiling > 0 ? 100 * tflop_s / wgmma_ceiling : 0.0, kernel_name(plan.variant),
                  plan.num_parts);
   }
   bench_print_footer(report, bar_summary);

@@ -257,7 +257,9 @@ int main_impl(int argc, char** argv) {
   bench->add_option("WHAT", bench_options.what, "jit, mla, sparse or writer")->required();
   bench->add_option("--out", bench_options.out, "write the JSON report to this file");
   bench->add_flag("--quick", bench_options.quick, "mla/sparse/writer: a small smoke subset");
-  bench->add_option("--only", bench_options.only, "sparse: only the config of this name, e.g. \"T=64 H=128 topk=2048\" (for profilers)");
+  bench->add_option("--only", bench_options.only,
+                    "sparse: only the config of this name, e.g. \"T=64 H=128 topk=2048\" (for profilers); mla: only "
+                    "this group (grid, mixed, fp8, packed, page, kernel) or config name");
   bench->add_option("--fleet", bench_options.fleet,
                     "jit with KILN_REMOTE_CACHE: processes of the fleet start, without and with the remote tier (0: skip)");
   bench->add_option("--manifest", bench_options.manifest, "jit: the fleet start's manifest (default: the embedded default)");

@@ -1,13 +1,17 @@
 #pragma once
 // Paged MLA decode (576-wide Q/K, V = first 512 columns of the same cache row): the two entry points
 // of the module. mla_decode_kernel: grid (parts, row tiles); each CTA walks its part's pieces
-// (schedule.cuh) with the wgmma kernel (sm_90a, kernel_wgmma.cuh) or the mma.sync kernel
-// (kernel_mma.cuh), as mla_variant() picks for the target. mla_combine_kernel merges the pieces of
-// split requests; it is launched (with programmatic dependent launch) only when a request can split.
+// (schedule.cuh) with the wgmma kernel (sm_90a: kernel_wgmma.cuh for bf16, kernel_wgmma_fp8.cuh for
+// e4m3), the KV-on-M wgmma kernel (sm_90a, kernel_kv.cuh) or the mma.sync kernel (kernel_mma.cuh),
+// as mla_variant() picks for the target.
+// mla_combine_kernel merges the pieces of split requests; it is launched (with programmatic dependent
+// launch) only when a request can split.
 #include "common/mbarrier.cuh"
 #include "common/pdl.cuh"
+#include "mla_decode/kernel_kv.cuh"
 #include "mla_decode/kernel_mma.cuh"
 #include "mla_decode/kernel_wgmma.cuh"
+#include "mla_decode/kernel_wgmma_fp8.cuh"
 #include "mla_decode/params.cuh"
 #include "mla_decode/schedule.cuh"
 
@@ -27,11 +31,11 @@ template <int kHeads, int kMaxSeqLenQ, bool kFp8, int kKernel>
 constexpr MlaVariant kMlaCompiledVariant = mla_variant(kKernel, kHeads, kMaxSeqLenQ, kFp8, kMlaSm90a);
 
 template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kPacked, bool kFp8, bool kCausal, int kKernel>
-__global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel>), 1)
+__global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel>, kFp8), 1)
     mla_decode_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
   constexpr MlaVariant kV = kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel>;
-  constexpr int kThreads = mla_variant_threads(kV);
+  constexpr int kThreads = mla_variant_threads(kV, kFp8);
   constexpr int kRows = mla_variant_rows(kV);
   static_assert(kMaxSeqLenQ >= 1 && kMaxSeqLenQ <= kMlaMaxSeqLenQ, "kMaxSeqLenQ must be in 1..64");
 
@@ -47,9 +51,51 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     }
   };
 
-  if constexpr (kV.wgmma) {
+  if constexpr (kV.kv_rows > 0) {
+    static_assert(kV.kv_rows > 0 && kMlaSm90a, "the KV-on-M wgmma MLA kernel needs sm_90a");
+    static_assert(!kFp8, "the KV-on-M wgmma MLA kernel takes bf16 only");
+    constexpr MlaKvSmem kL = mla_kv_smem(kV.kv_rows);
+    const u32 raw = smem_addr(smem);
+    const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+    long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kL.sched_offset);
+    if (threadIdx.x == 0) {
+      // Every thread arrives once per fill (cp.async completion, .noinc).
+      for (int i = 0; i < 1 + kMlaKvStages; ++i) mbar_init(base + kL.bar_offset + 8 * i, kMlaKvThreads);
+      mbar_fence_init();
+    }
+    __syncthreads();
+    MlaWgState st{0u, 0u};
+    mla_for_each_piece<kThreads, kMlaKvTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+      record(pc);
+      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
+      mla_kv_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kV.kv_rows>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+    });
+  } else if constexpr (kV.wgmma && kFp8) {
     static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
-    static_assert(!kFp8, "the wgmma MLA kernel takes bf16 only");
+    const u32 raw = smem_addr(smem);
+    const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+    long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgFp8SchedOffset);
+    if (threadIdx.x == 0) mla_wgmma_fp8_init_barriers(base);
+    __syncthreads();
+    MlaWgState st{0u, 0u};
+    // The roles run the same piece sequence (the scheduler's CTA barriers included), each with its
+    // own register budget: the producer's loads and widening need few, the consumers' O needs 128.
+    if (threadIdx.x >= kMlaWgThreads) {
+      setmaxnreg_dec<kMlaWgFp8ProducerRegs>();
+      mla_for_each_piece<kThreads, kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+        if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
+        mla_wgmma_fp8_producer<kHeads, kPageSize, kCausal>(p, base, pc, row0, st);
+      });
+    } else {
+      setmaxnreg_inc<kMlaWgFp8ConsumerRegs>();
+      mla_for_each_piece<kThreads, kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+        record(pc);
+        if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
+        mla_wgmma_fp8_consumer<kHeads, kMaxSeqLenQ, kCausal>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+      });
+    }
+  } else if constexpr (kV.wgmma) {
+    static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
     const u32 raw = smem_addr(smem);
     const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
     long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);

@@ -45,12 +45,125 @@ struct MlaWgState {
   u32 pieces;  // pieces with a Q load so far: the Q barrier's phase
 };
 
+// ---- Steps shared with the fp8 kernel (kernel_wgmma_fp8.cuh): the two consumer warpgroups, thread
+// (warpgroup wg, lane with g = lane / 4, c4 = lane % 4) holding rows r_lo and r_hi = r_lo + 8. ----
+
+// The 64-token tiles of `piece` that rows [row0, row0 + 64) see; t1 is cut at the last visible token.
+template <int kHeads, bool kCausal>
+__device__ __forceinline__ int mla_wg_tiles(const MlaPiece& piece, int row0, int& t1) {
+  t1 = piece.t1;
+  if constexpr (kCausal) {
+    const int rows_b = piece.r.q_len * kHeads;
+    const int last_row = (row0 + kMlaWgRows < rows_b ? row0 + kMlaWgRows : rows_b) - 1;
+    const int vis_end = piece.r.seq_len - piece.r.q_len + last_row / kHeads + 1;
+    if (vis_end < t1) t1 = vis_end > piece.t0 ? vis_end : piece.t0;
+  }
+  return (t1 - piece.t0 + kMlaWgTileTokens - 1) / kMlaWgTileTokens;
+}
+
+// Masks and scales this warpgroup's S (register i: token tok_base + 8 (i / 4) + i % 2, row r_hi when
+// (i / 2) % 2 else r_lo), takes each row's max over both warpgroups' tokens (through `red`, barrier
+// 2) and moves the running max m. muse: the max to subtract (0 while a row has seen nothing, so exp2
+// gives 0, not NaN); alpha: the factor for O and l.
+template <bool kCausal>
+__device__ __forceinline__ void mla_wg_row_max(float (&s)[16], int tok_base, int t1, int lim_lo, int lim_hi, float scale,
+                                               u32 red, int wg, int r_lo, int r_hi, int c4, float& m_lo, float& m_hi,
+                                               float& muse_lo, float& muse_hi, float& alpha_lo, float& alpha_hi) {
+  float mx_lo = neg_inf(), mx_hi = neg_inf();
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int t = tok_base + 8 * (i >> 2) + (i & 1);
+    const bool hi = (i >> 1) & 1;
+    bool ok = t < t1;
+    if constexpr (kCausal) ok = ok && t <= (hi ? lim_hi : lim_lo);
+    const float x = ok ? s[i] * scale : neg_inf();
+    s[i] = x;
+    if (hi) mx_hi = fmaxf(mx_hi, x);
+    else mx_lo = fmaxf(mx_lo, x);
+  }
+  mx_lo = quad_max(mx_lo);
+  mx_hi = quad_max(mx_hi);
+  if (c4 == 0) {
+    sts_f32(red + (wg * 64 + r_lo) * 4, mx_lo);
+    sts_f32(red + (wg * 64 + r_hi) * 4, mx_hi);
+  }
+  named_barrier_sync(2, kMlaWgThreads);
+  mx_lo = fmaxf(mx_lo, lds_f32(red + ((wg ^ 1) * 64 + r_lo) * 4));
+  mx_hi = fmaxf(mx_hi, lds_f32(red + ((wg ^ 1) * 64 + r_hi) * 4));
+  const float mnew_lo = fmaxf(m_lo, mx_lo);
+  const float mnew_hi = fmaxf(m_hi, mx_hi);
+  muse_lo = mnew_lo == neg_inf() ? 0.f : mnew_lo;
+  muse_hi = mnew_hi == neg_inf() ? 0.f : mnew_hi;
+  alpha_lo = fast_exp2(m_lo - muse_lo);
+  alpha_hi = fast_exp2(m_hi - muse_hi);
+  m_lo = mnew_lo;
+  m_hi = mnew_hi;
+}
+
+// l = l alpha + this tile's sums; O *= alpha. Once a row's max settles its alpha is exactly 1: the
+// 128 multiplies are skipped when the whole warp's are.
+__device__ __forceinline__ void mla_wg_rescale(float (&o)[128], float& l_lo, float& l_hi, float alpha_lo, float alpha_hi,
+                                               float sum_lo, float sum_hi) {
+  l_lo = l_lo * alpha_lo + sum_lo;
+  l_hi = l_hi * alpha_hi + sum_hi;
+  if (__any_sync(0xffffffffu, alpha_lo != 1.f || alpha_hi != 1.f)) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= ((i >> 1) & 1) ? alpha_hi : alpha_lo;
+  }
+}
+
+// Row sums across the warpgroups, normalise, store: slot < 0 writes `out`, else the partial O and
+// LSE at `slot`. Every `red` read of the last tile happened before barrier 3, which both warpgroups
+// have passed; both read `red` here before the next piece's first write (barrier 1 at its start).
+template <int kHeads, int kMaxSeqLenQ>
+__device__ __forceinline__ void mla_wg_epilogue(const MlaDecodeParams& p, const float (&o)[128], float m_lo, float m_hi,
+                                                float l_lo, float l_hi, u32 red, int wg, int c4, int r_lo, int r_hi,
+                                                int row0, int rows_b, int tok0, int slot) {
+  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
+  l_lo = quad_sum(l_lo);
+  l_hi = quad_sum(l_hi);
+  if (c4 == 0) {
+    sts_f32(red + (wg * 64 + r_lo) * 4, l_lo);
+    sts_f32(red + (wg * 64 + r_hi) * 4, l_hi);
+  }
+  named_barrier_sync(2, kMlaWgThreads);
+  const float lt_lo = lds_f32(red + r_lo * 4) + lds_f32(red + (64 + r_lo) * 4);
+  const float lt_hi = lds_f32(red + r_hi * 4) + lds_f32(red + (64 + r_hi) * 4);
+
+  const int col0 = 256 * wg + 2 * c4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + (half ? r_hi : r_lo);
+    if (row >= rows_b) continue;
+    const float lt = half ? lt_hi : lt_lo;
+    const float m = half ? m_hi : m_lo;
+    if (slot < 0) {
+      const float inv = lt > 0.f ? p.out_scale / lt : 0.f;  // nothing visible -> zeros
+      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col0;
+#pragma unroll
+      for (int n = 0; n < 32; ++n) {
+        *reinterpret_cast<u32*>(out + 8 * n) = pack_bf16x2(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv);
+      }
+    } else {
+      const long long idx = static_cast<long long>(slot) * kMaxRows + row;
+      if (lt > 0.f) {
+        const float inv = 1.f / lt;
+        float* op = static_cast<float*>(p.o_partial) + idx * kMlaDimV + col0;
+#pragma unroll
+        for (int n = 0; n < 32; ++n) {
+          *reinterpret_cast<float2*>(op + 8 * n) = make_float2(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv);
+        }
+      }
+      if (wg == 0 && c4 == 0) static_cast<float*>(p.lse_partial)[idx] = lt > 0.f ? m + fast_log2(lt) : neg_inf();
+    }
+  }
+}
+
 // Rows [row0, row0 + 64) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
 // `base`: the 1024-byte-aligned shared-memory base.
 template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal>
 __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                                 int slot, MlaWgState& st) {
-  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
   constexpr int kRowBytes = kMlaDimQk * 2;
   static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
 
@@ -70,13 +183,8 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
   const int rows_b = q_len * kHeads;
   const int seq_len = piece.r.seq_len;
   const int t0 = piece.t0;
-  int t1 = piece.t1;
-  if constexpr (kCausal) {
-    const int last_row = (row0 + kMlaWgRows < rows_b ? row0 + kMlaWgRows : rows_b) - 1;
-    const int vis_end = seq_len - q_len + last_row / kHeads + 1;
-    if (vis_end < t1) t1 = vis_end > t0 ? vis_end : t0;
-  }
-  const int n_tiles = (t1 - t0 + kMlaWgTileTokens - 1) / kMlaWgTileTokens;
+  int t1;
+  const int n_tiles = mla_wg_tiles<kHeads, kCausal>(piece, row0, t1);
 
   const u32 q_smem = base + kMlaWgQOffset;
   const u32 stage_smem = base + kMlaWgStageOffset;
@@ -219,37 +327,9 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       wgmma_fence_operand(s);
 
       // ---- mask, scale, row max across the two warpgroups ----
-      const int tok_base = t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4;
-      float mx_lo = neg_inf(), mx_hi = neg_inf();
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int t = tok_base + 8 * (i >> 2) + (i & 1);
-        const bool hi = (i >> 1) & 1;
-        bool ok = t < t1;
-        if constexpr (kCausal) ok = ok && t <= (hi ? lim_hi : lim_lo);
-        const float x = ok ? s[i] * scale : neg_inf();
-        s[i] = x;
-        if (hi) mx_hi = fmaxf(mx_hi, x);
-        else mx_lo = fmaxf(mx_lo, x);
-      }
-      mx_lo = quad_max(mx_lo);
-      mx_hi = quad_max(mx_hi);
-      if (c4 == 0) {
-        sts_f32(red + (wg * 64 + r_lo) * 4, mx_lo);
-        sts_f32(red + (wg * 64 + r_hi) * 4, mx_hi);
-      }
-      named_barrier_sync(2, kMlaWgThreads);
-      mx_lo = fmaxf(mx_lo, lds_f32(red + ((wg ^ 1) * 64 + r_lo) * 4));
-      mx_hi = fmaxf(mx_hi, lds_f32(red + ((wg ^ 1) * 64 + r_hi) * 4));
-      const float mnew_lo = fmaxf(m_lo, mx_lo);
-      const float mnew_hi = fmaxf(m_hi, mx_hi);
-      // A row that has seen nothing yet keeps max -inf; subtract 0 instead so exp2 gives 0, not NaN.
-      const float muse_lo = mnew_lo == neg_inf() ? 0.f : mnew_lo;
-      const float muse_hi = mnew_hi == neg_inf() ? 0.f : mnew_hi;
-      const float alpha_lo = fast_exp2(m_lo - muse_lo);
-      const float alpha_hi = fast_exp2(m_hi - muse_hi);
-      m_lo = mnew_lo;
-      m_hi = mnew_hi;
+      float muse_lo, muse_hi, alpha_lo, alpha_hi;
+      mla_wg_row_max<kCausal>(s, t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, t1, lim_lo, lim_hi, scale, red, wg, r_lo,
+                              r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
       // ---- P = exp2(S - m) as bf16 hi + lo, into the shared P tiles ----
       float sum_lo = 0.f, sum_hi = 0.f;
@@ -271,13 +351,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         sts32(p_lo + off_lo, pack_bf16x2(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
         sts32(p_lo + off_hi, pack_bf16x2(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
       }
-      l_lo = l_lo * alpha_lo + sum_lo;
-      l_hi = l_hi * alpha_hi + sum_hi;
-      // Once a row's max settles its alpha is exactly 1: skip the 128 multiplies when the whole warp's are.
-      if (__any_sync(0xffffffffu, alpha_lo != 1.f || alpha_hi != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] *= ((i >> 1) & 1) ? alpha_hi : alpha_lo;
-      }
+      mla_wg_rescale(o, l_lo, l_hi, alpha_lo, alpha_hi, sum_lo, sum_hi);
       // P was written through the generic proxy; both warpgroups' wgmmas read it.
       fence_proxy_async_smem();
       named_barrier_sync(3, kMlaWgThreads);
@@ -296,46 +370,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     }
   }
 
-  // ---- epilogue: row sums across the warpgroups, normalise, store ----
-  l_lo = quad_sum(l_lo);
-  l_hi = quad_sum(l_hi);
-  // Every red read of the last tile happened before barrier 3, which both warpgroups have passed.
-  if (c4 == 0) {
-    sts_f32(red + (wg * 64 + r_lo) * 4, l_lo);
-    sts_f32(red + (wg * 64 + r_hi) * 4, l_hi);
-  }
-  named_barrier_sync(2, kMlaWgThreads);
-  const float lt_lo = lds_f32(red + r_lo * 4) + lds_f32(red + (64 + r_lo) * 4);
-  const float lt_hi = lds_f32(red + r_hi * 4) + lds_f32(red + (64 + r_hi) * 4);
-  // Both warpgroups read red before the next piece's first write (barrier 1 at its start).
-
-  const int col0 = 256 * wg + 2 * c4;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = row0 + (half ? r_hi : r_lo);
-    if (row >= rows_b) continue;
-    const float lt = half ? lt_hi : lt_lo;
-    const float m = half ? m_hi : m_lo;
-    if (slot < 0) {
-      const float inv = lt > 0.f ? p.out_scale / lt : 0.f;  // nothing visible -> zeros
-      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col0;
-#pragma unroll
-      for (int n = 0; n < 32; ++n) {
-        *reinterpret_cast<u32*>(out + 8 * n) = pack_bf16x2(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv);
-      }
-    } else {
-      const long long idx = static_cast<long long>(slot) * kMaxRows + row;
-      if (lt > 0.f) {
-        const float inv = 1.f / lt;
-        float* op = static_cast<float*>(p.o_partial) + idx * kMlaDimV + col0;
-#pragma unroll
-        for (int n = 0; n < 32; ++n) {
-          *reinterpret_cast<float2*>(op + 8 * n) = make_float2(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv);
-        }
-      }
-      if (wg == 0 && c4 == 0) static_cast<float*>(p.lse_partial)[idx] = lt > 0.f ? m + fast_log2(lt) : neg_inf();
-    }
-  }
+  mla_wg_epilogue<kHeads, kMaxSeqLenQ>(p, o, m_lo, m_hi, l_lo, l_hi, red, wg, c4, r_lo, r_hi, row0, rows_b, tok0, slot);
 }
 
 }  // namespace mla_detail

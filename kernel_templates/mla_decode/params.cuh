@@ -39,10 +39,12 @@ constexpr int kMlaMinBlockTokens = 32;
 
 // Kernel choice carried in the policy ("kernel" field): auto lets the planner decide per arch;
 // mma_sync forces the portable mma.sync kernel in the configuration that fits ~99 KB of shared memory
-// (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a, bf16 only).
+// (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a); wgmma_kv forces the Hopper kernel that
+// puts KV tokens on the MMA's M side (sm_90a, bf16 only; kernel_kv.cuh).
 constexpr int kMlaKernelAuto = 0;
 constexpr int kMlaKernelMmaSync = 1;
 constexpr int kMlaKernelWgmma = 2;
+constexpr int kMlaKernelWgmmaKv = 3;
 
 // Combine: one CTA of four warps per output row (kernel.cuh).
 constexpr int kMlaCombineThreads = 128;
@@ -81,34 +83,40 @@ struct MlaTileConfig {
 
 // What a (policy, arch) compiles to.
 struct MlaVariant {
-  bool wgmma;
+  bool wgmma;          // either wgmma kernel
   MlaTileConfig tile;  // mma.sync kernel only
+  int kv_rows;         // > 0: the KV-on-M wgmma kernel, with this many query rows (its N) per CTA
 };
 
 KILN_MLA_HD constexpr int mla_max_rows(int heads, int max_seq_len_q) { return heads * max_seq_len_q; }
 
-// Up to 16 rows: small CTAs, two per SM, so one CTA's barriers overlap the other's loads and MMAs.
-// Larger row counts keep the 64-row tile that amortises K/V shared-memory reads over more MMA work.
-KILN_MLA_HD constexpr MlaTileConfig mla_tile_config(int heads, int max_seq_len_q, bool fp8) {
-  const int rows = mla_max_rows(heads, max_seq_len_q);
-  if (rows <= 16) return MlaTileConfig{1, 4, 32, fp8 ? 4 : 2};  // ~100 KB: two CTAs per SM
-  if (rows <= 32) return MlaTileConfig{2, 4, 32, fp8 ? 6 : 4};
-  return MlaTileConfig{4, 2, 32, fp8 ? 4 : 3};
-}
-
-// The configuration that fits ~99 KB of shared memory per block (sm_120): 16 rows, two stages.
+// The mma.sync kernel's configuration on every arch: 16 rows, two stages, ~100 KB (fits sm_120's ~99 KB
+// per block; two CTAs per SM on sm_90a, so one CTA's barriers overlap the other's loads and MMAs).
 KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConfig{1, 4, 32, 2}; }
 
-// The wgmma kernel serves bf16 row counts from this up (measured on the H200: at 32 rows it beats the
-// 32-row mma.sync tile, at 16 rows the 16-row tile, two per SM, beats it).
-constexpr int kMlaWgmmaMinRows = 17;
+// The KV-on-M wgmma kernel serves bf16 row counts up to this on sm_90a, the heads-on-M wgmma kernel
+// the larger ones (measured on the H200 over the bench grid: at H x SQ <= 32 1.01-1.37x the speed of
+// the better of the other two at B >= 8 or L = 16k, 0.97-1.07x at B 1 with L <= 4096; at 64 rows,
+// two row tiles each streaming the KV, 0.68-0.81x the wgmma kernel's from B x L >= 128k). fp8 keys
+// take the heads-on-M kernel at every row count (measured: at 16 rows it ties or beats the 16-row
+// mma.sync tile, whose compute warps widen e4m3 themselves, and from 32 rows it takes about half the
+// time).
+constexpr int kMlaKvMaxRows = 32;
+
+// The KV-on-M kernel's query rows per CTA (the wgmma N): 16 or 32; more rows take more row tiles.
+KILN_MLA_HD constexpr int mla_kv_rows(int heads, int max_seq_len_q) {
+  return mla_max_rows(heads, max_seq_len_q) <= 16 ? 16 : 32;
+}
 
 // `sm90a`: compiling for (or running on) sm_90a, the one target with wgmma and 227 KB per block.
 KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_len_q, bool fp8, bool sm90a) {
-  if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config()};
-  if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config()};
-  if (!fp8 && mla_max_rows(heads, max_seq_len_q) >= kMlaWgmmaMinRows) return MlaVariant{true, mla_small_tile_config()};
-  return MlaVariant{false, mla_tile_config(heads, max_seq_len_q, fp8)};
+  if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config(), 0};
+  if (kernel == kMlaKernelWgmmaKv) return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
+  if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config(), 0};
+  if (!fp8 && mla_max_rows(heads, max_seq_len_q) <= kMlaKvMaxRows) {
+    return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
+  }
+  return MlaVariant{true, mla_small_tile_config(), 0};
 }
 
 KILN_MLA_HD constexpr int mla_threads(MlaTileConfig c) { return 32 * c.row_groups * c.col_groups; }
@@ -133,8 +141,8 @@ struct MlaSmemLayout {
 KILN_MLA_HD constexpr int mla_align16(int x) { return (x + 15) / 16 * 16; }
 
 // Scratch of the block-wide reductions and scan that find a part's range and first request: two
-// 8-byte slots per warp (8 warps at most) and the two results.
-constexpr int kMlaSchedScratchBytes = 8 * (2 * 8 + 2);
+// 8-byte slots per warp (12 warps at most) and the two results.
+constexpr int kMlaSchedScratchBytes = 8 * (2 * 12 + 2);
 
 KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
   MlaSmemLayout l{};
@@ -184,10 +192,57 @@ constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + kMlaWgStages);
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 
-KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v) { return v.wgmma ? kMlaWgThreads : mla_threads(v.tile); }
-KILN_MLA_HD constexpr int mla_variant_rows(MlaVariant v) { return v.wgmma ? kMlaWgRows : mla_tile_rows(v.tile); }
+// ---- fp8 wgmma kernel (sm_90a) geometry ----
+// The same 64 rows, 64-token tiles and consumer warpgroups, plus a third warpgroup that loads e4m3
+// and widens it to f16. Shared memory, each tile 128-byte-swizzled in 9 column blocks of 64 f16 (8 KB
+// per 64 rows): Q (64 rows x 576), two KV stages (64 tokens x 576), P (64 x 64 f16), row max / sum
+// exchange, scheduler scratch, mbarriers (stage full x 2, stage empty x 2).
+constexpr int kMlaWgFp8Threads = 384;
+constexpr int kMlaWgFp8TileBytes = kMlaWgTileTokens * kMlaDimQk * 2;     // 73728: Q or one stage
+constexpr int kMlaWgFp8QOffset = 0;
+constexpr int kMlaWgFp8StageOffset = kMlaWgFp8QOffset + kMlaWgFp8TileBytes;
+constexpr int kMlaWgFp8Stages = 2;
+constexpr int kMlaWgFp8POffset = kMlaWgFp8StageOffset + kMlaWgFp8Stages * kMlaWgFp8TileBytes;
+constexpr int kMlaWgFp8RedOffset = kMlaWgFp8POffset + kMlaWgPBytes;
+constexpr int kMlaWgFp8SchedOffset = kMlaWgFp8RedOffset + kMlaWgRedBytes;
+constexpr int kMlaWgFp8BarOffset = kMlaWgFp8SchedOffset + kMlaSchedScratchBytes;
+constexpr int kMlaWgFp8UsedBytes = kMlaWgFp8BarOffset + 8 * 2 * kMlaWgFp8Stages;
+constexpr int kMlaWgFp8SmemBytes = kMlaWgFp8UsedBytes + 1024;  // + the 1024-byte alignment, as above
+static_assert(kMlaWgFp8SmemBytes <= 232448, "the fp8 wgmma kernel exceeds sm_90's 227 KB per block");
+
+// ---- KV-on-M wgmma kernel (sm_90a) geometry ----
+// One warpgroup; N = kv_rows query rows (16 or 32) per CTA; KV tiles of 64 tokens (the wgmma M).
+// Shared memory, every operand in the 128-byte swizzle layout: Q (9 column blocks of N rows x 128 B),
+// two KV stages (64 tokens x 576), P^T hi and lo (N rows x 64 tokens each), the per-warp column
+// max / sum exchange, scheduler scratch, mbarriers (Q full, stage full x 2).
+constexpr int kMlaKvTileTokens = 64;
+constexpr int kMlaKvThreads = 128;
+constexpr int kMlaKvStages = 2;
+struct MlaKvSmem {
+  int q_offset, stage_offset, p_offset, p_bytes, red_offset, sched_offset, bar_offset, total;
+};
+KILN_MLA_HD constexpr MlaKvSmem mla_kv_smem(int n) {
+  MlaKvSmem l{};
+  l.q_offset = 0;
+  l.stage_offset = 9 * n * 128;                           // a multiple of 1024 for n = 16, 32
+  l.p_offset = l.stage_offset + kMlaKvStages * kMlaWgStageBytes;
+  l.p_bytes = n * 128;                                     // hi, then lo
+  l.red_offset = l.p_offset + 2 * l.p_bytes;
+  l.sched_offset = l.red_offset + 4 * n * 4;               // [warp][column] fp32
+  l.bar_offset = l.sched_offset + kMlaSchedScratchBytes;
+  l.total = l.bar_offset + 8 * (1 + kMlaKvStages) + 1024;  // + the kernel's own 1024-byte alignment
+  return l;
+}
+
+KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v, bool fp8) {
+  return v.kv_rows > 0 ? kMlaKvThreads : v.wgmma ? (fp8 ? kMlaWgFp8Threads : kMlaWgThreads) : mla_threads(v.tile);
+}
+KILN_MLA_HD constexpr int mla_variant_rows(MlaVariant v) {
+  return v.kv_rows > 0 ? v.kv_rows : v.wgmma ? kMlaWgRows : mla_tile_rows(v.tile);
+}
 KILN_MLA_HD constexpr int mla_variant_smem(MlaVariant v, bool fp8) {
-  return v.wgmma ? kMlaWgSmemBytes : mla_smem_layout(v.tile, fp8).total;
+  if (v.kv_rows > 0) return mla_kv_smem(v.kv_rows).total;
+  return v.wgmma ? (fp8 ? kMlaWgFp8SmemBytes : kMlaWgSmemBytes) : mla_smem_layout(v.tile, fp8).total;
 }
 
 }  // namespace kiln

@@ -21,9 +21,9 @@ constexpr std::int64_t value(MaskType m) { return static_cast<std::int64_t>(m); 
 constexpr std::int64_t value(MlaKernel k) { return static_cast<std::int64_t>(k); }
 
 void cross_check(const MlaDecodePolicy& p) {
-  if (p.kernel == MlaKernel::kWgmma && p.dtype != DType::kBf16) {
-    throw Error(ErrorCode::kUnsupported, "argument 'kernel': \"wgmma\" takes dtype bf16 only; use \"auto\" or "
-                                         "\"mma_sync\" for fp8_e4m3");
+  if (p.kernel == MlaKernel::kWgmmaKv && p.dtype != DType::kBf16) {
+    throw Error(ErrorCode::kUnsupported, "argument 'kernel': \"wgmma_kv\" takes dtype bf16 only; use \"auto\", "
+                                         "\"mma_sync\" or \"wgmma\" for fp8_e4m3");
   }
 }
 
@@ -47,9 +47,10 @@ const PolicySchema<MlaDecodePolicy>& schema() {
        enum_field<&MlaDecodePolicy::kernel>("kernel",
                                             {{"auto", value(MlaKernel::kAuto)},
                                              {"mma_sync", value(MlaKernel::kMmaSync)},
-                                             {"wgmma", value(MlaKernel::kWgmma)}},
+                                             {"wgmma", value(MlaKernel::kWgmma)},
+                                             {"wgmma_kv", value(MlaKernel::kWgmmaKv)}},
                                             value(MlaKernel::kAuto), ErrorCode::kInvalidArgument,
-                                            "kAuto, kMmaSync or kWgmma")},
+                                            "kAuto, kMmaSync, kWgmma or kWgmmaKv")},
       &render, &cross_check);
   return s;
 }

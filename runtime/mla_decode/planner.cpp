@@ -97,10 +97,11 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
   if (batch > 65535) bad("batch", "<= 65535 (combine grid y)", batch);
   MlaPlan p;
   p.workspace = workspace_layout(policy, batch, check);
-  if (policy.kernel == kMlaKernelWgmma && !is_sm90a(arch)) {
-    throw Error(ErrorCode::kUnsupported,
-                "argument 'kernel': \"wgmma\" runs on sm_90a (Hopper) only; this device is " + std::string(arch) +
-                    ": use kernel \"auto\" or \"mma_sync\"");
+  if ((policy.kernel == kMlaKernelWgmma || policy.kernel == kMlaKernelWgmmaKv) && !is_sm90a(arch)) {
+    throw Error(ErrorCode::kUnsupported, std::string("argument 'kernel': \"") +
+                                             (policy.kernel == kMlaKernelWgmma ? "wgmma" : "wgmma_kv") +
+                                             "\" runs on sm_90a (Hopper) only; this device is " + std::string(arch) +
+                                             ": use kernel \"auto\" or \"mma_sync\"");
   }
   p.variant = variant(policy, arch);
   const int tiles = row_tiles(policy, p.variant);
@@ -110,7 +111,7 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
 
   p.decode.grid[0] = static_cast<unsigned>(p.num_parts);
   p.decode.grid[1] = static_cast<unsigned>(tiles);
-  p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant));
+  p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant, policy.fp8));
   p.decode.smem_bytes = static_cast<unsigned>(mla_variant_smem(p.variant, policy.fp8));
 
   p.combine.grid[0] = static_cast<unsigned>(mla_max_rows(policy.heads, policy.max_seq_len_q));

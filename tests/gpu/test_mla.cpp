@@ -113,6 +113,7 @@ struct MlaCase {
     if (dominant_key) s << " dominant-key";
     if (kernel == MlaKernel::kMmaSync) s << " kernel=mma_sync";
     if (kernel == MlaKernel::kWgmma) s << " kernel=wgmma";
+    if (kernel == MlaKernel::kWgmmaKv) s << " kernel=wgmma_kv";
     return s.str();
   }
   kiln::mla::MlaDecodePolicy policy() const {
@@ -408,7 +409,8 @@ void finish_case(PendingCase& pc) {
   const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy().planner_policy(), p.batch, device_limits(),
                                                   kiln::KernelService::global().device_arch(0));
   std::printf("%s %-96s %s parts %3d  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu  scales %.3f/%.2f  gpu %.0f ms  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
-              cmp.ok ? "PASS" : "FAIL", c.label().c_str(), plan.variant.wgmma ? "wgmma" : "mma", plan.num_parts,
+              cmp.ok ? "PASS" : "FAIL", c.label().c_str(),
+              plan.variant.kv_rows > 0 ? "wgmma_kv" : plan.variant.wgmma ? "wgmma" : "mma", plan.num_parts,
               cmp.max_abs_err, cmp.rel_l2, cmp.bad, cmp.nan, p.bmm1, p.bmm2, pc.gpu_ms, ref_ms, oracle_gmacs(c),
               ms_since(pc.t0));
   std::fflush(stdout);
@@ -616,11 +618,9 @@ std::vector<int> log_uniform_lens(int batch, Rng& rng) {
 
 bool device_is_sm90a() { return kiln::mla::is_sm90a(kiln::KernelService::global().device_arch(0)); }
 
-}  // namespace
-
-TEST_CASE("mla: peaked softmax (large bmm1_scale, one dominant key, long rows)", "[gpu][mla]") {
-  // bmm1 1.0 puts the logits' spread at ~8 nats: a few keys carry each row. These are the rows where a
-  // P rounded once to bf16 leaves the contract's 5e-4 absolute tolerance; hi + lo P must not.
+// bmm1 1.0 puts the logits' spread at ~8 nats: a few keys carry each row. These are the rows where a
+// P rounded once to bf16 leaves the contract's 5e-4 absolute tolerance; hi + lo P must not.
+std::vector<MlaCase> peaked_cases() {
   std::vector<MlaCase> m = {
       fixed(16, 64, 1, false, true, kAllLens, 163840),
       fixed(128, 64, 1, false, true, {65, 1, 2049, 256, 2048, 63, 64}, 163840),
@@ -638,24 +638,35 @@ TEST_CASE("mla: peaked softmax (large bmm1_scale, one dominant key, long rows)",
   m[5].dominant_key = true;
   m[5].bmm1 = 0.3f;
   m[6].bmm1 = 2.0f;
-  // The same rows through the portable mma.sync configuration.
-  MlaCase forced = m[1];
-  forced.kernel = MlaKernel::kMmaSync;
-  m.push_back(forced);
-  run_cases(m, base_seed() * 1000 + 500);
+  return m;
 }
 
-TEST_CASE("mla: mixed-length batches", "[gpu][mla]") {
+std::vector<MlaCase> mixed_length_cases() {
   Rng rng(base_seed() ^ 0x6d1c);
-  std::vector<MlaCase> m = {
+  return {
       fixed(16, 64, 1, false, true, log_uniform_lens(8, rng), 163840),
       fixed(128, 64, 1, false, true, log_uniform_lens(6, rng), 163840),
       fixed(128, 16, 2, false, true, log_uniform_lens(3, rng), 163840),
       fixed(64, 128, 1, true, true, log_uniform_lens(5, rng), 163840),
       packed(32, 64, 4, false, true, log_uniform_lens(5, rng), {4, 0, 1, 3, 4}, 163840),
   };
-  run_cases(m, base_seed() * 1000 + 600);
 }
+
+}  // namespace
+
+TEST_CASE("mla: peaked softmax (large bmm1_scale, one dominant key, long rows)", "[gpu][mla]") {
+  std::vector<MlaCase> m = peaked_cases();
+  // The same rows through the portable mma.sync configuration (bf16, and fp8, which auto puts on the
+  // wgmma kernel).
+  for (const std::size_t i : {1, 3}) {
+    MlaCase forced = m[i];
+    forced.kernel = MlaKernel::kMmaSync;
+    m.push_back(forced);
+  }
+  run_cases(m, base_seed() * 1000 + 500);
+}
+
+TEST_CASE("mla: mixed-length batches", "[gpu][mla]") { run_cases(mixed_length_cases(), base_seed() * 1000 + 600); }
 
 TEST_CASE("mla: the portable mma.sync configuration (sm_120's) over a third of the matrix", "[gpu][mla]") {
   // Forced on this GPU to prove the configuration every arch without wgmma runs is correct.
@@ -684,9 +695,28 @@ TEST_CASE("mla: the wgmma kernel forced on small head counts", "[gpu][mla]") {
   run_cases(m, base_seed() * 1000 + 750);
 }
 
+TEST_CASE("mla: the KV-on-M wgmma kernel forced on every bf16 launch of the matrix, peaked and mixed-length tests",
+          "[gpu][mla]") {
+  if (!device_is_sm90a()) {
+    std::printf("SKIPPED: the KV-on-M wgmma kernel runs on sm_90a only\n");
+    return;
+  }
+  // Every row count folds into tiles of 16 or 32 rows, so every bf16 key can run it, not only the
+  // small head counts the planner gives it.
+  std::vector<MlaCase> m;
+  for (const auto& list : {conformance_matrix(), peaked_cases(), mixed_length_cases()}) {
+    for (MlaCase c : list) {
+      if (c.fp8) continue;
+      c.kernel = MlaKernel::kWgmmaKv;
+      m.push_back(c);
+    }
+  }
+  run_cases(m, base_seed() * 1000 + 1100);
+}
+
 TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
   // Small launches that still reach every code path: split + combine, one split, two and more row
-  // tiles, fp8, packed with an empty request, the rank-4 cache, padded block tables.
+  // tiles, fp8 on both kernels, packed with an empty request, the rank-4 cache, padded block tables.
   std::vector<MlaCase> m = {
       fixed(16, 64, 1, false, true, {1, 65, 300}, 163840),
       fixed(128, 32, 2, true, false, {63, 129}),
@@ -695,11 +725,22 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
       packed(64, 64, 2, false, false, {64, 65, 2}, {1, 0, 2}, 4096),
       fixed(128, 64, 1, false, true, {1, 65, 300}, 163840),
       fixed(24, 32, 16, false, true, {1, 200}),
+      fixed(8, 64, 2, true, true, {1, 65, 300}, 163840),
+      fixed(12, 16, 1, true, true, {64, 200, 1}, 163840),
   };
+  m[7].kernel = MlaKernel::kMmaSync;
   m[0].bt_pad = 5;
   m[1].rank4_cache = true;
   m[2].bt_pad = 3;
   m[4].bt_pad = 11;
+  // The KV-on-M kernel on the bf16 launches: one and several row tiles, split and whole, packed.
+  if (device_is_sm90a()) {
+    for (const std::size_t i : {0, 2, 4, 6}) {
+      MlaCase c = m[i];
+      c.kernel = MlaKernel::kWgmmaKv;
+      m.push_back(c);
+    }
+  }
   run_cases(m, base_seed() * 1000 + 900);
 }
 
@@ -880,6 +921,11 @@ TEST_CASE("mla: fixed graph replay after in-place seq_lens and block_tables chan
   graph_replay(c, base_seed() * 1000 + 801);
   MlaCase dense = fixed(16, 16, 2, false, false, {1, 1, 1}, 2500);
   graph_replay(dense, base_seed() * 1000 + 802);
+  if (device_is_sm90a()) {
+    MlaCase kv = fixed(16, 64, 1, false, true, {1, 1, 1, 1, 1, 1}, 163840);
+    kv.kernel = MlaKernel::kWgmmaKv;
+    graph_replay(kv, base_seed() * 1000 + 804);
+  }
   MlaCase wide = fixed(128, 64, 1, false, true, {1, 1, 1, 1, 1}, 163840);
   wide.bt_pad = 2;
   graph_replay(wide, base_seed() * 1000 + 803);

@@ -312,6 +312,36 @@ TEST_CASE("writer append: invalid slots skipped, lowest duplicate row wins, one-
   }
 }
 
+TEST_CASE("writer append: large duplicate-heavy batches over several waves of blocks", "[gpu][writer]") {
+  // 70k rows: 274 claim blocks and 4375 write blocks, more than an H200 holds at once.
+  const int page = 128;
+  const std::int64_t pages = 96, total = pages * page;
+  const std::vector<std::uint8_t> poisoned(total * kNvfp4TokenBytes, kPoison);
+  const std::int64_t n = 70000;
+  const auto rows = random_rows(n, 21, -8, 8);
+  SECTION("about 6 rows a slot, invalid slots, garbage padding") {
+    append_and_compare(rows, messy_slots(n, total, 31), poisoned, page, pages, "compact");
+  }
+  SECTION("runs of one slot across warps and blocks, then every row to one slot") {
+    std::vector<std::int32_t> runs(n);
+    for (std::int64_t i = 0; i < n; ++i) runs[i] = static_cast<std::int32_t>((i / 37 * 7919) % total);
+    append_and_compare(rows, runs, poisoned, page, pages, "NHD");
+    append_and_compare(rows, std::vector<std::int32_t>(n, static_cast<std::int32_t>(total - 1)), poisoned, page, pages, "HND");
+  }
+}
+
+// Small enough for compute-sanitizer (memcheck, racecheck): every writer kernel once.
+TEST_CASE("writer: sanitizer subset", "[gpu][writer][sanitizer]") {
+  const int page = 32;
+  const std::int64_t pages = 100, total = pages * page;
+  CHECK(pack_and_compare(random_rows(2 * page, 3, -3, 3), page, "compact", 0) == static_cast<std::size_t>(2 * page * kNvfp4TokenBytes));
+  const std::vector<std::uint8_t> poisoned(total * kNvfp4TokenBytes, kPoison);
+  for (const std::int64_t n : {300, 2000}) {  // one launch; claim + write
+    append_and_compare(random_rows(n, 50 + static_cast<std::uint32_t>(n), -3, 3), messy_slots(n, total, 60 + static_cast<std::uint32_t>(n)), poisoned,
+                       page, pages, "compact");
+  }
+}
+
 TEST_CASE("writer append captured in a CUDA graph and replayed with new rows equals eager", "[gpu][writer]") {
   const kiln::Driver& d = kiln::Driver::get();
   const int page = 32;

@@ -665,7 +665,7 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   rejects({{"heads", 129}, {"max_seq_len", 4096}}, "'heads'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"max_seq_len_q", 65}}, "'max_seq_len_q'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"kernel", "tcgen05"}}, "'kernel'");
-  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"kernel", "wgmma"}}, "'kernel'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"kernel", "wgmma_kv"}}, "'kernel'");
 
   kiln::mla::MlaDecodePolicy p;
   p.heads = 64;
@@ -704,6 +704,12 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   q = p;
   q.kernel = kiln::mla::MlaKernel::kMmaSync;
   CHECK(q.fingerprint() != p.fingerprint());
+  q.dtype = DType::kBf16;
+  q.kernel = kiln::mla::MlaKernel::kWgmma;
+  const std::uint64_t wgmma_print = q.fingerprint();
+  q.kernel = kiln::mla::MlaKernel::kWgmmaKv;
+  CHECK(q.fingerprint() != wgmma_print);
+  CHECK(q.key("sm_90a").policy()["kernel"] == "wgmma_kv");
 }
 
 TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace bound", "[unit]") {
@@ -730,6 +736,16 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.combine.grid[1] == 4);
   CHECK(w.workspace.max_parts >= w.num_parts);
 
+  // fp8 H 128: the wgmma kernel with its producer warpgroup (384 threads), within the opt-in limit.
+  MlaPolicy f8 = p;
+  f8.fp8 = true;
+  const kiln::mla::MlaPlan w8 = kiln::mla::plan(f8, 4, h200, "sm_90a");
+  CHECK(w8.variant.wgmma);
+  CHECK(w8.decode.grid[1] == 2);
+  CHECK(w8.decode.block[0] == 384);
+  CHECK(w8.decode.smem_bytes <= 232448);
+  CHECK(w8.decode.smem_bytes != w.decode.smem_bytes);
+
   // The same key on sm_120a: the 16-row mma.sync configuration.
   const kiln::mla::MlaPlan s = kiln::mla::plan(p, 4, sm120, "sm_120a");
   CHECK_FALSE(s.variant.wgmma);
@@ -750,12 +766,26 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
         CHECK(kiln::mla::plan(q, 1, h200, "sm_90a").decode.smem_bytes <= 101376);
       }
 
-  // Small head counts stay on the mma.sync kernel unless forced; wgmma off sm_90a is refused.
+  // Small head counts: bf16 up to 32 rows on the KV-on-M kernel, more rows and every fp8 key on the
+  // heads-on-M wgmma kernel; wgmma off sm_90a is refused.
   MlaPolicy small = p;
   small.heads = 16;
-  CHECK_FALSE(kiln::mla::plan(small, 1, h200, "sm_90a").variant.wgmma);
+  for (int sq : {1, 2, 3}) {
+    small.max_seq_len_q = sq;
+    const kiln::MlaVariant v = kiln::mla::plan(small, 1, h200, "sm_90a").variant;
+    INFO("H 16 SQ " << sq);
+    CHECK(v.wgmma);
+    CHECK(v.kv_rows == (sq == 1 ? 16 : sq == 2 ? 32 : 0));
+    small.fp8 = true;
+    const kiln::MlaVariant v8 = kiln::mla::plan(small, 1, h200, "sm_90a").variant;
+    CHECK(v8.wgmma);
+    CHECK(v8.kv_rows == 0);
+    small.fp8 = false;
+  }
+  small.max_seq_len_q = 1;
   small.kernel = kiln::kMlaKernelWgmma;
   CHECK(kiln::mla::plan(small, 1, h200, "sm_90a").variant.wgmma);
+  CHECK(kiln::mla::plan(small, 1, h200, "sm_90a").variant.kv_rows == 0);
   try {
     kiln::mla::plan(small, 1, sm120, "sm_120a");
     FAIL("wgmma accepted on sm_120a");
@@ -763,6 +793,24 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
     CHECK(e.code() == ErrorCode::kUnsupported);
     CHECK_THAT(e.what(), Catch::Contains("'kernel'"));
   }
+
+  // The KV-on-M kernel: one warpgroup, 16 or 32 query rows per CTA, one CTA per SM; any row count
+  // folds into row tiles of that size. Refused off sm_90a like wgmma.
+  small.kernel = kiln::kMlaKernelWgmmaKv;
+  for (int sq : {1, 2, 3, 64}) {
+    small.max_seq_len_q = sq;
+    const kiln::mla::MlaPlan kv = kiln::mla::plan(small, 3, h200, "sm_90a");
+    const int n = 16 * sq <= 16 ? 16 : 32;
+    INFO("H 16 SQ " << sq);
+    CHECK(kv.variant.wgmma);
+    CHECK(kv.variant.kv_rows == n);
+    CHECK(kv.decode.block[0] == 128);
+    CHECK(kv.decode.grid[1] == static_cast<unsigned>((16 * sq + n - 1) / n));
+    CHECK(kv.decode.grid[0] == 132 / kv.decode.grid[1]);
+    CHECK(kv.decode.smem_bytes <= 232448);
+    CHECK(kv.workspace.max_parts >= kv.num_parts);
+  }
+  CHECK_THROWS_AS(kiln::mla::plan(small, 1, sm120, "sm_120a"), Error);
 
   // One KV block per request can never split: no combine, no workspace.
   MlaPolicy one_block = p;

@@ -1,0 +1,373 @@
+#pragma once
+// Paged MLA decode on Hopper warpgroup MMAs with the KV tokens on the M side (sm_90a), for small
+// row counts (the planner gives it H x SQ <= 32), where a 64-row query tile would be mostly padding;
+// larger row counts fold into several row tiles. One piece at a time (schedule.cuh).
+//
+// One CTA = one warpgroup, N = 16 or 32 query rows (row = i * H + h) of one part. Per 64-token tile:
+//   S^T = K Q^T: 36 m64nNk16 wgmmas, K (tokens x 576) and Q (N rows x 576) both K-major from shared
+//     memory; thread (warp w, lane l) holds tokens 16 w + l / 4 (+ 8) of columns 8 n + 2 (l % 4) (+ 1);
+//   softmax over the tokens = over the M side: the column max over the lanes of a warp (shuffles), then
+//     over the four warps through shared memory (one barrier); every thread then holds the same max and
+//     keeps per-column partial sums over its own tokens, reduced once at the end;
+//   P^T is stored as bf16 hi + lo (P - hi), N rows x 64 tokens, K-major (a single bf16 P misses the
+//     contract's 1e-2 / 5e-4 tolerances);
+//   O^T += V^T P^T: for each of the 8 64-column blocks of V, 4 token steps of m64n32k16 wgmmas with
+//     A = V^T read from the same K tile through the transpose bit (64 dims along M are contiguous in
+//     each 128-byte token row) and B = P^T; V is never loaded twice. N = 32: two per step (hi, lo).
+//     N = 16: one per step, B = the 32 rows [P_hi^T; P_lo^T] (the lo tile follows the hi tile), so O
+//     accumulates the two halves in separate columns (query row c in columns c and c + 16) and A, the
+//     larger operand, is read once per step; the halves are added at the end.
+// Loads: cp.async by the same warpgroup into 128-byte-swizzled tiles (any page size; zero-fill past
+// the range), completing on one mbarrier per stage. Two stages; tile j + 2 is issued into tile j's
+// stage as soon as tile j's P V has retired, so two tiles stay in flight while tile j + 1 is waited on.
+#include "common/mbarrier.cuh"
+#include "common/mma.cuh"
+#include "common/numeric.cuh"
+#include "common/softmax.cuh"
+#include "common/wgmma.cuh"
+#include "mla_decode/kernel_wgmma.cuh"
+#include "mla_decode/params.cuh"
+#include "mla_decode/schedule.cuh"
+
+namespace kiln {
+
+#ifdef __CUDACC__
+
+namespace mla_detail {
+
+__device__ __forceinline__ void sts16(u32 addr, u16 v) { asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v)); }
+
+__device__ __forceinline__ float2 lds_f32x2(u32 addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+
+// Sum / max over the 8 lanes of a warp that share l % 4 (the lanes holding one accumulator column).
+__device__ __forceinline__ float column_max8(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+}
+__device__ __forceinline__ float column_sum8(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  v += __shfl_xor_sync(0xffffffffu, v, 8);
+  return v + __shfl_xor_sync(0xffffffffu, v, 16);
+}
+
+// Rows [row0, row0 + kN) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
+// `base`: the 1024-byte-aligned shared-memory base.
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, int kN>
+__device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
+                                             int slot, MlaWgState& st) {
+  static_assert(kN == 16 || kN == 32, "the KV-on-M kernel takes 16 or 32 query rows");
+  static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
+  constexpr MlaKvSmem kL = mla_kv_smem(kN);
+  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
+  constexpr int kRowBytes = kMlaDimQk * 2;
+  constexpr int kRegs = kN / 2;  // accumulator registers of S^T (m64nNk16)
+  constexpr int kCols = kN / 4;  // distinct columns per thread: k = 2 n + e -> column 8 n + 2 c4 + e
+  constexpr u32 kQBlock = kN * 128;  // bytes of one 64-column block of Q
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int c4 = lane & 3;
+  const int tok_lo = 16 * warp + g;  // tile tokens of this thread: tok_lo and tok_lo + 8
+
+  const int b = piece.b;
+  const int tok0 = piece.r.tok0;
+  const int q_len = piece.r.q_len;
+  const int rows_b = q_len * kHeads;
+  const int seq_len = piece.r.seq_len;
+  const int t0 = piece.t0;
+  int t1 = piece.t1;
+  if constexpr (kCausal) {
+    const int last_row = (row0 + kN < rows_b ? row0 + kN : rows_b) - 1;
+    const int vis_end = seq_len - q_len + last_row / kHeads + 1;
+    if (vis_end < t1) t1 = vis_end > t0 ? vis_end : t0;
+  }
+  const int n_tiles = (t1 - t0 + kMlaKvTileTokens - 1) / kMlaKvTileTokens;
+
+  const u32 q_smem = base + kL.q_offset;
+  const u32 stage_smem = base + kL.stage_offset;
+  const u32 p_hi = base + kL.p_offset;
+  const u32 p_lo = p_hi + kL.p_bytes;
+  const u32 red = base + kL.red_offset;  // [warp][column] fp32
+  const u32 bar_q = base + kL.bar_offset;
+  const u32 bar_full = bar_q + 8;  // + 8 * stage
+
+  // O^T: block mb holds output columns 64 mb + tok_lo (+ 8) (its M rows) of the thread's query rows.
+  // Accumulator register i of O^T holds query row 8 ((i / 4) % (kN / 8)) + 2 c4 + i % 2, i.e. this
+  // thread's column k = o_col(i); at N = 16, registers i and i + 8 hold the hi and lo halves.
+  float o[8][16];
+  auto o_col = [](int i) { return 2 * ((i >> 2) % (kN / 8)) + (i & 1); };
+#pragma unroll
+  for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) o[mb][i] = 0.f;
+  float m[kCols], l[kCols];
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) {
+    m[k] = neg_inf();
+    l[k] = 0.f;
+  }
+
+  // Every thread is done with the previous piece's Q, stages, P and exchange slots.
+  named_barrier_sync(1, kMlaKvThreads);
+  if (n_tiles > 0) {
+    const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
+    const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(b) * p.block_table_stride;
+    const unsigned char* q_rows =
+        static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
+
+    // Each warp instruction copies 4 token rows x 8 chunks (one 128-byte swizzled row of one
+    // 64-column block each): conflict-free shared stores and 128-byte global segments. Thread (warp
+    // w, lane l) owns tokens 16 q + 4 w + l / 8 (q = 0..3) and chunk l % 8 of all 9 column blocks.
+    // The block-table entries are read a tile ahead, off the issue path.
+    const int ld_tok = 4 * warp + (lane >> 3);  // + 16 q
+    const int ld_chunk = lane & 7;
+    const u32 ld_dst = static_cast<u32>(ld_tok * 128 + ((ld_chunk ^ (ld_tok & 7)) << 4));
+    auto pages_of = [&](int j, int (&pages)[4]) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int t = t0 + j * kMlaKvTileTokens + 16 * q + ld_tok;
+        pages[q] = j < n_tiles && t < t1 ? __ldg(bt_row + t / kPageSize) : -1;  // -1: zero-filled
+      }
+    };
+    auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
+      const u32 dst0 = stage_smem + stage * kMlaWgStageBytes + ld_dst;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int t = t0 + j * kMlaKvTileTokens + 16 * q + ld_tok;
+        // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
+        const bool valid = pages[q] >= 0;
+        const unsigned char* src =
+            valid ? kv + (static_cast<long long>(pages[q]) * kPageSize + t % kPageSize) * kRowBytes + ld_chunk * 16 : kv;
+        const u32 bytes = valid ? 16u : 0u;
+#pragma unroll
+        for (int blk = 0; blk < 9; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
+      }
+      cp_async_mbar_arrive(bar_full + 8 * stage);
+    };
+
+    // Q: kN rows x 576 columns (72 chunks a row), rows past the request zero-filled.
+    for (int idx = tid; idx < kN * 72; idx += kMlaKvThreads) {
+      const int r = idx / 72;
+      const int ch = idx - 72 * r;
+      const bool valid = row0 + r < rows_b;
+      cp_async_16_addr(q_smem + (ch >> 3) * kQBlock + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
+                       valid ? 16u : 0u);
+    }
+    cp_async_mbar_arrive(bar_q);
+    const u32 tile0 = st.tiles;
+    int pages[4];
+    pages_of(0, pages);
+    load_tile(0, pages, tile0 & 1u);
+    if (n_tiles > 1) {
+      pages_of(1, pages);
+      load_tile(1, pages, (tile0 + 1u) & 1u);
+    }
+
+    int lim[kCols];  // last visible token of each of this thread's columns
+#pragma unroll
+    for (int k = 0; k < kCols; ++k) {
+      lim[k] = 0x7fffffff;
+      if constexpr (kCausal) lim[k] = seq_len - q_len + (row0 + 8 * (k >> 1) + 2 * c4 + (k & 1)) / kHeads;
+    }
+    const float scale = p.scale_log2;
+    // P^T stores: column c (row of P^T), tokens tok_lo / tok_lo + 8 = chunks 2 w / 2 w + 1, element g.
+    const u32 p_tok_lo = static_cast<u32>(2 * g);
+
+    const u64 dq = wgmma_desc_sw128(q_smem, 16, 1024);
+    const u64 dp_hi = wgmma_desc_sw128(p_hi, 16, 1024);
+    const u64 dp_lo = wgmma_desc_sw128(p_lo, 16, 1024);
+
+    mbar_wait(bar_q, st.pieces & 1);
+    ++st.pieces;
+
+    for (int j = 0; j < n_tiles; ++j) {
+      pages_of(j + 2, pages);
+      const u32 stage = (tile0 + static_cast<u32>(j)) & 1u;
+      mbar_wait(bar_full + 8 * stage, ((tile0 + static_cast<u32>(j)) >> 1) & 1u);
+      // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.
+      fence_proxy_async_smem();
+      const u32 k_smem = stage_smem + stage * kMlaWgStageBytes;
+      const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
+      const u64 dv = wgmma_desc_sw128(k_smem, 8192, 1024);
+
+      // ---- S^T = K Q^T ----
+      float s[kRegs];
+      wgmma_fence();
+#pragma unroll
+      for (int kb = 0; kb < 9; ++kb) {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          WgmmaBf16<kN>::template ss<0>(s, wgmma_desc_advance(dk, kb * 8192 + ks * 32),
+                                        wgmma_desc_advance(dq, kb * kQBlock + ks * 32), kb + ks > 0);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(s);
+
+      // ---- mask, scale, column max over the 64 tokens ----
+      const int t_lo = t0 + j * kMlaKvTileTokens + tok_lo;
+      float mx[kCols];
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) {
+        const int k = 2 * (i >> 2) + (i & 1);
+        const int t = t_lo + 8 * ((i >> 1) & 1);
+        bool ok = t < t1;
+        if constexpr (kCausal) ok = ok && t <= lim[k];
+        s[i] = ok ? s[i] * scale : neg_inf();
+        mx[k] = (i >> 1) & 1 ? fmaxf(mx[k], s[i]) : s[i];
+      }
+#pragma unroll
+      for (int k = 0; k < kCols; ++k) mx[k] = column_max8(mx[k]);
+      if (g == 0) {
+#pragma unroll
+        for (int n = 0; n < kCols / 2; ++n) {
+          const u32 a = red + (warp * kN + 8 * n + 2 * c4) * 4;
+          sts_f32(a, mx[2 * n]);
+          sts_f32(a + 4, mx[2 * n + 1]);
+        }
+      }
+      named_barrier_sync(1, kMlaKvThreads);
+      float alpha[kCols], muse[kCols];
+#pragma unroll
+      for (int n = 0; n < kCols / 2; ++n) {
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const float2 v = lds_f32x2(red + (w * kN + 8 * n + 2 * c4) * 4);
+          mx[2 * n] = fmaxf(mx[2 * n], v.x);
+          mx[2 * n + 1] = fmaxf(mx[2 * n + 1], v.y);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kCols; ++k) {
+        const float mnew = fmaxf(m[k], mx[k]);
+        // A column that has seen nothing yet keeps max -inf; subtract 0 instead so exp2 gives 0, not NaN.
+        muse[k] = mnew == neg_inf() ? 0.f : mnew;
+        alpha[k] = fast_exp2(m[k] - muse[k]);
+        m[k] = mnew;
+        l[k] *= alpha[k];
+      }
+
+      // ---- P^T = exp2(S^T - m) as bf16 hi + lo ----
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) {
+        const int k = 2 * (i >> 2) + (i & 1);
+        const int col = 8 * (i >> 2) + 2 * c4 + (i & 1);
+        const float pv = fast_exp2(s[i] - muse[k]);
+        l[k] += pv;
+        const u16 h = float_to_bf16(pv);
+        const u32 chunk = static_cast<u32>(2 * warp + ((i >> 1) & 1));
+        const u32 off = static_cast<u32>(col * 128) + ((chunk ^ static_cast<u32>(col & 7)) << 4) + p_tok_lo;
+        sts16(p_hi + off, h);
+        sts16(p_lo + off, float_to_bf16(pv - bf16_to_float(h)));
+      }
+      // Once a column's max settles its alpha is exactly 1: skip the multiplies when the whole warp's are.
+      bool rescale = false;
+#pragma unroll
+      for (int k = 0; k < kCols; ++k) rescale |= alpha[k] != 1.f;
+      if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+          for (int i = 0; i < 16; ++i) o[mb][i] *= alpha[o_col(i)];
+      }
+      // P^T was written through the generic proxy; every warp's wgmmas read all of it.
+      fence_proxy_async_smem();
+      named_barrier_sync(1, kMlaKvThreads);
+
+      // ---- O^T += V^T P^T ----
+      wgmma_fence();
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb) {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const u64 dvk = wgmma_desc_advance(dv, mb * 8192 + ks * 2048);
+          WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_hi, ks * 32), true);
+          if constexpr (kN == 32) WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_lo, ks * 32), true);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb) wgmma_fence_operand(o[mb]);
+      // Every warp's P V of tile j has retired: its stage takes tile j + 2 (and P^T the next tile's).
+      named_barrier_sync(1, kMlaKvThreads);
+      if (j + 2 < n_tiles) load_tile(j + 2, pages, stage);
+    }
+    st.tiles = tile0 + static_cast<u32>(n_tiles);
+  }
+
+  // ---- epilogue: column sums across the lanes and warps, normalise, store ----
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) l[k] = column_sum8(l[k]);
+  // The last reads of the exchange slots happened before the last tile's second barrier.
+  if (g == 0) {
+#pragma unroll
+    for (int n = 0; n < kCols / 2; ++n) {
+      const u32 a = red + (warp * kN + 8 * n + 2 * c4) * 4;
+      sts_f32(a, l[2 * n]);
+      sts_f32(a + 4, l[2 * n + 1]);
+    }
+  }
+  named_barrier_sync(1, kMlaKvThreads);
+  float lt[kCols];
+#pragma unroll
+  for (int n = 0; n < kCols / 2; ++n) {
+    lt[2 * n] = 0.f;
+    lt[2 * n + 1] = 0.f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float2 v = lds_f32x2(red + (w * kN + 8 * n + 2 * c4) * 4);
+      lt[2 * n] += v.x;
+      lt[2 * n + 1] += v.y;
+    }
+  }
+  // Every thread reads the slots before the next piece's first write (the barrier at its start).
+
+  // Column k, M-row half h (+ 8) of one O^T block, the N = 16 halves added.
+  auto o_sum = [](const float (&ob)[16], int k, int h) {
+    const int i = 4 * (k >> 1) + (k & 1) + 2 * h;
+    return kN == 16 ? ob[i] + ob[i + 8] : ob[i];
+  };
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) {
+    const int col = 8 * (k >> 1) + 2 * c4 + (k & 1);
+    const int row = row0 + col;
+    if (row >= rows_b) continue;
+    // Output columns 64 mb + tok_lo and 64 mb + tok_lo + 8 (the M rows of O^T).
+    if (slot < 0) {
+      const float inv = lt[k] > 0.f ? p.out_scale / lt[k] : 0.f;  // nothing visible -> zeros
+      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + tok_lo;
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb) {
+        out[64 * mb] = float_to_bf16(o_sum(o[mb], k, 0) * inv);
+        out[64 * mb + 8] = float_to_bf16(o_sum(o[mb], k, 1) * inv);
+      }
+    } else {
+      const long long idx = static_cast<long long>(slot) * kMaxRows + row;
+      if (lt[k] > 0.f) {
+        const float inv = 1.f / lt[k];
+        float* op = static_cast<float*>(p.o_partial) + idx * kMlaDimV + tok_lo;
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb) {
+          op[64 * mb] = o_sum(o[mb], k, 0) * inv;
+          op[64 * mb + 8] = o_sum(o[mb], k, 1) * inv;
+        }
+      }
+      if (warp == 0 && g == 0) static_cast<float*>(p.lse_partial)[idx] = lt[k] > 0.f ? m[k] + fast_log2(lt[k]) : neg_inf();
+    }
+  }
+}
+
+}  // namespace mla_detail
+
+#endif  // __CUDACC__
+
+}  // namespace kiln
