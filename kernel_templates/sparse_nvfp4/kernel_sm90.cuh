@@ -151,25 +151,38 @@ __device__ __forceinline__ u64 record_addr(const SparseNvfp4Params& p, const spa
   return reinterpret_cast<u64>(rec);
 }
 
-// Raw row layout: the 352 data bytes, the 32 scale bytes, then a second copy of scale unit 0
-// (decode half 1 needs scale groups 14-15 next to unit 1's). One producer warp gathers 16 rows;
-// for each, lane l < 25 copies 16-byte piece l (lanes 0-21 data units, 22-23 scale units, 24 the
-// copy), so a warp's copy of a record touches its 3-4 data lines and 1 scale line instead of one
-// line per lane. `addr`: lane l holds record 16 * warp + (l & 15)'s data address (l < 16) or scale
-// address (l >= 16), 0 when masked; masked rows are zero-filled, which decodes to zeros.
-constexpr u32 kScale0Copy = 384u;
+// 16-byte cp.async issued only where `pred` holds, as a predicated instruction: a branch around
+// it would end a basic block per row and keep the compiler from overlapping the rows' shuffles.
+__device__ __forceinline__ void cp_async_16_if(u32 smem, const void* gmem, u32 bytes, bool pred) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(smem), "l"(gmem),
+      "r"(bytes), "r"(int(pred)));
+}
 
+// Raw row layout: the 352 data bytes, then the 32 scale bytes (16 bytes of padding to 400 keep 8
+// consecutive rows on distinct banks). One producer warp gathers 16 rows; for each, lane l < 24
+// copies 16-byte piece l (lanes 0-21 data units, 22-23 scale units), so a warp's copy of a record
+// touches its 3-4 data lines and 1 scale line instead of one line per lane. `addr`: lane l holds
+// record 16 * warp + (l & 15)'s data address (l < 16) or scale address (l >= 16), 0 when masked;
+// masked rows are zero-filled, which decodes to zeros.
 __device__ __forceinline__ void gather_rows(const u8* fallback, u64 addr, u32 rows, int lane) {
   const int src_lane = lane < 22 ? 0 : 16;
-  const u32 src_off = lane < 22 ? 16u * lane : (lane < 24 ? 16u * (lane - 22) : 0u);
-  const u32 dst_off = lane < 22 ? 16u * lane : (lane < 24 ? sparse_detail::kDataBytes + 16u * (lane - 22) : kScale0Copy);
+  const u32 src_off = lane < 22 ? 16u * lane : 16u * (lane - 22);
+  const u32 dst_off = lane < 22 ? 16u * lane : sparse_detail::kDataBytes + 16u * (lane - 22);
 #pragma unroll
   for (int k = 0; k < 16; ++k) {
     const u32 lo = __shfl_sync(0xffffffffu, u32(addr), src_lane + k);
     const u32 hi = __shfl_sync(0xffffffffu, u32(addr >> 32), src_lane + k);
     const u64 a = (u64(hi) << 32) | lo;
-    if (lane < 25) cp_async_16_addr(rows + u32(k) * kRawRow + dst_off, a ? reinterpret_cast<const u8*>(a) + src_off : fallback, a ? 16u : 0u);
+    cp_async_16_if(rows + u32(k) * kRawRow + dst_off, a ? reinterpret_cast<const u8*>(a) + src_off : fallback, a ? 16u : 0u, lane < 24);
   }
+}
+
+// Bits s .. s + 31 of the 64-bit hi:lo (s <= 32).
+__device__ __forceinline__ u32 funnel_right(u32 lo, u32 hi, u32 s) {
+  u32 r;
+  asm("shf.r.clamp.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(lo), "r"(hi), "r"(s));
+  return r;
 }
 
 __device__ __forceinline__ void sts16(u32 addr, u16 v) { asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v)); }
@@ -242,6 +255,8 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     // by the warpgroup and kBarRaw separates its writes from the reads.
     const int half = pw >> 1, tok = 32 * (pw & 1) + lane;
     const u32 row = sbase + kRawOff + u32(tok) * kRawRow;
+    // This half's 7 code units, 4 RoPE units and the scale words of its units.
+    const u32 half_codes = row + 112u * half, half_rope = row + 224u + 64u * half, half_scales = row + kDataBytes + 12u * half;
     const u32 my_rows = sbase + kRawOff + u32(16 * pw) * kRawRow;
     const int my_slot = 16 * pw + (lane & 15);
     const bool scale_lane = lane >= 16;
@@ -257,18 +272,15 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       named_barrier_sync(kBarRaw, 128);  // every warp's copies of this chunk have landed
       U32x4 code[7], rope[4];
 #pragma unroll
-      for (int k = 0; k < 7; ++k) code[k] = lds128(row + 16 * (7 * half + k));
+      for (int k = 0; k < 7; ++k) code[k] = lds128(half_codes + 16 * k);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) rope[k] = lds128(row + 224 + 16 * (4 * half + k));
-      // Scale bytes 2u, 2u+1 of code unit u sit in word u / 2 of the scale record: half 0 needs
-      // words 0-3 (scale unit 0), half 1 words 3-6 (the last word of its copy of unit 0, then unit 1).
-      U32x4 sw;
-      if (half == 0) {
-        sw = lds128(row + kDataBytes);
-      } else {
-        const U32x4 s1 = lds128(row + kDataBytes + 16);
-        sw = U32x4{lds_u32(row + kScale0Copy + 12), s1.x, s1.y, s1.z};
-      }
+      for (int k = 0; k < 4; ++k) rope[k] = lds128(half_rope + 16 * k);
+      // Scale bytes 2u, 2u+1 of code unit u = 7 half + k sit in word u / 2 of the scale record:
+      // words 3 half .. 3 half + 3 hold this half's 14 bytes, unit k's pair starts 16 (k + half)
+      // bits into word k / 2.
+      u32 sw[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sw[k] = lds_u32(half_scales + 4 * k);
       const u32 valid_cur = valid16;
       named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
       // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
@@ -281,17 +293,12 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       cp_async_commit();
       if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
       const u32 tile = sbase + kTileOff + u32(b) * kTileBytes + u32(tok) * 16;
+      const u32 half_tile = tile + u32(28 * half) * 1024;  // dims 224 half ..
 #pragma unroll
-      for (int k = 0; k < 4; ++k) sts128(tile + (56 + 4 * half + k) * 1024, rope[k]);
-      // The half is warp-uniform; each branch indexes its registers with constants.
-      const u32 words[4] = {sw.x, sw.y, sw.z, sw.w};
-      if (half == 0) {
+      for (int k = 0; k < 4; ++k) sts128(tile + u32(56 + 4 * half + k) * 1024, rope[k]);
 #pragma unroll
-        for (int u = 0; u < 7; ++u) decode_unit(code[u], words[u >> 1] >> (16 * (u & 1)), tile, u);
-      } else {
-#pragma unroll
-        for (int u = 7; u < 14; ++u) decode_unit(code[u - 7], words[(u >> 1) - 3] >> (16 * (u & 1)), tile, u);
-      }
+      for (int k = 0; k < 7; ++k)
+        decode_unit(code[k], funnel_right(sw[k >> 1], sw[(k >> 1) + ((k >> 1) < 3)], 16u * u32((k & 1) + half)), half_tile, k);
       if (lane == 0) sts16(sbase + kMaskOff + 8 * b + 2 * pw, u16(valid_cur));
       fence_proxy_async_smem();
       mbar_arrive(bar_full + 8 * b);
@@ -324,27 +331,22 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     u32 pf[4][4] = {};
     float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
     const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
-
-    auto issue_s = [&](int i) {
-      const u32 kt = sbase + kTileOff + u32(i & 1) * kTileBytes;
-      wgmma_fence_operand(s);
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < 28; ++ks)
-        wgmma_m64n64k16_ss_f16(s, smem_desc(q_smem + ks * 2048, 1024, 128), smem_desc(kt + ks * 2048, 1024, 128), ks > 0);
-#pragma unroll
-      for (int ks = 28; ks < 32; ++ks)
-        wgmma_m64n64k16_ss_bf16(s, smem_desc(q_smem + ks * 2048, 1024, 128), smem_desc(kt + ks * 2048, 1024, 128), 1);
-      wgmma_commit();
-    };
+    // Descriptors built once; a k-step or a tile is a constant added to the start-address field.
+    const u64 dq = smem_desc(q_smem, 1024, 128), dk0 = smem_desc(sbase + kTileOff, 1024, 128), dv0 = smem_desc(sbase + kTileOff, 128, 1024);
 
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
-      const u32 kt = sbase + kTileOff + u32(b) * kTileBytes;
+      const u64 dk = wgmma_desc_advance(dk0, u32(b) * kTileBytes), dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
       // S(i) queues behind P V of chunk i - 1 (issued at the end of the previous iteration). Issuing
       // it one iteration early would carry S across the loop's back edge, which ptxas serializes.
       mbar_wait(bar_full + 8 * b, u32((i >> 1) & 1));
-      issue_s(i);
+      wgmma_fence_operand(s);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 28; ++ks) wgmma_m64n64k16_ss_f16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+#pragma unroll
+      for (int ks = 28; ks < 32; ++ks) wgmma_m64n64k16_ss_bf16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), 1);
+      wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operand(s);
       wgmma_fence_operand(o);
@@ -352,12 +354,20 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       if (i > 0) mbar_arrive(bar_empty + 8 * (b ^ 1));
       const u64 mask = lds64(sbase + kMaskOff + 8 * b);
       float mx[2] = {neg_inf(), neg_inf()};
+      if (mask == ~0ull) {  // the common chunk: every candidate valid (uniform over the warpgroup)
 #pragma unroll
-      for (int e = 0; e < 32; ++e) {
-        const int col = 8 * (e >> 2) + 2 * q4 + (e & 1);
-        const float v = ((mask >> col) & 1u) ? s[e] * scale_log2 : neg_inf();
-        s[e] = v;
-        mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
+        for (int e = 0; e < 32; ++e) {
+          s[e] *= scale_log2;
+          mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[e]);
+        }
+      } else {
+        const u64 my_mask = mask >> (2 * q4);
+#pragma unroll
+        for (int e = 0; e < 32; ++e) {
+          const float v = ((my_mask >> (8 * (e >> 2) + (e & 1))) & 1u) ? s[e] * scale_log2 : neg_inf();
+          s[e] = v;
+          mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
+        }
       }
       float alpha[2], m_use[2];
 #pragma unroll
@@ -380,8 +390,11 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         }
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + psum[hr];
+      // Most chunks leave every row's maximum where it was (alpha exactly 1): no rescale then.
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int e = 0; e < 128; ++e) o[e] *= alpha[(e >> 1) & 1];
+        for (int e = 0; e < 128; ++e) o[e] *= alpha[(e >> 1) & 1];
+      }
 
       if (i > 0) mbar_wait(bar_p_free, u32((i - 1) & 1));  // WG1 holds chunk i - 1's P and alphas
 #pragma unroll
@@ -395,7 +408,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       wgmma_fence_operand(o);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_f16(o, pf[kk], smem_desc(kt + kk * 256, 128, 1024));
+      for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
       wgmma_commit();
     }
     wgmma_wait<0>();
@@ -452,9 +465,10 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     for (int i = 0; i < 96; ++i) o_nope[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) o_rope[i] = 0.0f;
+    const u64 dv0 = smem_desc(sbase + kTileOff, 128, 1024);
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
-      const u32 kt = sbase + kTileOff + u32(b) * kTileBytes;
+      const u64 dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
       named_barrier_sync(kBarPReady, kConsumers);
       const float alpha[2] = {lds_f32(sbase + kAlphaOff + row_lo * 4), lds_f32(sbase + kAlphaOff + (row_lo + 8) * 4)};
       u32 pf[4][4], pb[4][4];
@@ -471,18 +485,20 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
         for (int r = 0; r < 4; ++r) pb[kk][r] = f16x2_to_bf16x2(pf[kk][r]);
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int e = 0; e < 96; ++e) o_nope[e] *= alpha[(e >> 1) & 1];
+        for (int e = 0; e < 96; ++e) o_nope[e] *= alpha[(e >> 1) & 1];
 #pragma unroll
-      for (int e = 0; e < 32; ++e) o_rope[e] *= alpha[(e >> 1) & 1];
+        for (int e = 0; e < 32; ++e) o_rope[e] *= alpha[(e >> 1) & 1];
+      }
       mbar_wait(bar_full + 8 * b, u32((i >> 1) & 1));  // orders the producer's tile writes before the reads below
       wgmma_fence_operand(o_nope);
       wgmma_fence_operand(o_rope);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wgmma_m64n192k16_rs_f16(o_nope, pf[kk], smem_desc(kt + 32 * 1024 + kk * 256, 128, 1024));
-        wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], smem_desc(kt + 56 * 1024 + kk * 256, 128, 1024));
+        wgmma_m64n192k16_rs_f16(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
+        wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256));
       }
       wgmma_commit();
       wgmma_wait<0>();

@@ -336,9 +336,11 @@ SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const S
   if (arch != "sm_90a") return SparseKernel::kMmaSmall;
   // With 64-head blocks on fewer than a fifth of the SMs the 16/32-head mma.sync grid, 2-4 times
   // as many blocks, finishes first (H200: 16 blocks ~20% slower than mma.sync, 32 blocks ~20%
-  // faster); padded rows (H 8-48, 80-112) cost the 64-row tiles MMA work that was not measured to pay off.
+  // faster). Padded rows cost the 64-row tiles MMA work; a block's time is set by its gather and
+  // decode, so H = 32 (half the rows padded) still runs 1.5x faster than mma.sync from T = 64
+  // (H200, 2048 candidates); H = 16 only ties, and other head counts were not measured.
   const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * plan.num_splits;
-  if (heads % 64 != 0 || 5 * blocks < sms) return SparseKernel::kMma;
+  if ((heads % 64 != 0 && heads != 32) || 5 * blocks < sms) return SparseKernel::kMma;
   // Where the mma.sync grid still leaves room for clusters that spare each CTA two or more chunks,
   // it finishes first (H200, T = 8, H = 128, 2048 candidates: 49.8 us on 64 pairs vs 63.8 us).
   return sparse_cluster_size(tokens, heads, plan, sms) > 1 ? SparseKernel::kMma : SparseKernel::kSm90;
@@ -361,7 +363,7 @@ int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int 
 
 std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads) {
   if (arch != "sm_90a") return {SparseKernel::kMmaSmall};
-  if (heads % 64 == 0) return {SparseKernel::kMma, SparseKernel::kSm90};
+  if (heads % 64 == 0 || heads == 32) return {SparseKernel::kMma, SparseKernel::kSm90};
   return {SparseKernel::kMma};
 }
 

@@ -588,15 +588,17 @@ TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
   const sp::SplitPlanResult one{1, 1, 8}, two{2, 2, 16};
   CHECK(sp::choose_kernel("sm_120a", 512, 128, two, 170) == K::kMmaSmall);
   CHECK(sp::choose_kernel("sm_120a", 1, 8, one, 170) == K::kMmaSmall);
-  // sm_90a: the Hopper kernel from a fifth of the SMs' worth of its 64-head blocks, for H a multiple of 64,
-  // unless the mma.sync grid runs as clusters.
+  // sm_90a: the Hopper kernel from a fifth of the SMs' worth of its 64-head blocks, for H a multiple of 64
+  // or 32, unless the mma.sync grid runs as clusters.
   CHECK(sp::choose_kernel("sm_90a", 64, 128, one, 132) == K::kSm90);   // 128 blocks
   CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kSm90);    // 64 blocks
   CHECK(sp::choose_kernel("sm_90a", 16, 128, two, 132) == K::kSm90);   // 64 blocks
   // 32 blocks, but mma.sync's 64 (token, head group, split) CTAs fit pairs of 8 chunks each.
   CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kMma);
   CHECK(sp::choose_kernel("sm_90a", 8, 64, two, 132) == K::kMma);      // 16 blocks
-  CHECK(sp::choose_kernel("sm_90a", 512, 32, two, 132) == K::kMma);    // padded 64-row tiles
+  CHECK(sp::choose_kernel("sm_90a", 512, 32, two, 132) == K::kSm90);   // half the 64 rows padded
+  CHECK(sp::choose_kernel("sm_90a", 64, 32, two, 132) == K::kSm90);
+  CHECK(sp::choose_kernel("sm_90a", 512, 16, two, 132) == K::kMma);    // more padding: not measured faster
   CHECK(sp::choose_kernel("sm_90a", 512, 96, two, 132) == K::kMma);
   CHECK(sp::choose_kernel("sm_90a", 14, 128, one, 132) == K::kSm90);   // 28 blocks: 5 * 28 >= 132
   CHECK(sp::choose_kernel("sm_90a", 13, 128, one, 132) == K::kMma);    // 26 blocks
