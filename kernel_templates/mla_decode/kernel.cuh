@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
   };
 
   if constexpr (kV.kv2) {
-    static_assert(kV.kv2 && kMlaSm90a, "the KV-on-M wgmma MLA kernel needs sm_90a");
-    static_assert(!kFp8, "the KV-on-M wgmma MLA kernel takes bf16 only");
+    static_assert(kV.kv2 && kMlaSm90a, "the two-warpgroup KV-on-M MLA kernel needs sm_90a");
+    static_assert(!kFp8, "the two-warpgroup KV-on-M MLA kernel takes bf16 only");
     constexpr MlaKv2Smem kL = mla_kv2_smem(kV.kv_rows);
     const u32 raw = smem_addr(smem);
     const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes

@@ -2,23 +2,25 @@
 // Paged MLA decode with the KV tokens on the MMA's M side, two warpgroups (sm_90a): kernel_kv.cuh's
 // layout (S^T = K Q^T, softmax over M, O^T += V^T P^T with V^T through the transpose bit, P as bf16
 // hi + lo) with V's 512 output columns split over two warpgroups, so that the O^T accumulators of up
-// to 64 query rows fit: warpgroup w owns column blocks 4 w .. 4 w + 3.
+// to 64 query rows fit: warpgroup 0 owns the first kBlocks0 of the 8 column blocks (4; 3 at N = 64),
+// warpgroup 1 the rest.
 //
 // One CTA = 256 threads, N = 16, 32 or 64 query rows (row = i * H + h) of one part. Per 64-token tile:
 //   warpgroup 0: S^T (36 m64nNk16), the softmax over the tokens (column max over lanes, then over its
 //     four warps through shared memory), P^T hi + lo stored into the stage's RoPE block (dead once
 //     S^T is done; at N = 64 only hi fits, lo has its own buffer), the column rescale factors
-//     published per stage, then its half of O^T += V^T P^T;
-//   warpgroup 1: waits for P^T, rescales and runs its half of P V, then refills the stage both halves
-//     have released (cp.async, the 4-rows x 128-byte mapping, block table read a tile ahead), so the
+//     published per stage, then its share of O^T += V^T P^T;
+//   warpgroup 1: waits for P^T, rescales and runs its share of P V, then refills the stage both
+//     warpgroups have released (cp.async, the 4-rows x 128-byte mapping, block table read a tile ahead), so the
 //     loads never sit on warpgroup 0's path.
 // Up to N = 32 P^T hi and lo are one 2N-row B operand: each V^T step is a single m64n(2N)k16 (A, the
 // 2 KB V^T slice, read once) and query row c accumulates in columns c and c + N, added at the end.
 // At N = 64 each step is two m64n64k16 (hi, lo) into the same accumulators.
 // Per stage: a full barrier (cp.async completions of warpgroup 1), an empty barrier (both warpgroups
 // after their P V), a P-ready barrier (warpgroup 0 after its P^T stores and factors). The stage
-// cycle orders every buffer reuse: the next tile of a stage is issued only after both warpgroups
-// released it, and warpgroup 0 writes that stage's RoPE block and factors only after its full barrier.
+// cycle orders the buffer reuse: the next tile of a stage is issued only after both warpgroups
+// released it; warpgroup 0 writes the stage's RoPE block after its full barrier, and the stage's
+// factors (at N = 64 also the one lo buffer) after the empty barrier of the tile that last read them.
 #include "common/mbarrier.cuh"
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
