@@ -12,7 +12,7 @@
 // "results" holds the 120-config uniform grid (bf16, page 64, fixed SQ, causal), the rows
 // ../shared/anchors/compare.py matches with FlashMLA's. "extra_results" holds the rest: mixed-length
 // batches (lengths log-uniform in [64, 32k]), fp8 (each config also with the mma.sync kernel
-// forced), packed query rows, page sizes 16 and 128, and the grid rows with H * SQ <= 128 again with
+// forced), packed query rows, page sizes 16 and 128, and the grid rows with H * SQ <= 64 again with
 // each kernel forced (what the planner's choices rest on). --only keeps one group or one config.
 #include "tools/bench_mla.h"
 
@@ -75,7 +75,6 @@ struct BenchConfig {
     if (kernel == mla::MlaKernel::kMmaSync) s += " kernel=mma_sync";
     if (kernel == mla::MlaKernel::kWgmma) s += " kernel=wgmma";
     if (kernel == mla::MlaKernel::kWgmmaKv) s += " kernel=wgmma_kv";
-    if (kernel == mla::MlaKernel::kWgmmaKv2) s += " kernel=wgmma_kv2";
     return s;
   }
   mla::MlaDecodePolicy policy() const {
@@ -178,18 +177,16 @@ std::vector<BenchConfig> extra_configs(bool quick, const std::string& arch) {
       c.page_size = page;
       x.push_back(c);
     }
-  // The grid's rows with each kernel forced (sm_90a only): H * SQ <= 32 every kernel, 64 the wgmma
-  // kernels, 128 the two that tile 64 rows. The planner's choice rests on these.
+  // Small head counts (H * SQ <= 32): the grid's rows with each kernel forced; H * SQ = 64: the two
+  // wgmma kernels (sm_90a only). The planner's choice rests on these.
   if (mla::is_sm90a(arch)) {
     for (int b : {1, 8, 32, 64, 128})
       for (int l : {1024, 4096, 16384})
-        for (int h : {16, 32, 64, 128})
+        for (int h : {16, 32, 64})
           for (int sq : {1, 2}) {
-            if (h * sq > 128) continue;
-            for (const mla::MlaKernel k : {mla::MlaKernel::kMmaSync, mla::MlaKernel::kWgmma, mla::MlaKernel::kWgmmaKv,
-                                           mla::MlaKernel::kWgmmaKv2}) {
+            if (h * sq > 64) continue;
+            for (const mla::MlaKernel k : {mla::MlaKernel::kMmaSync, mla::MlaKernel::kWgmma, mla::MlaKernel::kWgmmaKv}) {
               if (h * sq > 32 && k == mla::MlaKernel::kMmaSync) continue;
-              if (h * sq > 64 && k == mla::MlaKernel::kWgmmaKv) continue;
               BenchConfig c = uniform(b, l, h, sq);
               c.group = "kernel";
               c.kernel = k;
@@ -200,9 +197,7 @@ std::vector<BenchConfig> extra_configs(bool quick, const std::string& arch) {
   return x;
 }
 
-const char* kernel_name(const MlaVariant& v) {
-  return v.kv2 ? "wgmma_kv2" : v.kv_rows > 0 ? "wgmma_kv" : v.wgmma ? "wgmma" : "mma_sync";
-}
+const char* kernel_name(const MlaVariant& v) { return v.kv_rows > 0 ? "wgmma_kv" : v.wgmma ? "wgmma" : "mma_sync"; }
 
 struct Timing : BenchReplayTimes {
   int calls = 0;

@@ -2,14 +2,13 @@
 // Paged MLA decode (576-wide Q/K, V = first 512 columns of the same cache row): the two entry points
 // of the module. mla_decode_kernel: grid (parts, row tiles); each CTA walks its part's pieces
 // (schedule.cuh) with the wgmma kernel (sm_90a: kernel_wgmma.cuh for bf16, kernel_wgmma_fp8.cuh for
-// e4m3), the KV-on-M wgmma kernel (sm_90a, kernel_kv.cuh, or its two-warpgroup form kernel_kv2.cuh)
-// or the mma.sync kernel (kernel_mma.cuh), as mla_variant() picks for the target.
+// e4m3), the KV-on-M wgmma kernel (sm_90a, kernel_kv.cuh) or the mma.sync kernel (kernel_mma.cuh),
+// as mla_variant() picks for the target.
 // mla_combine_kernel merges the pieces of split requests; it is launched (with programmatic dependent
 // launch) only when a request can split.
 #include "common/mbarrier.cuh"
 #include "common/pdl.cuh"
 #include "mla_decode/kernel_kv.cuh"
-#include "mla_decode/kernel_kv2.cuh"
 #include "mla_decode/kernel_mma.cuh"
 #include "mla_decode/kernel_wgmma.cuh"
 #include "mla_decode/kernel_wgmma_fp8.cuh"
@@ -52,32 +51,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     }
   };
 
-  if constexpr (kV.kv2) {
-    static_assert(kV.kv2 && kMlaSm90a, "the two-warpgroup KV-on-M MLA kernel needs sm_90a");
-    static_assert(!kFp8, "the two-warpgroup KV-on-M MLA kernel takes bf16 only");
-    constexpr MlaKv2Smem kL = mla_kv2_smem(kV.kv_rows);
-    const u32 raw = smem_addr(smem);
-    const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
-    long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kL.sched_offset);
-    if (threadIdx.x == 0) {
-      // Q and full: warpgroup 1's cp.async completions (.noinc); empty: every thread; P ready: warpgroup 0.
-      const u32 bars = base + kL.bar_offset;
-      mbar_init(bars, 128);
-      for (int i = 0; i < kMlaKvStages; ++i) {
-        mbar_init(bars + 8 + 8 * i, 128);
-        mbar_init(bars + 8 + 8 * kMlaKvStages + 8 * i, kMlaKv2Threads);
-        mbar_init(bars + 8 + 16 * kMlaKvStages + 8 * i, 128);
-      }
-      mbar_fence_init();
-    }
-    __syncthreads();
-    MlaWgState st{0u, 0u};
-    mla_for_each_piece<kThreads, kMlaKvTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
-      record(pc);
-      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-      mla_kv2_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kV.kv_rows>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
-    });
-  } else if constexpr (kV.kv_rows > 0) {
+  if constexpr (kV.kv_rows > 0) {
     static_assert(kV.kv_rows > 0 && kMlaSm90a, "the KV-on-M wgmma MLA kernel needs sm_90a");
     static_assert(!kFp8, "the KV-on-M wgmma MLA kernel takes bf16 only");
     constexpr MlaKvSmem kL = mla_kv_smem(kV.kv_rows);

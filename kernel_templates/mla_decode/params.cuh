@@ -40,13 +40,11 @@ constexpr int kMlaMinBlockTokens = 32;
 // Kernel choice carried in the policy ("kernel" field): auto lets the planner decide per arch;
 // mma_sync forces the portable mma.sync kernel in the configuration that fits ~99 KB of shared memory
 // (what sm_120 runs); wgmma forces the Hopper kernel (sm_90a); wgmma_kv forces the Hopper kernel that
-// puts KV tokens on the MMA's M side (sm_90a, bf16 only; kernel_kv.cuh); wgmma_kv2 its two-warpgroup
-// form (sm_90a, bf16 only; kernel_kv2.cuh).
+// puts KV tokens on the MMA's M side (sm_90a, bf16 only; kernel_kv.cuh).
 constexpr int kMlaKernelAuto = 0;
 constexpr int kMlaKernelMmaSync = 1;
 constexpr int kMlaKernelWgmma = 2;
 constexpr int kMlaKernelWgmmaKv = 3;
-constexpr int kMlaKernelWgmmaKv2 = 4;
 
 // Combine: one CTA of four warps per output row (kernel.cuh).
 constexpr int kMlaCombineThreads = 128;
@@ -88,7 +86,6 @@ struct MlaVariant {
   bool wgmma;          // either wgmma kernel
   MlaTileConfig tile;  // mma.sync kernel only
   int kv_rows;         // > 0: the KV-on-M wgmma kernel, with this many query rows (its N) per CTA
-  bool kv2;            // with kv_rows: its two-warpgroup form (kernel_kv2.cuh)
 };
 
 KILN_MLA_HD constexpr int mla_max_rows(int heads, int max_seq_len_q) { return heads * max_seq_len_q; }
@@ -103,27 +100,18 @@ KILN_MLA_HD constexpr MlaTileConfig mla_small_tile_config() { return MlaTileConf
 // two row tiles each streaming the KV, 0.68-0.81x the wgmma kernel's from B x L >= 128k). fp8 keys
 // take the heads-on-M kernel at every row count (measured: at 16 rows it ties or beats the 16-row
 // mma.sync tile, whose compute warps widen e4m3 themselves, and from 32 rows it takes about half the
-// time). The two-warpgroup KV-on-M form (kernel_kv2.cuh) is not picked: over the same rows it ran
-// 0.99x the one-warpgroup kernel's speed at 16 rows, 1.01x at 32 (1.02-1.06x from B x L >= 256k,
-// 0.92-0.98x at B <= 32 with L <= 4096), and 0.86x / 0.88x the heads-on-M kernel's at 64 / 128 rows.
+// time).
 constexpr int kMlaKvMaxRows = 32;
 
 // The KV-on-M kernel's query rows per CTA (the wgmma N): 16 or 32; more rows take more row tiles.
 KILN_MLA_HD constexpr int mla_kv_rows(int heads, int max_seq_len_q) {
   return mla_max_rows(heads, max_seq_len_q) <= 16 ? 16 : 32;
 }
-// The two-warpgroup form takes up to 64 rows per CTA.
-KILN_MLA_HD constexpr int mla_kv2_rows(int heads, int max_seq_len_q) {
-  return mla_max_rows(heads, max_seq_len_q) <= 32 ? mla_kv_rows(heads, max_seq_len_q) : 64;
-}
 
 // `sm90a`: compiling for (or running on) sm_90a, the one target with wgmma and 227 KB per block.
 KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_len_q, bool fp8, bool sm90a) {
   if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config(), 0};
   if (kernel == kMlaKernelWgmmaKv) return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
-  if (kernel == kMlaKernelWgmmaKv2) {
-    return MlaVariant{true, mla_small_tile_config(), mla_kv2_rows(heads, max_seq_len_q), true};
-  }
   if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config(), 0};
   if (!fp8 && mla_max_rows(heads, max_seq_len_q) <= kMlaKvMaxRows) {
     return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
@@ -246,38 +234,14 @@ KILN_MLA_HD constexpr MlaKvSmem mla_kv_smem(int n) {
   return l;
 }
 
-// ---- KV-on-M two-warpgroup kernel (sm_90a) geometry ----
-// Two warpgroups; N = kv_rows (16, 32 or 64) query rows per CTA. Shared memory: Q (9 column blocks of
-// N rows x 128 B), two KV stages (64 tokens x 576; P^T hi, and lo up to N = 32, go to the stage's
-// RoPE block once S^T is done), P^T lo at N = 64, the column rescale factors per stage, the per-warp
-// column max / sum exchange (row 0 then takes the final sums), scheduler scratch, mbarriers (Q full,
-// then per stage: full, empty, P ready).
-constexpr int kMlaKv2Threads = 256;
-struct MlaKv2Smem {
-  int q_offset, stage_offset, plo_offset, alpha_offset, red_offset, sched_offset, bar_offset, total;
-};
-KILN_MLA_HD constexpr MlaKv2Smem mla_kv2_smem(int n) {
-  MlaKv2Smem l{};
-  l.q_offset = 0;
-  l.stage_offset = 9 * n * 128;  // a multiple of 1024 for n = 16, 32, 64
-  l.plo_offset = l.stage_offset + kMlaKvStages * kMlaWgStageBytes;
-  l.alpha_offset = l.plo_offset + (n > 32 ? n * 128 : 0);
-  l.red_offset = l.alpha_offset + kMlaKvStages * n * 4;
-  l.sched_offset = l.red_offset + 4 * n * 4;  // [warp][column] fp32
-  l.bar_offset = l.sched_offset + kMlaSchedScratchBytes;
-  l.total = l.bar_offset + 8 * (1 + 3 * kMlaKvStages) + 1024;  // + the kernel's own 1024-byte alignment
-  return l;
-}
-
 KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v, bool fp8) {
-  if (v.kv_rows > 0) return v.kv2 ? kMlaKv2Threads : kMlaKvThreads;
-  return v.wgmma ? (fp8 ? kMlaWgFp8Threads : kMlaWgThreads) : mla_threads(v.tile);
+  return v.kv_rows > 0 ? kMlaKvThreads : v.wgmma ? (fp8 ? kMlaWgFp8Threads : kMlaWgThreads) : mla_threads(v.tile);
 }
 KILN_MLA_HD constexpr int mla_variant_rows(MlaVariant v) {
   return v.kv_rows > 0 ? v.kv_rows : v.wgmma ? kMlaWgRows : mla_tile_rows(v.tile);
 }
 KILN_MLA_HD constexpr int mla_variant_smem(MlaVariant v, bool fp8) {
-  if (v.kv_rows > 0) return v.kv2 ? mla_kv2_smem(v.kv_rows).total : mla_kv_smem(v.kv_rows).total;
+  if (v.kv_rows > 0) return mla_kv_smem(v.kv_rows).total;
   return v.wgmma ? (fp8 ? kMlaWgFp8SmemBytes : kMlaWgSmemBytes) : mla_smem_layout(v.tile, fp8).total;
 }
 

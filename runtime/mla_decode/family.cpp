@@ -21,10 +21,9 @@ constexpr std::int64_t value(MaskType m) { return static_cast<std::int64_t>(m); 
 constexpr std::int64_t value(MlaKernel k) { return static_cast<std::int64_t>(k); }
 
 void cross_check(const MlaDecodePolicy& p) {
-  if ((p.kernel == MlaKernel::kWgmmaKv || p.kernel == MlaKernel::kWgmmaKv2) && p.dtype != DType::kBf16) {
-    throw Error(ErrorCode::kUnsupported, std::string("argument 'kernel': \"") +
-                                             (p.kernel == MlaKernel::kWgmmaKv ? "wgmma_kv" : "wgmma_kv2") +
-                                             "\" takes dtype bf16 only; use \"auto\", \"mma_sync\" or \"wgmma\" for fp8_e4m3");
+  if (p.kernel == MlaKernel::kWgmmaKv && p.dtype != DType::kBf16) {
+    throw Error(ErrorCode::kUnsupported, "argument 'kernel': \"wgmma_kv\" takes dtype bf16 only; use \"auto\", "
+                                         "\"mma_sync\" or \"wgmma\" for fp8_e4m3");
   }
 }
 
@@ -49,10 +48,9 @@ const PolicySchema<MlaDecodePolicy>& schema() {
                                             {{"auto", value(MlaKernel::kAuto)},
                                              {"mma_sync", value(MlaKernel::kMmaSync)},
                                              {"wgmma", value(MlaKernel::kWgmma)},
-                                             {"wgmma_kv", value(MlaKernel::kWgmmaKv)},
-                                             {"wgmma_kv2", value(MlaKernel::kWgmmaKv2)}},
+                                             {"wgmma_kv", value(MlaKernel::kWgmmaKv)}},
                                             value(MlaKernel::kAuto), ErrorCode::kInvalidArgument,
-                                            "kAuto, kMmaSync, kWgmma, kWgmmaKv or kWgmmaKv2")},
+                                            "kAuto, kMmaSync, kWgmma or kWgmmaKv")},
       &render, &cross_check);
   return s;
 }

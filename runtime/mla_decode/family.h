@@ -5,15 +5,14 @@
 // Policy JSON (canonical, every field present):
 //   {"heads": 1..128, "page_size": 16|32|64|128, "max_seq_len": 1..2^31-32768, "max_seq_len_q": 1..64,
 //    "packed": bool, "dtype": "bf16"|"fp8_e4m3", "out_dtype": "bf16", "mask": "dense"|"causal",
-//    "kernel": "auto"|"mma_sync"|"wgmma"|"wgmma_kv"|"wgmma_kv2"}
+//    "kernel": "auto"|"mma_sync"|"wgmma"|"wgmma_kv"}
 // heads and max_seq_len have no default (no value is right for every model); the rest default to
 // page_size 64, max_seq_len_q 1, packed false, dtype bf16, out_dtype bf16, mask causal, kernel auto.
 // kernel: auto lets the planner pick per GPU (on sm_90a: for bf16 the KV-on-M wgmma kernel up to 32
 // rows per request, the wgmma kernel above; for fp8 the wgmma kernel; else the mma.sync kernel);
 // mma_sync forces the mma.sync kernel in the configuration that fits ~99 KB of shared memory (what
 // sm_120 runs); wgmma forces the Hopper kernel (sm_90a only); wgmma_kv forces the Hopper kernel with
-// KV tokens on the MMA's M side (sm_90a and bf16 only), wgmma_kv2 its two-warpgroup form (the same
-// limits).
+// KV tokens on the MMA's M side (sm_90a and bf16 only).
 #include <cstdint>
 #include <string_view>
 
@@ -42,8 +41,7 @@ enum class MlaKernel {
   kAuto = kMlaKernelAuto,
   kMmaSync = kMlaKernelMmaSync,
   kWgmma = kMlaKernelWgmma,
-  kWgmmaKv = kMlaKernelWgmmaKv,
-  kWgmmaKv2 = kMlaKernelWgmmaKv2
+  kWgmmaKv = kMlaKernelWgmmaKv
 };
 
 // The semantic-key fields of one MLA decode kernel (everything except the target arch).

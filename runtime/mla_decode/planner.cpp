@@ -97,12 +97,9 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
   if (batch > 65535) bad("batch", "<= 65535 (combine grid y)", batch);
   MlaPlan p;
   p.workspace = workspace_layout(policy, batch, check);
-  if ((policy.kernel == kMlaKernelWgmma || policy.kernel == kMlaKernelWgmmaKv || policy.kernel == kMlaKernelWgmmaKv2) &&
-      !is_sm90a(arch)) {
+  if ((policy.kernel == kMlaKernelWgmma || policy.kernel == kMlaKernelWgmmaKv) && !is_sm90a(arch)) {
     throw Error(ErrorCode::kUnsupported, std::string("argument 'kernel': \"") +
-                                             (policy.kernel == kMlaKernelWgmma     ? "wgmma"
-                                              : policy.kernel == kMlaKernelWgmmaKv ? "wgmma_kv"
-                                                                                   : "wgmma_kv2") +
+                                             (policy.kernel == kMlaKernelWgmma ? "wgmma" : "wgmma_kv") +
                                              "\" runs on sm_90a (Hopper) only; this device is " + std::string(arch) +
                                              ": use kernel \"auto\" or \"mma_sync\"");
   }

@@ -114,7 +114,6 @@ struct MlaCase {
     if (kernel == MlaKernel::kMmaSync) s << " kernel=mma_sync";
     if (kernel == MlaKernel::kWgmma) s << " kernel=wgmma";
     if (kernel == MlaKernel::kWgmmaKv) s << " kernel=wgmma_kv";
-    if (kernel == MlaKernel::kWgmmaKv2) s << " kernel=wgmma_kv2";
     return s.str();
   }
   kiln::mla::MlaDecodePolicy policy() const {
@@ -411,8 +410,7 @@ void finish_case(PendingCase& pc) {
                                                   kiln::KernelService::global().device_arch(0));
   std::printf("%s %-96s %s parts %3d  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu  scales %.3f/%.2f  gpu %.0f ms  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
               cmp.ok ? "PASS" : "FAIL", c.label().c_str(),
-              plan.variant.kv2 ? "wgmma_kv2" : plan.variant.kv_rows > 0 ? "wgmma_kv" : plan.variant.wgmma ? "wgmma" : "mma",
-              plan.num_parts,
+              plan.variant.kv_rows > 0 ? "wgmma_kv" : plan.variant.wgmma ? "wgmma" : "mma", plan.num_parts,
               cmp.max_abs_err, cmp.rel_l2, cmp.bad, cmp.nan, p.bmm1, p.bmm2, pc.gpu_ms, ref_ms, oracle_gmacs(c),
               ms_since(pc.t0));
   std::fflush(stdout);
@@ -716,24 +714,6 @@ TEST_CASE("mla: the KV-on-M wgmma kernel forced on every bf16 launch of the matr
   run_cases(m, base_seed() * 1000 + 1100);
 }
 
-TEST_CASE("mla: the two-warpgroup KV-on-M kernel forced on every bf16 launch of the matrix, peaked and mixed-length tests",
-          "[gpu][mla]") {
-  if (!device_is_sm90a()) {
-    std::printf("SKIPPED: the two-warpgroup KV-on-M kernel runs on sm_90a only\n");
-    return;
-  }
-  // Every row count folds into tiles of 16, 32 or 64 rows, so every bf16 key can run it.
-  std::vector<MlaCase> m;
-  for (const auto& list : {conformance_matrix(), peaked_cases(), mixed_length_cases()}) {
-    for (MlaCase c : list) {
-      if (c.fp8) continue;
-      c.kernel = MlaKernel::kWgmmaKv2;
-      m.push_back(c);
-    }
-  }
-  run_cases(m, base_seed() * 1000 + 1200);
-}
-
 TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
   // Small launches that still reach every code path: split + combine, one split, two and more row
   // tiles, fp8 on both kernels, packed with an empty request, the rank-4 cache, padded block tables.
@@ -762,27 +742,6 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
     }
   }
   run_cases(m, base_seed() * 1000 + 900);
-}
-
-TEST_CASE("mla: sanitizer subset on the two-warpgroup KV-on-M kernel", "[gpu][mla][sanitizer]") {
-  if (!device_is_sm90a()) {
-    std::printf("SKIPPED: the two-warpgroup KV-on-M kernel runs on sm_90a only\n");
-    return;
-  }
-  // 16, 32 and 64 rows per CTA, several row tiles, split and whole, packed with an empty request,
-  // causal and dense, the rank-4 cache, padded block tables.
-  std::vector<MlaCase> m = {
-      fixed(16, 64, 1, false, true, {1, 65, 300}, 163840),
-      fixed(16, 32, 2, false, true, {63, 129, 2}),
-      fixed(32, 32, 2, false, false, {63, 129}),
-      packed(64, 64, 2, false, false, {64, 65, 2}, {1, 0, 2}, 4096),
-      fixed(24, 32, 16, false, true, {1, 200}),
-  };
-  m[0].bt_pad = 5;
-  m[2].rank4_cache = true;
-  m[3].bt_pad = 11;
-  for (MlaCase& c : m) c.kernel = MlaKernel::kWgmmaKv2;
-  run_cases(m, base_seed() * 1000 + 950);
 }
 
 TEST_CASE("mla: packed launch with no query rows returns without launching", "[gpu][mla][sanitizer]") {

@@ -666,7 +666,6 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"max_seq_len_q", 65}}, "'max_seq_len_q'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"kernel", "tcgen05"}}, "'kernel'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"kernel", "wgmma_kv"}}, "'kernel'");
-  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"kernel", "wgmma_kv2"}}, "'kernel'");
 
   kiln::mla::MlaDecodePolicy p;
   p.heads = 64;
@@ -711,11 +710,6 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   q.kernel = kiln::mla::MlaKernel::kWgmmaKv;
   CHECK(q.fingerprint() != wgmma_print);
   CHECK(q.key("sm_90a").policy()["kernel"] == "wgmma_kv");
-  const std::uint64_t kv_print = q.fingerprint();
-  q.kernel = kiln::mla::MlaKernel::kWgmmaKv2;
-  CHECK(q.fingerprint() != kv_print);
-  CHECK(q.fingerprint() != wgmma_print);
-  CHECK(q.key("sm_90a").policy()["kernel"] == "wgmma_kv2");
 }
 
 TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace bound", "[unit]") {
@@ -782,7 +776,6 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
     INFO("H 16 SQ " << sq);
     CHECK(v.wgmma);
     CHECK(v.kv_rows == (sq == 1 ? 16 : sq == 2 ? 32 : 0));
-    CHECK_FALSE(v.kv2);
     small.fp8 = true;
     const kiln::MlaVariant v8 = kiln::mla::plan(small, 1, h200, "sm_90a").variant;
     CHECK(v8.wgmma);
@@ -812,24 +805,6 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
     CHECK(kv.variant.wgmma);
     CHECK(kv.variant.kv_rows == n);
     CHECK(kv.decode.block[0] == 128);
-    CHECK(kv.decode.grid[1] == static_cast<unsigned>((16 * sq + n - 1) / n));
-    CHECK(kv.decode.grid[0] == 132 / kv.decode.grid[1]);
-    CHECK(kv.decode.smem_bytes <= 232448);
-    CHECK(kv.workspace.max_parts >= kv.num_parts);
-  }
-  CHECK_THROWS_AS(kiln::mla::plan(small, 1, sm120, "sm_120a"), Error);
-
-  // Its two-warpgroup form: 256 threads, 16, 32 or 64 query rows per CTA, one CTA per SM.
-  small.kernel = kiln::kMlaKernelWgmmaKv2;
-  for (int sq : {1, 2, 3, 4, 64}) {
-    small.max_seq_len_q = sq;
-    const kiln::mla::MlaPlan kv = kiln::mla::plan(small, 3, h200, "sm_90a");
-    const int n = 16 * sq <= 16 ? 16 : 16 * sq <= 32 ? 32 : 64;
-    INFO("H 16 SQ " << sq);
-    CHECK(kv.variant.wgmma);
-    CHECK(kv.variant.kv2);
-    CHECK(kv.variant.kv_rows == n);
-    CHECK(kv.decode.block[0] == 256);
     CHECK(kv.decode.grid[1] == static_cast<unsigned>((16 * sq + n - 1) / n));
     CHECK(kv.decode.grid[0] == 132 / kv.decode.grid[1]);
     CHECK(kv.decode.smem_bytes <= 232448);
