@@ -117,38 +117,14 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   // Every thread is done with the previous piece's Q, stages, P and exchange slots.
   named_barrier_sync(1, kMlaKvThreads);
   if (n_tiles > 0) {
-    const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
     const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(b) * p.block_table_stride;
     const unsigned char* q_rows =
         static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
 
-    // Each warp instruction copies 4 token rows x 8 chunks (one 128-byte swizzled row of one
-    // 64-column block each): conflict-free shared stores and 128-byte global segments. Thread (warp
-    // w, lane l) owns tokens 16 q + 4 w + l / 8 (q = 0..3) and chunk l % 8 of all 9 column blocks.
-    // The block-table entries are read a tile ahead, off the issue path.
-    const int ld_tok = 4 * warp + (lane >> 3);  // + 16 q
-    const int ld_chunk = lane & 7;
-    const u32 ld_dst = static_cast<u32>(ld_tok * 128 + ((ld_chunk ^ (ld_tok & 7)) << 4));
-    auto pages_of = [&](int j, int (&pages)[4]) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int t = t0 + j * kMlaKvTileTokens + 16 * q + ld_tok;
-        pages[q] = j < n_tiles && t < t1 ? __ldg(bt_row + t / kPageSize) : -1;  // -1: zero-filled
-      }
-    };
+    const MlaTileLoader<kPageSize> loader(p.kv, bt_row, t0, t1, n_tiles, warp, lane);
+    auto pages_of = [&](int j, int (&pages)[4]) { loader.pages_of(j, pages); };
     auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
-      const u32 dst0 = stage_smem + stage * kMlaWgStageBytes + ld_dst;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int t = t0 + j * kMlaKvTileTokens + 16 * q + ld_tok;
-        // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
-        const bool valid = pages[q] >= 0;
-        const unsigned char* src =
-            valid ? kv + (static_cast<long long>(pages[q]) * kPageSize + t % kPageSize) * kRowBytes + ld_chunk * 16 : kv;
-        const u32 bytes = valid ? 16u : 0u;
-#pragma unroll
-        for (int blk = 0; blk < 9; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
-      }
+      loader.template load<false>(j, pages, stage_smem + stage * kMlaWgStageBytes, 0);
       cp_async_mbar_arrive(bar_full + 8 * stage);
     };
 

@@ -45,6 +45,61 @@ struct MlaWgState {
   u32 pieces;  // pieces with a Q load so far: the Q barrier's phase
 };
 
+// The cp.async mapping the bf16 wgmma kernels fill a 64-token KV stage with: each warp instruction
+// copies 4 token rows x 8 chunks (one 128-byte swizzled row of one 64-column block each):
+// conflict-free shared stores and 128-byte global segments. Thread (warp w of its warpgroup, lane l)
+// owns tokens 16 q + 4 w + l / 8 (q = 0..3) and chunk l % 8 of the column blocks it is given.
+// Block-table entries are read a tile ahead (pages_of), off the issue path.
+template <int kPageSize>
+struct MlaTileLoader {
+  const unsigned char* kv;
+  const int* bt_row;  // the request's block-table row
+  int t0, t1;         // the piece's tokens [t0, t1)
+  int n_tiles;
+  int ld_tok;         // + 16 q
+  int ld_chunk;
+  u32 ld_dst;
+
+  __device__ __forceinline__ MlaTileLoader(const void* kv_base, const int* bt, int first, int end, int tiles, int warp,
+                                           int lane)
+      : kv(static_cast<const unsigned char*>(kv_base)), bt_row(bt), t0(first), t1(end), n_tiles(tiles),
+        ld_tok(4 * warp + (lane >> 3)), ld_chunk(lane & 7),
+        ld_dst(static_cast<u32>(ld_tok * 128 + ((ld_chunk ^ (ld_tok & 7)) << 4))) {}
+
+  __device__ __forceinline__ void pages_of(int j, int (&pages)[4]) const {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int t = t0 + j * kMlaWgTileTokens + 16 * q + ld_tok;
+      pages[q] = j < n_tiles && t < t1 ? __ldg(bt_row + t / kPageSize) : -1;  // -1: zero-filled
+    }
+  }
+
+  // Tile j into the stage at shared address `stage_base`: all 9 column blocks, or with kPerWarpgroup
+  // warpgroup wg's share (0: blocks 0-3 = columns 0-255; 1: blocks 4-8 = columns 256-575).
+  template <bool kPerWarpgroup>
+  __device__ __forceinline__ void load(int j, const int (&pages)[4], u32 stage_base, int wg) const {
+    const u32 dst0 = stage_base + ld_dst;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int t = t0 + j * kMlaWgTileTokens + 16 * q + ld_tok;
+      // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
+      const bool valid = pages[q] >= 0;
+      const unsigned char* src =
+          valid ? kv + (static_cast<long long>(pages[q]) * kPageSize + t % kPageSize) * kMlaDimQk * 2 + ld_chunk * 16 : kv;
+      const u32 bytes = valid ? 16u : 0u;
+      if (!kPerWarpgroup || wg == 0) {
+#pragma unroll
+        for (int blk = 0; blk < (kPerWarpgroup ? 4 : 9); ++blk) {
+          cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
+        }
+      } else {
+#pragma unroll
+        for (int blk = 4; blk < 9; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
+      }
+    }
+  }
+};
+
 // ---- Steps shared with the fp8 kernel (kernel_wgmma_fp8.cuh): the two consumer warpgroups, thread
 // (warpgroup wg, lane with g = lane / 4, c4 = lane % 4) holding rows r_lo and r_hi = r_lo + 8. ----
 
@@ -203,44 +258,14 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
   // Every thread of both warpgroups is done with the previous piece's Q, stages, P and row sums.
   named_barrier_sync(1, kMlaWgThreads);
   if (n_tiles > 0) {
-    const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
     const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(b) * p.block_table_stride;
     const unsigned char* q_rows =
         static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
 
-    // Each warp instruction copies 4 token rows x 8 chunks (one 128-byte swizzled row of one 64-column
-    // block each): conflict-free shared stores and 128-byte global segments. Thread (warp w, lane l)
-    // owns tokens 16 q + 4 w + l / 8 (q = 0..3) and chunk l % 8 of each of its warpgroup's column
-    // blocks (warpgroup 0: blocks 0-3 = columns 0-255; warpgroup 1: blocks 4-8 = columns 256-575).
-    // The block-table entries are read one tile ahead, off the issue path.
-    const int ld_tok = 4 * warp + (lane >> 3);  // + 16 q
-    const int ld_chunk = lane & 7;
-    const u32 ld_dst = static_cast<u32>(ld_tok * 128 + ((ld_chunk ^ (ld_tok & 7)) << 4));
-    auto pages_of = [&](int j, int (&pages)[4]) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int t = t0 + j * kMlaWgTileTokens + 16 * q + ld_tok;
-        pages[q] = j < n_tiles && t < t1 ? __ldg(bt_row + t / kPageSize) : -1;  // -1: zero-filled
-      }
-    };
+    const MlaTileLoader<kPageSize> loader(p.kv, bt_row, t0, t1, n_tiles, warp, lane);
+    auto pages_of = [&](int j, int (&pages)[4]) { loader.pages_of(j, pages); };
     auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
-      const u32 dst0 = stage_smem + stage * kMlaWgStageBytes + ld_dst;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int t = t0 + j * kMlaWgTileTokens + 16 * q + ld_tok;
-        // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
-        const bool valid = pages[q] >= 0;
-        const unsigned char* src =
-            valid ? kv + (static_cast<long long>(pages[q]) * kPageSize + t % kPageSize) * kRowBytes + ld_chunk * 16 : kv;
-        const u32 bytes = valid ? 16u : 0u;
-        if (wg == 0) {
-#pragma unroll
-          for (int blk = 0; blk < 4; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
-        } else {
-#pragma unroll
-          for (int blk = 4; blk < 9; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
-        }
-      }
+      loader.template load<true>(j, pages, stage_smem + stage * kMlaWgStageBytes, wg);
       cp_async_mbar_arrive(bar_full + 8 * stage);
     };
 
