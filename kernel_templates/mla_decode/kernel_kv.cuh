@@ -82,13 +82,8 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   const int rows_b = q_len * kHeads;
   const int seq_len = piece.r.seq_len;
   const int t0 = piece.t0;
-  int t1 = piece.t1;
-  if constexpr (kCausal) {
-    const int last_row = (row0 + kN < rows_b ? row0 + kN : rows_b) - 1;
-    const int vis_end = seq_len - q_len + last_row / kHeads + 1;
-    if (vis_end < t1) t1 = vis_end > t0 ? vis_end : t0;
-  }
-  const int n_tiles = (t1 - t0 + kMlaKvTileTokens - 1) / kMlaKvTileTokens;
+  int t1;
+  const int n_tiles = mla_visible_tiles<kHeads, kCausal, kN, kMlaKvTileTokens>(piece, row0, t1);
 
   const u32 q_smem = base + kL.q_offset;
   const u32 stage_smem = base + kL.stage_offset;

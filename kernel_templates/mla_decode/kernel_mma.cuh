@@ -102,14 +102,8 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   const int rows_b = q_len * kHeads;
   const int seq_len = piece.r.seq_len;
   const int t0 = piece.t0;
-  int t1 = piece.t1;
-  if constexpr (kCausal) {
-    // The last row of this tile sees the most; no row here sees past it.
-    const int last_row = (row0 + kRows < rows_b ? row0 + kRows : rows_b) - 1;
-    const int vis_end = seq_len - q_len + last_row / kHeads + 1;
-    if (vis_end < t1) t1 = vis_end > t0 ? vis_end : t0;
-  }
-  const int n_tiles = (t1 - t0 + kTileTokens - 1) / kTileTokens;
+  int t1;
+  const int n_tiles = mla_visible_tiles<kHeads, kCausal, kRows, kTileTokens>(piece, row0, t1);
 
   const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
   const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(b) * p.block_table_stride;

@@ -103,19 +103,6 @@ struct MlaTileLoader {
 // ---- Steps shared with the fp8 kernel (kernel_wgmma_fp8.cuh): the two consumer warpgroups, thread
 // (warpgroup wg, lane with g = lane / 4, c4 = lane % 4) holding rows r_lo and r_hi = r_lo + 8. ----
 
-// The 64-token tiles of `piece` that rows [row0, row0 + 64) see; t1 is cut at the last visible token.
-template <int kHeads, bool kCausal>
-__device__ __forceinline__ int mla_wg_tiles(const MlaPiece& piece, int row0, int& t1) {
-  t1 = piece.t1;
-  if constexpr (kCausal) {
-    const int rows_b = piece.r.q_len * kHeads;
-    const int last_row = (row0 + kMlaWgRows < rows_b ? row0 + kMlaWgRows : rows_b) - 1;
-    const int vis_end = piece.r.seq_len - piece.r.q_len + last_row / kHeads + 1;
-    if (vis_end < t1) t1 = vis_end > piece.t0 ? vis_end : piece.t0;
-  }
-  return (t1 - piece.t0 + kMlaWgTileTokens - 1) / kMlaWgTileTokens;
-}
-
 // Masks and scales this warpgroup's S (register i: token tok_base + 8 (i / 4) + i % 2, row r_hi when
 // (i / 2) % 2 else r_lo), takes each row's max over both warpgroups' tokens (through `red`, barrier
 // 2) and moves the running max m. muse: the max to subtract (0 while a row has seen nothing, so exp2
@@ -239,7 +226,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
   const int seq_len = piece.r.seq_len;
   const int t0 = piece.t0;
   int t1;
-  const int n_tiles = mla_wg_tiles<kHeads, kCausal>(piece, row0, t1);
+  const int n_tiles = mla_visible_tiles<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, t1);
 
   const u32 q_smem = base + kMlaWgQOffset;
   const u32 stage_smem = base + kMlaWgStageOffset;

@@ -106,7 +106,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
   // Every thread is done with the previous piece's Q and stages.
   named_barrier_sync(1, kMlaWgFp8Threads);
   int t1;
-  const int n_tiles = mla_wg_tiles<kHeads, kCausal>(piece, row0, t1);
+  const int n_tiles = mla_visible_tiles<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, t1);
   if (n_tiles == 0) return;
   const int t0 = piece.t0;
   const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
@@ -174,7 +174,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
   // Every thread is done with the previous piece's Q, stages, P and row sums.
   named_barrier_sync(1, kMlaWgFp8Threads);
   int t1;
-  const int n_tiles = mla_wg_tiles<kHeads, kCausal>(piece, row0, t1);
+  const int n_tiles = mla_visible_tiles<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, t1);
   if (n_tiles > 0) {
     int lim_lo = 0x7fffffff, lim_hi = 0x7fffffff;
     if constexpr (kCausal) {

@@ -174,6 +174,20 @@ struct MlaPiece {
   bool first;       // this piece holds block 0
 };
 
+// The kTileTokens-token tiles of `piece` that rows [row0, row0 + kRows) see; t1 is cut at the last
+// token the tile's last row sees (with kCausal no row of the tile sees past it).
+template <int kHeads, bool kCausal, int kRows, int kTileTokens>
+__device__ __forceinline__ int mla_visible_tiles(const MlaPiece& piece, int row0, int& t1) {
+  t1 = piece.t1;
+  if constexpr (kCausal) {
+    const int rows_b = piece.r.q_len * kHeads;
+    const int last_row = (row0 + kRows < rows_b ? row0 + kRows : rows_b) - 1;
+    const int vis_end = piece.r.seq_len - piece.r.q_len + last_row / kHeads + 1;
+    if (vis_end < t1) t1 = vis_end > piece.t0 ? vis_end : piece.t0;
+  }
+  return (t1 - piece.t0 + kTileTokens - 1) / kTileTokens;
+}
+
 // Calls fn(piece) for each piece of `part`, in request order. Every thread of the CTA runs the same
 // sequence (the lengths are re-read per request, from L1 after the first thread).
 template <int kThreads, int kBlockTokens, int kMaxSeqLenQ, bool kPacked, typename Fn>
