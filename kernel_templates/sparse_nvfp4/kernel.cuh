@@ -103,25 +103,31 @@ __device__ __forceinline__ TokenWork token_work(const SparseNvfp4Params& p, int 
   return w;
 }
 
-// Producer thread (cand, half): issues 12 x 16 B of one candidate's record into the staging row;
-// half h takes data units 2k+h and scale unit h, so a lane pair reads whole 32 B sectors.
-// Returns whether the slot is a real candidate (masked slots are zero-filled).
-template <bool kHasExtra>
-__device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
-                                               int chunk, int cand, int half, u8* stage_row) {
+// Where candidate `cand` of `chunk` (of token t) lives: its record's data row and 32-byte scale row,
+// plus the given byte offsets; both are the pool's base, and `valid` false, for a masked slot.
+struct CandidateRecord {
   const u8* base;
+  const u8* data;
+  const u8* scales;
+  bool valid;
+};
+
+template <bool kHasExtra>
+__device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
+                                                            int chunk, int cand, int data_offset, int scale_offset) {
   long long page_stride;
   int page_size, len, slot;
   const int* idx_row;
+  CandidateRecord r;
   if (!kHasExtra || chunk < w.main_chunks) {
-    base = static_cast<const u8*>(p.kv);
+    r.base = static_cast<const u8*>(p.kv);
     page_stride = p.kv_page_stride;
     page_size = p.kv_page_size;
     len = w.main_len;
     slot = chunk * kSparseChunk + cand;
     idx_row = static_cast<const int*>(p.indices) + (long long)t * p.indices_row_stride;
   } else {
-    base = static_cast<const u8*>(p.extra_kv);
+    r.base = static_cast<const u8*>(p.extra_kv);
     page_stride = p.extra_page_stride;
     page_size = p.extra_page_size;
     len = w.extra_len;
@@ -130,21 +136,31 @@ __device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const
   }
   int idx = -1;
   if (slot < len) idx = __ldg(idx_row + slot);
-  const bool valid = idx >= 0;
-  const u8* data = base;
-  const u8* scales = base;
-  if (valid) {
+  r.valid = idx >= 0;
+  r.data = r.base;
+  r.scales = r.base;
+  if (r.valid) {
     const int page = idx / page_size;
     const int row = idx - page * page_size;
-    const u8* page_base = base + (long long)page * page_stride;
-    data = page_base + (long long)row * kDataBytes + half * 16;
-    scales = page_base + (long long)page_size * kDataBytes + (long long)row * 32 + half * 16;
+    const u8* page_base = r.base + (long long)page * page_stride;
+    r.data = page_base + (long long)row * kDataBytes + data_offset;
+    r.scales = page_base + (long long)page_size * kDataBytes + (long long)row * 32 + scale_offset;
   }
-  const u32 bytes = valid ? 16u : 0u;
+  return r;
+}
+
+// Producer thread (cand, half): issues 12 x 16 B of one candidate's record into the staging row;
+// half h takes data units 2k+h and scale unit h, so a lane pair reads whole 32 B sectors.
+// Returns whether the slot is a real candidate (masked slots are zero-filled).
+template <bool kHasExtra>
+__device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
+                                               int chunk, int cand, int half, u8* stage_row) {
+  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, t, chunk, cand, half * 16, half * 16);
+  const u32 bytes = r.valid ? 16u : 0u;
 #pragma unroll
-  for (int k = 0; k < 11; ++k) cp_async_16(stage_row + (2 * k + half) * 16, valid ? data + 32 * k : base, bytes);
-  cp_async_16(stage_row + kDataBytes + half * 16, scales, bytes);
-  return valid;
+  for (int k = 0; k < 11; ++k) cp_async_16(stage_row + (2 * k + half) * 16, r.valid ? r.data + 32 * k : r.base, bytes);
+  cp_async_16(stage_row + kDataBytes + half * 16, r.scales, bytes);
+  return r.valid;
 }
 
 // Decode the staged record (cand, half) into its tile row; 16 B chunk j of a row sits at j ^ (row & 7).
@@ -183,42 +199,12 @@ struct RecordHalf {
 template <bool kHasExtra>
 __device__ __forceinline__ bool load_candidate_regs(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk,
                                                     int cand, int half, RecordHalf& rec) {
-  const u8* base;
-  long long page_stride;
-  int page_size, len, slot;
-  const int* idx_row;
-  if (!kHasExtra || chunk < w.main_chunks) {
-    base = static_cast<const u8*>(p.kv);
-    page_stride = p.kv_page_stride;
-    page_size = p.kv_page_size;
-    len = w.main_len;
-    slot = chunk * kSparseChunk + cand;
-    idx_row = static_cast<const int*>(p.indices) + (long long)t * p.indices_row_stride;
-  } else {
-    base = static_cast<const u8*>(p.extra_kv);
-    page_stride = p.extra_page_stride;
-    page_size = p.extra_page_size;
-    len = w.extra_len;
-    slot = (chunk - w.main_chunks) * kSparseChunk + cand;
-    idx_row = static_cast<const int*>(p.extra_indices) + (long long)t * p.extra_indices_row_stride;
-  }
-  int idx = -1;
-  if (slot < len) idx = __ldg(idx_row + slot);
-  const bool valid = idx >= 0;
-  const u8* data = base;
-  const u8* scales = base;
-  if (valid) {
-    const int page = idx / page_size;
-    const int row = idx - page * page_size;
-    const u8* page_base = base + (long long)page * page_stride;
-    data = page_base + (long long)row * kDataBytes + half * 16;
-    scales = page_base + (long long)page_size * kDataBytes + (long long)row * 32;
-  }
+  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, t, chunk, cand, half * 16, 0);
 #pragma unroll
-  for (int k = 0; k < 11; ++k) rec.data[k] = ldg128_if(data + 32 * k, valid);
-  rec.scales[0] = ldg128_if(scales, valid);
-  rec.scales[1] = ldg128_if(scales + 16, valid);
-  return valid;
+  for (int k = 0; k < 11; ++k) rec.data[k] = ldg128_if(r.data + 32 * k, r.valid);
+  rec.scales[0] = ldg128_if(r.scales, r.valid);
+  rec.scales[1] = ldg128_if(r.scales + 16, r.valid);
+  return r.valid;
 }
 
 // decode_candidate from registers.
