@@ -103,6 +103,20 @@ __device__ __forceinline__ TokenWork token_work(const SparseNvfp4Params& p, int 
   return w;
 }
 
+// Folds the attention sink (a logit in natural units) into a finished row: the output factor shrinks
+// by 1 / (1 + 2^(s2 - lse)) and the base-2 LSE becomes log2(2^lse + 2^s2); a row that saw nothing
+// takes the sink's LSE (its output stays 0).
+__device__ __forceinline__ void sparse_fold_sink(float sink_logit, bool empty, float& lse, float& factor) {
+  const float s2 = sink_logit * 1.4426950408889634f;
+  if (empty) {
+    lse = s2;
+    return;
+  }
+  factor *= 1.0f / (1.0f + fast_exp2(s2 - lse));
+  const float hi = fmaxf(lse, s2), lo = fminf(lse, s2);
+  lse = hi + fast_log2(1.0f + fast_exp2(lo - hi));
+}
+
 // Where candidate `cand` of `chunk` (of token t) lives: its record's data row and 32-byte scale row,
 // plus the given byte offsets; both are the pool's base, and `valid` false, for a masked slot.
 struct CandidateRecord {
@@ -642,7 +656,6 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
     }
   bar_sync(bar_team, kSparseConsumerThreads);
   const float* sink = static_cast<const float*>(p.attn_sink);
-  constexpr float kLog2e = 1.4426950408889634f;
   if constexpr (!kSmall) {
     if (ncta > 1) {
       // ---- cluster epilogue: every CTA publishes its rows' max, sum and unnormalised O in its
@@ -695,14 +708,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
         factor[hr] = empty[hr] ? 0.0f : 1.0f / sum;
         const int head = head0 + row;
         if (!kSplit && sink != nullptr && head < kHeads) {
-          const float s2 = sink[head] * kLog2e;
-          if (empty[hr]) {
-            lse[hr] = s2;
-          } else {
-            factor[hr] *= 1.0f / (1.0f + fast_exp2(s2 - lse[hr]));
-            const float hi = fmaxf(lse[hr], s2), lo = fminf(lse[hr], s2);
-            lse[hr] = hi + fast_log2(1.0f + fast_exp2(lo - hi));
-          }
+          sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
         } else if (empty[hr]) {
           lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
         }
@@ -755,14 +761,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       float lse = m_run[mt][hr] + fast_log2(l);  // base 2, in units of the true logits
       float factor = empty ? 0.0f : 1.0f / l;
       if (!kSplit && sink != nullptr) {
-        const float s2 = sink[head] * kLog2e;
-        if (empty) {
-          lse = s2;
-        } else {
-          factor *= 1.0f / (1.0f + fast_exp2(s2 - lse));
-          const float hi = fmaxf(lse, s2), lo = fminf(lse, s2);
-          lse = hi + fast_log2(1.0f + fast_exp2(lo - hi));
-        }
+        sparse_fold_sink(sink[head], empty, lse, factor);
       } else if (empty) {
         lse = kSplit ? kSparseEmptySplitLse : neg_inf();
       }
@@ -843,19 +842,11 @@ __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel
     }
   }
   const bool empty = !(gmax > kLive);
-  constexpr float kLog2e = 1.4426950408889634f;
   float lse = empty ? neg_inf() : gmax + fast_log2(wsum);
   float factor = empty ? 0.0f : 1.0f / wsum;
   const float* sink = static_cast<const float*>(p.attn_sink);
   if (sink != nullptr) {
-    const float s2 = sink[head] * kLog2e;
-    if (empty) {
-      lse = s2;
-    } else {
-      factor *= 1.0f / (1.0f + fast_exp2(s2 - lse));
-      const float hi = fmaxf(lse, s2), lo = fminf(lse, s2);
-      lse = hi + fast_log2(1.0f + fast_exp2(lo - hi));
-    }
+    sparse_fold_sink(sink[head], empty, lse, factor);
   }
   u32 out[4];
 #pragma unroll

@@ -318,7 +318,6 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 
   const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
   const float* sink = static_cast<const float*>(p.attn_sink);
-  constexpr float kLog2e = 1.4426950408889634f;
 
   if (wg == 0) {
     // ---- WG0: S = Q K^T, softmax, O[:, 0:256] ----
@@ -427,14 +426,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
       factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
       if (!kSplit && sink != nullptr && head < kHeads) {
-        const float s2 = sink[head] * kLog2e;
-        if (empty[hr]) {
-          lse[hr] = s2;
-        } else {
-          factor[hr] *= 1.0f / (1.0f + fast_exp2(s2 - lse[hr]));
-          const float hi = fmaxf(lse[hr], s2), lo = fminf(lse[hr], s2);
-          lse[hr] = hi + fast_log2(1.0f + fast_exp2(lo - hi));
-        }
+        sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
       } else if (empty[hr]) {
         lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
       }
