@@ -349,6 +349,23 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
       launchable |= k.policy()["kernel"] == kiln::sparse::sparse_kernel_name(kernel);
     CHECK(launchable);
   }
+  // And every kernel the launcher may pick for a manifest policy is in the manifest, so a server that
+  // prebuilt and warmed it never meets a cold key inside graph capture.
+  std::map<std::string, std::set<std::string>> sparse_kernels;  // arch, heads, extra pool, split -> kernels
+  for (const auto& k : manifest_keys) {
+    if (k.family() != "sparse_nvfp4") continue;
+    const json& p = k.policy();
+    sparse_kernels[k.arch() + " " + p["heads"].dump() + " " + p["has_extra"].dump() + " " + p["split"].dump()].insert(
+        p["kernel"].get<std::string>());
+  }
+  for (const auto& [shape, kernels] : sparse_kernels) {
+    INFO(shape);
+    const std::string arch = shape.substr(0, shape.find(' '));
+    const int heads = std::stoi(shape.substr(arch.size() + 1));
+    for (const auto kernel : kiln::sparse::sparse_kernels_for(arch, heads)) {
+      CHECK(kernels.count(kiln::sparse::sparse_kernel_name(kernel)) == 1);
+    }
+  }
 
   const CliResult first_run = run_cli({"prebuild", "--cache", cache.string(), "-j", "2", "--json"}, dir.path(), "first");
   const json first = prebuild_report(first_run);
