@@ -25,6 +25,12 @@
 #include "sparse_nvfp4/params.cuh"
 #include "sparse_nvfp4/sm90_ops.cuh"
 
+// A key can name this kernel for another target (a manifest prebuilt with --arch): say so instead of
+// ptxas rejecting every wgmma.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
+#error "sparse_nvfp4 kernel \"sm90\" runs on sm_90a only: use kernel \"mma\" or \"mma_small\" for this target"
+#endif
+
 namespace kiln {
 
 #ifdef __CUDACC__

@@ -55,3 +55,20 @@ TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
   CHECK(again.counters().compiles == 0);
   CHECK(service.counters().compiles == cases.size());
 }
+
+TEST_CASE("sparse_nvfp4: the sm90 kernel for another target fails with a message naming the kernel and the fix",
+          "[nvrtc]") {
+  sp::register_sparse_family();
+  const kiln::testing::TempDir dir("kiln_sparse_nvrtc_arch");
+  kiln::Config config;
+  config.cache_dir = dir.path();
+  kiln::KernelService service(config);
+  const kiln::SemanticKey key = sp::SparsePolicy{64, 1, false, false, sp::SparseKernel::kSm90}.key("sm_120a");
+  try {
+    service.build(key);
+    FAIL("compiling " << key.str() << " succeeded");
+  } catch (const kiln::Error& e) {
+    CHECK(e.code() == kiln::ErrorCode::kCompileFailed);
+    CHECK_THAT(e.what(), Catch::Contains("runs on sm_90a only") && Catch::Contains("mma_small"));
+  }
+}
