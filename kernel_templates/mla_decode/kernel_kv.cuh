@@ -117,7 +117,6 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
         static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
 
     const MlaTileLoader<kPageSize> loader(p.kv, bt_row, t0, t1, n_tiles, warp, lane);
-    auto pages_of = [&](int j, int (&pages)[4]) { loader.pages_of(j, pages); };
     auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
       loader.template load<false>(j, pages, stage_smem + stage * kMlaWgStageBytes, 0);
       cp_async_mbar_arrive(bar_full + 8 * stage);
@@ -134,10 +133,10 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
     cp_async_mbar_arrive(bar_q);
     const u32 tile0 = st.tiles;
     int pages[4];
-    pages_of(0, pages);
+    loader.pages_of(0, pages);
     load_tile(0, pages, tile0 & 1u);
     if (n_tiles > 1) {
-      pages_of(1, pages);
+      loader.pages_of(1, pages);
       load_tile(1, pages, (tile0 + 1u) & 1u);
     }
 
@@ -159,7 +158,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
     ++st.pieces;
 
     for (int j = 0; j < n_tiles; ++j) {
-      pages_of(j + 2, pages);
+      loader.pages_of(j + 2, pages);
       const u32 stage = (tile0 + static_cast<u32>(j)) & 1u;
       mbar_wait(bar_full + 8 * stage, ((tile0 + static_cast<u32>(j)) >> 1) & 1u);
       // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.

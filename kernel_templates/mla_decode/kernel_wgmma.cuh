@@ -250,7 +250,6 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
 
     const MlaTileLoader<kPageSize> loader(p.kv, bt_row, t0, t1, n_tiles, warp, lane);
-    auto pages_of = [&](int j, int (&pages)[4]) { loader.pages_of(j, pages); };
     auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
       loader.template load<true>(j, pages, stage_smem + stage * kMlaWgStageBytes, wg);
       cp_async_mbar_arrive(bar_full + 8 * stage);
@@ -268,9 +267,9 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     }
     cp_async_mbar_arrive(bar_q);
     int pages[4];
-    pages_of(0, pages);
+    loader.pages_of(0, pages);
     load_tile(0, pages, st.tiles & 1);
-    pages_of(1, pages);
+    loader.pages_of(1, pages);
 
     // Q's RoPE columns as register A fragments (k-steps 0..3 of the last 64 columns).
     u32 q_rope[4][4];
@@ -333,7 +332,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       // (the only reader of the columns it refills, besides both S of tile j - 1) is complete.
       if (j + 1 < n_tiles) {
         load_tile(j + 1, pages, stage ^ 1u);
-        pages_of(j + 2, pages);
+        loader.pages_of(j + 2, pages);
       }
       wgmma_wait<0>();
       wgmma_fence_operand(s);
