@@ -46,7 +46,8 @@ constexpr u32 kPOff = kRawOff + 64u * kRawRow;  // P fragments: [k-step 4][threa
 constexpr u32 kAlphaOff = kPOff + 8192u;        // float[64]: per-row rescale of the current chunk
 constexpr u32 kFactorOff = kAlphaOff + 256u;    // float[64]: final 1/l (-1 marks a row with no candidate)
 constexpr u32 kMaskOff = kFactorOff + 256u;     // u64 tile masks [2] (bit c: candidate c is valid)
-constexpr u32 kBarOff = kMaskOff + 16u;         // mbarriers: tile full [2], tile empty [2], P free
+constexpr u32 kValidOff = kMaskOff + 16u;       // the raw stage's valid bits, one field per gather warp
+constexpr u32 kBarOff = kValidOff + 8u;         // mbarriers: tile full [2], tile empty [2], P free
 static_assert(kBarOff + 40u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
 
 constexpr int kBarQ = 1, kBarPReady = 2, kBarRaw = 3, kBarEpilogue = 4;  // named barriers (kBarRaw: producers, else 256 threads)
@@ -166,17 +167,18 @@ __device__ __forceinline__ void cp_async_16_if(u32 smem, const void* gmem, u32 b
 }
 
 // Raw row layout: the 352 data bytes, then the 32 scale bytes (16 bytes of padding to 400 keep 8
-// consecutive rows on distinct banks). One producer warp gathers 16 rows; for each, lane l < 24
+// consecutive rows on distinct banks). One producer warp gathers kRows rows; for each, lane l < 24
 // copies 16-byte piece l (lanes 0-21 data units, 22-23 scale units), so a warp's copy of a record
 // touches its 3-4 data lines and 1 scale line instead of one line per lane. `addr`: lane l holds
-// record 16 * warp + (l & 15)'s data address (l < 16) or scale address (l >= 16), 0 when masked;
-// masked rows are zero-filled, which decodes to zeros.
+// the data address (l < 16) or scale address (l >= 16) of the warp's record l % kRows, 0 when
+// masked; masked rows are zero-filled, which decodes to zeros.
+template <int kRows>
 __device__ __forceinline__ void gather_rows(const u8* fallback, u64 addr, u32 rows, int lane) {
   const int src_lane = lane < 22 ? 0 : 16;
   const u32 src_off = lane < 22 ? 16u * lane : 16u * (lane - 22);
   const u32 dst_off = lane < 22 ? 16u * lane : sparse_detail::kDataBytes + 16u * (lane - 22);
 #pragma unroll
-  for (int k = 0; k < 16; ++k) {
+  for (int k = 0; k < kRows; ++k) {
     const u32 lo = __shfl_sync(0xffffffffu, u32(addr), src_lane + k);
     const u32 hi = __shfl_sync(0xffffffffu, u32(addr >> 32), src_lane + k);
     const u64 a = (u64(hi) << 32) | lo;
@@ -191,10 +193,22 @@ __device__ __forceinline__ u32 funnel_right(u32 lo, u32 hi, u32 s) {
   return r;
 }
 
-__device__ __forceinline__ void sts16(u32 addr, u16 v) { asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v)); }
+__device__ __forceinline__ void sts8(u32 addr, u32 v) { asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v)); }
+__device__ __forceinline__ void sts16(u32 addr, u32 v) { asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "r"(v)); }
 
-// Decodes code unit u (dims 32u..32u+31) with its two scale bytes into the tile column of `tile`.
-__device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 tile, int u) {
+// A 16-byte piece of a decoded tile row: into this CTA's tile and, with kCross, the same place of
+// the peer's tile (`peer`: the peer's shared::cluster address minus ours), completing on its
+// full barrier `peer_bar`.
+template <bool kCross>
+__device__ __forceinline__ void put_tile16(u32 addr, U32x4 v, u32 peer, u32 peer_bar) {
+  sts128(addr, v);
+  if constexpr (kCross) sm90::st_async_128(addr + peer, v, peer_bar);
+}
+
+// Decodes code unit u (dims 32u..32u+31) with its two scale bytes into tile column `col` (the
+// candidate's 16-byte column of the tile).
+template <bool kCross>
+__device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col, int u, u32 peer, u32 peer_bar) {
   const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - sparse_detail::kKScaleExp>(u16(scale_pair));
   const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
   const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
@@ -202,7 +216,7 @@ __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 til
   for (int wi = 0; wi < 4; ++wi) {
     u32 o[4];
     e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
-    sts128(tile + (4 * u + wi) * 1024, U32x4{o[0], o[1], o[2], o[3]});
+    put_tile16<kCross>(col + (4 * u + wi) * 1024, U32x4{o[0], o[1], o[2], o[3]}, peer, peer_bar);
   }
 }
 
@@ -210,6 +224,9 @@ __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 til
 
 // kHeads: H (multiple of 8, <= 128), ceil(H / 64) CTAs per (token, split). kHasExtra: a second pool
 // shares the softmax. kSplit: write mid_out/mid_lse (merged by sparse_nvfp4_merge_kernel).
+// For H > 64 the two head groups of a (token, split) run as a cluster of two CTAs that share the
+// decode: CTA r gathers and decodes candidates 32 r .. 32 r + 31 of every chunk and writes them into
+// its own tile and, by st.async, into its peer's, so no candidate is decoded twice.
 template <int kHeads, bool kHasExtra, bool kSplit>
 __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
@@ -217,6 +234,13 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   using namespace sm90;
   static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
   constexpr int kGroups = sparse_sm90_head_groups(kHeads);
+  constexpr bool kCross = kGroups == 2;        // launched as clusters of two (sparse_sm90_cluster)
+  constexpr int kCands = kCross ? 32 : 64;     // candidates of a chunk this CTA gathers and decodes
+  constexpr int kParts = 128 / kCands;         // producer threads per candidate
+  constexpr int kGatherRows = kCands / 4;      // raw rows per producer warp
+  constexpr int kUnits = kCross ? 4 : 7, kRopeUnits = 8 / kParts;  // code / RoPE units per producer thread
+  // What the peer's st.asyncs complete on this CTA's full barrier per chunk: its decoded rows and mask.
+  constexpr u32 kPeerBytes = u32(kCands) * 1024u + 4u;
 
   allow_dependent_grid();  // programmatic dependent launch: sparse_detail
   extern __shared__ __align__(1024) u8 smem[];
@@ -228,16 +252,18 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 
   const int tid = threadIdx.x;
   int bx = blockIdx.x;
-  const int group = bx % kGroups;
+  const int group = bx % kGroups;  // with kCross also the cluster rank (clusters of two along x)
   bx /= kGroups;
   const int split = kSplit ? bx % p.num_splits : 0;
   const int t = kSplit ? bx / p.num_splits : bx;
   const int head0 = group * kSparseSm90Heads;
+  // Shared addresses of the peer CTA are ours plus `peer` (one contiguous window per CTA).
+  const u32 peer = kCross ? peer_addr(sbase, u32(group ^ 1)) - sbase : 0u;
 
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
       mbar_init(bar_full + 8 * b, 128);
-      mbar_init(bar_empty + 8 * b, kConsumers);
+      mbar_init(bar_empty + 8 * b, kCross ? 16 : 8);  // one arrival per consumer warp of each CTA
     }
     mbar_init(bar_p_free, 128);
     mbar_fence_init();
@@ -248,286 +274,339 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   int c_end = kSplit ? c_begin + p.chunks_per_block : work.total_chunks;
   if (c_end > work.total_chunks) c_end = work.total_chunks;
   const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
-  __syncthreads();
+  // With kCross the peer arrives on and writes into this CTA's barriers and tiles: both initialised.
+  if constexpr (kCross) cluster_sync();
+  else __syncthreads();
 
   const int lane = tid & 31;
   if (tid >= kConsumers) {
     // ------------------------------ producer warpgroup ------------------------------
     setmaxnreg_dec<kRegsProducer>();
-    if (n_iter == 0) return;
     const int ptid = tid - kConsumers, pw = ptid >> 5;
-    // Decode role: warps 0-1 take record half 0, warps 2-3 half 1 (no divergence) of candidate `tok`.
-    // Gather role: warp pw copies rows 16 pw .. 16 pw + 15 (gather_rows), so the raw stage is shared
-    // by the warpgroup and kBarRaw separates its writes from the reads.
-    const int half = pw >> 1, tok = 32 * (pw & 1) + lane;
-    const u32 row = sbase + kRawOff + u32(tok) * kRawRow;
-    // This half's 7 code units, 4 RoPE units and the scale words of its units.
-    const u32 half_codes = row + 112u * half, half_rope = row + 224u + 64u * half, half_scales = row + kDataBytes + 12u * half;
-    const u32 my_rows = sbase + kRawOff + u32(16 * pw) * kRawRow;
-    const int my_slot = 16 * pw + (lane & 15);
+    const int cand0 = kCross ? 32 * group : 0;  // this CTA's first candidate of each chunk
+    // Gather role: warp pw copies raw rows kGatherRows pw .. (gather_rows), so the raw stage is
+    // shared by the warpgroup and kBarRaw separates its writes from the reads.
+    const u32 my_rows = sbase + kRawOff + u32(kGatherRows * pw) * kRawRow;
+    const int my_slot = cand0 + kGatherRows * pw + (lane & (kGatherRows - 1));
     const bool scale_lane = lane >= 16;
+    // Decode role: part `part` of raw row `cand`: n_units consecutive code units from `first` (7 + 7,
+    // or 4 + 4 + 3 + 3 with kCross) and kRopeUnits RoPE units; their scale pairs sit in the scale
+    // record's words first / 2 .. first / 2 + (kUnits + 1) / 2 (bytes 2 u, 2 u + 1 for unit u).
+    const int cand = ptid % kCands, part = ptid / kCands;
+    const int first = kCross ? (part < 2 ? 4 * part : 3 * part + 2) : 7 * part;
+    const int n_units = kCross ? (part < 2 ? 4 : 3) : 7;
+    const u32 row = sbase + kRawOff + u32(cand) * kRawRow;
+    const u32 col = u32(cand0 + cand) * 16;  // the candidate's column in a decoded tile
     const u8* fallback = static_cast<const u8*>(p.kv);
-    u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
-    SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
-    u32 valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
-    gather_rows(fallback, addr, my_rows, lane);
-    cp_async_commit();
+    // Each gather warp's valid bits (bit r: its raw row r has a record) for the chunk it copies.
+    auto publish_valid = [&](u64 a) {
+      const u32 bits = __ballot_sync(0xffffffffu, a != 0) & ((1u << kGatherRows) - 1u);
+      if (lane == 0) {
+        if constexpr (kGatherRows == 16) sts16(sbase + kValidOff + 2 * pw, bits);
+        else sts8(sbase + kValidOff + pw, bits);
+      }
+    };
+    SlotIndex next{0, false};
+    if (n_iter > 0) {
+      const u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
+      if (n_iter > 1) next = load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot);
+      publish_valid(addr);
+      gather_rows<kGatherRows>(fallback, addr, my_rows, lane);
+      cp_async_commit();
+    }
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
       cp_async_wait<0>();
-      named_barrier_sync(kBarRaw, 128);  // every warp's copies of this chunk have landed
-      U32x4 code[7], rope[4];
+      named_barrier_sync(kBarRaw, 128);  // every warp's copies (and valid bits) of this chunk have landed
+      U32x4 code[kUnits], rope[kRopeUnits];
+      u32 sw[(kUnits - 1) / 2 + 2];
 #pragma unroll
-      for (int k = 0; k < 7; ++k) code[k] = lds128(half_codes + 16 * k);
+      for (int k = 0; k < kUnits; ++k) {
+        if (k < n_units) code[k] = lds128(row + 16u * (first + k));
+      }
 #pragma unroll
-      for (int k = 0; k < 4; ++k) rope[k] = lds128(half_rope + 16 * k);
-      // Scale bytes 2u, 2u+1 of code unit u = 7 half + k sit in word u / 2 of the scale record:
-      // words 3 half .. 3 half + 3 hold this half's 14 bytes, unit k's pair starts 16 (k + half)
-      // bits into word k / 2.
-      u32 sw[4];
+      for (int k = 0; k < (kUnits - 1) / 2 + 2; ++k) sw[k] = lds_u32(row + kDataBytes + 4u * ((first >> 1) + k));
 #pragma unroll
-      for (int k = 0; k < 4; ++k) sw[k] = lds_u32(half_scales + 4 * k);
-      const u32 valid_cur = valid16;
+      for (int k = 0; k < kRopeUnits; ++k) rope[k] = lds128(row + 224u + 16u * (kRopeUnits * part + k));
+      const u64 valid = ptid != 0 ? 0ull : kCands == 64 ? lds64(sbase + kValidOff) : u64(lds_u32(sbase + kValidOff));
       named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
       // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
       if (i + 1 < n_iter) {
-        addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
-        valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
-        gather_rows(fallback, addr, my_rows, lane);
+        const u64 addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
+        publish_valid(addr);
+        gather_rows<kGatherRows>(fallback, addr, my_rows, lane);
         if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
       }
       cp_async_commit();
-      if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
-      const u32 tile = sbase + kTileOff + u32(b) * kTileBytes + u32(tok) * 16;
-      const u32 half_tile = tile + u32(28 * half) * 1024;  // dims 224 half ..
+      // Tile b is free once every consumer warp that reads it (with kCross: of both CTAs) released it.
+      if (i >= 2) {
+        if constexpr (kCross) mbar_wait_cluster(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
+        else mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
+      }
+      const u32 tile_col = sbase + kTileOff + u32(b) * kTileBytes + col;
+      const u32 peer_bar = bar_full + 8 * b + peer;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) sts128(tile + u32(56 + 4 * half + k) * 1024, rope[k]);
+      for (int k = 0; k < kRopeUnits; ++k) put_tile16<kCross>(tile_col + u32(56 + kRopeUnits * part + k) * 1024, rope[k], peer, peer_bar);
 #pragma unroll
-      for (int k = 0; k < 7; ++k)
-        decode_unit(code[k], funnel_right(sw[k >> 1], sw[(k >> 1) + ((k >> 1) < 3)], 16u * u32((k & 1) + half)), half_tile, k);
-      if (lane == 0) sts16(sbase + kMaskOff + 8 * b + 2 * pw, u16(valid_cur));
+      for (int k = 0; k < kUnits; ++k) {
+        // Unit first + k's pair starts 16 (k + first % 2) bits into word first / 2 + k / 2 (k / 2 and
+        // the shift, 0..32, keep the register index a constant).
+        const u32 pair = funnel_right(sw[k >> 1], sw[(k >> 1) + 1], 16u * u32((k & 1) + (first & 1)));
+        if (k < n_units) decode_unit<kCross>(code[k], pair, tile_col, first + k, peer, peer_bar);
+      }
+      const u32 mask = sbase + kMaskOff + 8 * b;
+      if (ptid == 0) {
+        if constexpr (kCross) {
+          sts32(mask + 4 * group, u32(valid));
+          st_async_32(mask + 4 * group + peer, u32(valid), peer_bar);
+        } else {
+          sts32(mask, u32(valid));
+          sts32(mask + 4, u32(valid >> 32));
+        }
+      }
       fence_proxy_async_smem();
-      mbar_arrive(bar_full + 8 * b);
-    }
-    return;
-  }
-
-  // ------------------------------ consumer warpgroups ------------------------------
-  const int wg = tid >> 7;
-  const int wtid = tid & 127, w = wtid >> 5, g = lane >> 2, q4 = lane & 3;
-  const u32 q_smem = sbase + kQOff;
-  if (wg == 0) setmaxnreg_inc<kRegsWg0>();
-  else setmaxnreg_inc<kRegsWg1>();
-  stage_q<kHeads>(p, t, head0, q_smem, tid);
-  fence_proxy_async_smem();
-  named_barrier_sync(kBarQ, kConsumers);
-
-  const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
-  const float* sink = static_cast<const float*>(p.attn_sink);
-
-  if (wg == 0) {
-    // ---- WG0: S = Q K^T, softmax, O[:, 0:256] ----
-    float o[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-    float s[32];
-    // P of the chunk whose P V is in flight: the wgmma reads these registers until the next wait,
-    // so they live across the loop's back edge (pinned there, as ptxas must not reuse them).
-    u32 pf[4][4] = {};
-    float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
-    const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
-    // Descriptors built once; a k-step or a tile is a constant added to the start-address field.
-    const u64 dq = smem_desc(q_smem, 1024, 128), dk0 = smem_desc(sbase + kTileOff, 1024, 128), dv0 = smem_desc(sbase + kTileOff, 128, 1024);
-
-    for (int i = 0; i < n_iter; ++i) {
-      const int b = i & 1;
-      const u64 dk = wgmma_desc_advance(dk0, u32(b) * kTileBytes), dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
-      // S(i) queues behind P V of chunk i - 1 (issued at the end of the previous iteration). Issuing
-      // it one iteration early would carry S across the loop's back edge, which ptxas serializes.
-      mbar_wait(bar_full + 8 * b, u32((i >> 1) & 1));
-      wgmma_fence_operand(s);
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < 28; ++ks) wgmma_m64n64k16_ss_f16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
-#pragma unroll
-      for (int ks = 28; ks < 32; ++ks) wgmma_m64n64k16_ss_bf16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), 1);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operand(s);
-      wgmma_fence_operand(o);
-      pin_u32(pf);
-      if (i > 0) mbar_arrive(bar_empty + 8 * (b ^ 1));
-      const u64 mask = lds64(sbase + kMaskOff + 8 * b);
-      float mx[2] = {neg_inf(), neg_inf()};
-      if (mask == ~0ull) {  // the common chunk: every candidate valid (uniform over the warpgroup)
-#pragma unroll
-        for (int e = 0; e < 32; ++e) {
-          s[e] *= scale_log2;
-          mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[e]);
-        }
-      } else {
-        const u64 my_mask = mask >> (2 * q4);
-#pragma unroll
-        for (int e = 0; e < 32; ++e) {
-          const float v = ((my_mask >> (8 * (e >> 2) + (e & 1))) & 1u) ? s[e] * scale_log2 : neg_inf();
-          s[e] = v;
-          mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
-        }
-      }
-      float alpha[2], m_use[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const float m_new = fmaxf(m_run[hr], quad_max(mx[hr]));
-        m_use[hr] = m_new == neg_inf() ? 0.0f : m_new;
-        alpha[hr] = fast_exp2(m_run[hr] - m_use[hr]);
-        m_run[hr] = m_new;
-      }
-      float psum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int e = 8 * kk + 2 * r;
-          const float p0 = fast_exp2(s[e] - m_use[r & 1]);
-          const float p1 = fast_exp2(s[e + 1] - m_use[r & 1]);
-          psum[r & 1] += p0 + p1;
-          pf[kk][r] = pack_f16x2(p0, p1);
-        }
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + psum[hr];
-      // Most chunks leave every row's maximum where it was (alpha exactly 1): no rescale then.
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int e = 0; e < 128; ++e) o[e] *= alpha[(e >> 1) & 1];
-      }
-
-      if (i > 0) mbar_wait(bar_p_free, u32((i - 1) & 1));  // WG1 holds chunk i - 1's P and alphas
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) sts128(sbase + kPOff + (kk * 128 + wtid) * 16, U32x4{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]});
-      if (q4 == 0) {
-        sts_f32(sbase + kAlphaOff + row_lo * 4, alpha[0]);
-        sts_f32(sbase + kAlphaOff + (row_lo + 8) * 4, alpha[1]);
-      }
-      named_arrive(kBarPReady, kConsumers);
-
-      wgmma_fence_operand(o);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
-      wgmma_commit();
-    }
-    wgmma_wait<0>();
-    wgmma_fence_operand(o);
-    pin_u32(pf);
-    if (n_iter > 0) mbar_arrive(bar_empty + 8 * ((n_iter - 1) & 1));
-
-    // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
-    float factor[2], lse[2];
-    bool empty[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int head = head0 + row_lo + 8 * hr;
-      const float l = quad_sum(l_run[hr]);
-      empty[hr] = !(l > 0.0f);
-      lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
-      factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
-      if (!kSplit && sink != nullptr && head < kHeads) {
-        sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
-      } else if (empty[hr]) {
-        lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
-      }
-      if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
-    }
-    named_barrier_sync(kBarEpilogue, kConsumers);
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int head = head0 + row_lo + 8 * hr;
-      if (head >= kHeads) continue;
-      const long long out_row = (long long)t * kHeads + head;
-      if (q4 == 0) {
-        if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
-        else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
-      }
-      if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
-      u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
-                        : static_cast<u16*>(p.output) + out_row * 512;
-      const float f = factor[hr] * kKScaleUndo;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+      // The full barrier's phase: 128 local arrivals, and with kCross the peer's bytes.
+      if (kCross && ptid == 0) mbar_arrive_expect_tx(bar_full + 8 * b, kPeerBytes);
+      else mbar_arrive(bar_full + 8 * b);
     }
   } else {
-    // ---- WG1: O[:, 256:448] (f16 P) and O[:, 448:512] (bf16 P) ----
-    float o_nope[96], o_rope[32];
-#pragma unroll
-    for (int i = 0; i < 96; ++i) o_nope[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) o_rope[i] = 0.0f;
-    const u64 dv0 = smem_desc(sbase + kTileOff, 128, 1024);
-    for (int i = 0; i < n_iter; ++i) {
-      const int b = i & 1;
-      const u64 dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
-      named_barrier_sync(kBarPReady, kConsumers);
-      const float alpha[2] = {lds_f32(sbase + kAlphaOff + row_lo * 4), lds_f32(sbase + kAlphaOff + (row_lo + 8) * 4)};
-      u32 pf[4][4], pb[4][4];
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const U32x4 v = lds128(sbase + kPOff + (kk * 128 + wtid) * 16);
-        pf[kk][0] = v.x;
-        pf[kk][1] = v.y;
-        pf[kk][2] = v.z;
-        pf[kk][3] = v.w;
+    // ------------------------------ consumer warpgroups ------------------------------
+    // A tile's producers (with kCross both CTAs') have written it; their generic-proxy stores are
+    // ordered before this thread's wgmma reads of it.
+    auto wait_tile = [&](int b, u32 parity) {
+      if constexpr (kCross) {
+        mbar_wait_cluster(bar_full + 8 * b, parity);
+        fence_proxy_async_smem();
+      } else {
+        mbar_wait(bar_full + 8 * b, parity);
       }
-      if (i + 1 < n_iter) mbar_arrive(bar_p_free);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) pb[kk][r] = f16x2_to_bf16x2(pf[kk][r]);
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int e = 0; e < 96; ++e) o_nope[e] *= alpha[(e >> 1) & 1];
-#pragma unroll
-        for (int e = 0; e < 32; ++e) o_rope[e] *= alpha[(e >> 1) & 1];
+    };
+    // Called by a whole warp once its wgmmas reading tile b have retired.
+    auto release_tile = [&](int b) {
+      __syncwarp();
+      if (lane == 0) {
+        mbar_arrive(bar_empty + 8 * b);
+        if constexpr (kCross) mbar_arrive_remote(bar_empty + 8 * b + peer);
       }
-      mbar_wait(bar_full + 8 * b, u32((i >> 1) & 1));  // orders the producer's tile writes before the reads below
-      wgmma_fence_operand(o_nope);
-      wgmma_fence_operand(o_rope);
-      wgmma_fence();
+    };
+    const int wg = tid >> 7;
+    const int wtid = tid & 127, w = wtid >> 5, g = lane >> 2, q4 = lane & 3;
+    const u32 q_smem = sbase + kQOff;
+    if (wg == 0) setmaxnreg_inc<kRegsWg0>();
+    else setmaxnreg_inc<kRegsWg1>();
+    stage_q<kHeads>(p, t, head0, q_smem, tid);
+    fence_proxy_async_smem();
+    named_barrier_sync(kBarQ, kConsumers);
+
+    const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
+    const float* sink = static_cast<const float*>(p.attn_sink);
+
+    if (wg == 0) {
+      // ---- WG0: S = Q K^T, softmax, O[:, 0:256] ----
+      float o[128];
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        wgmma_m64n192k16_rs_f16(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
-        wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256));
+      for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+      float s[32];
+      // P of the chunk whose P V is in flight: the wgmma reads these registers until the next wait,
+      // so they live across the loop's back edge (pinned there, as ptxas must not reuse them).
+      u32 pf[4][4] = {};
+      float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
+      const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
+      // Descriptors built once; a k-step or a tile is a constant added to the start-address field.
+      const u64 dq = smem_desc(q_smem, 1024, 128), dk0 = smem_desc(sbase + kTileOff, 1024, 128), dv0 = smem_desc(sbase + kTileOff, 128, 1024);
+
+      for (int i = 0; i < n_iter; ++i) {
+        const int b = i & 1;
+        const u64 dk = wgmma_desc_advance(dk0, u32(b) * kTileBytes), dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
+        // S(i) queues behind P V of chunk i - 1 (issued at the end of the previous iteration). Issuing
+        // it one iteration early would carry S across the loop's back edge, which ptxas serializes.
+        wait_tile(b, u32((i >> 1) & 1));
+        wgmma_fence_operand(s);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < 28; ++ks) wgmma_m64n64k16_ss_f16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+#pragma unroll
+        for (int ks = 28; ks < 32; ++ks) wgmma_m64n64k16_ss_bf16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(s);
+        wgmma_fence_operand(o);
+        pin_u32(pf);
+        if (i > 0) release_tile(b ^ 1);
+        const u64 mask = lds64(sbase + kMaskOff + 8 * b);
+        float mx[2] = {neg_inf(), neg_inf()};
+        if (mask == ~0ull) {  // the common chunk: every candidate valid (uniform over the warpgroup)
+#pragma unroll
+          for (int e = 0; e < 32; ++e) {
+            s[e] *= scale_log2;
+            mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[e]);
+          }
+        } else {
+          const u64 my_mask = mask >> (2 * q4);
+#pragma unroll
+          for (int e = 0; e < 32; ++e) {
+            const float v = ((my_mask >> (8 * (e >> 2) + (e & 1))) & 1u) ? s[e] * scale_log2 : neg_inf();
+            s[e] = v;
+            mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
+          }
+        }
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const float m_new = fmaxf(m_run[hr], quad_max(mx[hr]));
+          m_use[hr] = m_new == neg_inf() ? 0.0f : m_new;
+          alpha[hr] = fast_exp2(m_run[hr] - m_use[hr]);
+          m_run[hr] = m_new;
+        }
+        float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int e = 8 * kk + 2 * r;
+            const float p0 = fast_exp2(s[e] - m_use[r & 1]);
+            const float p1 = fast_exp2(s[e + 1] - m_use[r & 1]);
+            psum[r & 1] += p0 + p1;
+            pf[kk][r] = pack_f16x2(p0, p1);
+          }
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + psum[hr];
+        // Most chunks leave every row's maximum where it was (alpha exactly 1): no rescale then.
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+          for (int e = 0; e < 128; ++e) o[e] *= alpha[(e >> 1) & 1];
+        }
+
+        if (i > 0) mbar_wait(bar_p_free, u32((i - 1) & 1));  // WG1 holds chunk i - 1's P and alphas
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) sts128(sbase + kPOff + (kk * 128 + wtid) * 16, U32x4{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]});
+        if (q4 == 0) {
+          sts_f32(sbase + kAlphaOff + row_lo * 4, alpha[0]);
+          sts_f32(sbase + kAlphaOff + (row_lo + 8) * 4, alpha[1]);
+        }
+        named_arrive(kBarPReady, kConsumers);
+
+        wgmma_fence_operand(o);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
+        wgmma_commit();
       }
-      wgmma_commit();
       wgmma_wait<0>();
-      wgmma_fence_operand(o_nope);
-      wgmma_fence_operand(o_rope);
+      wgmma_fence_operand(o);
       pin_u32(pf);
-      pin_u32(pb);
-      mbar_arrive(bar_empty + 8 * b);
-    }
-    named_barrier_sync(kBarEpilogue, kConsumers);
+      if (n_iter > 0) release_tile((n_iter - 1) & 1);
+
+      // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
+      float factor[2], lse[2];
+      bool empty[2];
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int head = head0 + row_lo + 8 * hr;
-      if (head >= kHeads) continue;
-      float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
-      if (f < 0.0f) {
-        if (kSplit) continue;
-        f = 0.0f;
+      for (int hr = 0; hr < 2; ++hr) {
+        const int head = head0 + row_lo + 8 * hr;
+        const float l = quad_sum(l_run[hr]);
+        empty[hr] = !(l > 0.0f);
+        lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
+        factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
+        if (!kSplit && sink != nullptr && head < kHeads) {
+          sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
+        } else if (empty[hr]) {
+          lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
+        }
+        if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
       }
-      const long long out_row = (long long)t * kHeads + head;
-      u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
-                        : static_cast<u16*>(p.output) + out_row * 512;
-      const float fn = f * kKScaleUndo;
+      named_barrier_sync(kBarEpilogue, kConsumers);
 #pragma unroll
-      for (int j = 0; j < 24; ++j)
-        *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
+      for (int hr = 0; hr < 2; ++hr) {
+        const int head = head0 + row_lo + 8 * hr;
+        if (head >= kHeads) continue;
+        const long long out_row = (long long)t * kHeads + head;
+        if (q4 == 0) {
+          if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
+          else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
+        }
+        if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
+        u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
+                          : static_cast<u16*>(p.output) + out_row * 512;
+        const float f = factor[hr] * kKScaleUndo;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
+        for (int j = 0; j < 32; ++j)
+          *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+      }
+    } else {
+      // ---- WG1: O[:, 256:448] (f16 P) and O[:, 448:512] (bf16 P) ----
+      float o_nope[96], o_rope[32];
+#pragma unroll
+      for (int i = 0; i < 96; ++i) o_nope[i] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o_rope[i] = 0.0f;
+      const u64 dv0 = smem_desc(sbase + kTileOff, 128, 1024);
+      for (int i = 0; i < n_iter; ++i) {
+        const int b = i & 1;
+        const u64 dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
+        named_barrier_sync(kBarPReady, kConsumers);
+        const float alpha[2] = {lds_f32(sbase + kAlphaOff + row_lo * 4), lds_f32(sbase + kAlphaOff + (row_lo + 8) * 4)};
+        u32 pf[4][4], pb[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const U32x4 v = lds128(sbase + kPOff + (kk * 128 + wtid) * 16);
+          pf[kk][0] = v.x;
+          pf[kk][1] = v.y;
+          pf[kk][2] = v.z;
+          pf[kk][3] = v.w;
+        }
+        if (i + 1 < n_iter) mbar_arrive(bar_p_free);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) pb[kk][r] = f16x2_to_bf16x2(pf[kk][r]);
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+          for (int e = 0; e < 96; ++e) o_nope[e] *= alpha[(e >> 1) & 1];
+#pragma unroll
+          for (int e = 0; e < 32; ++e) o_rope[e] *= alpha[(e >> 1) & 1];
+        }
+        wait_tile(b, u32((i >> 1) & 1));
+        wgmma_fence_operand(o_nope);
+        wgmma_fence_operand(o_rope);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_m64n192k16_rs_f16(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
+          wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(o_nope);
+        wgmma_fence_operand(o_rope);
+        pin_u32(pf);
+        pin_u32(pb);
+        release_tile(b);
+      }
+      named_barrier_sync(kBarEpilogue, kConsumers);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int head = head0 + row_lo + 8 * hr;
+        if (head >= kHeads) continue;
+        float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
+        if (f < 0.0f) {
+          if (kSplit) continue;
+          f = 0.0f;
+        }
+        const long long out_row = (long long)t * kHeads + head;
+        u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
+                          : static_cast<u16*>(p.output) + out_row * 512;
+        const float fn = f * kKScaleUndo;
+#pragma unroll
+        for (int j = 0; j < 24; ++j)
+          *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
+      }
     }
   }
+  // The peer may still arrive on this CTA's barriers (releases of the last tiles): neither exits first.
+  if constexpr (kCross) cluster_sync();
 }
 
 #endif  // __CUDACC__

@@ -279,6 +279,7 @@ LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& 
       decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits));
       decode.block[0] = kSparseSm90Threads;
       decode.smem_bytes = sparse_sm90_smem_bytes();
+      if (sparse_sm90_cluster(policy.heads) > 1) decode.cluster[0] = static_cast<unsigned>(sparse_sm90_cluster(policy.heads));
       break;
     case SparseKernel::kMmaSmall:
       decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));

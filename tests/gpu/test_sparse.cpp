@@ -804,6 +804,8 @@ TEST_CASE("sparse: sanitizer subset", "[gpu][sparse][sanitizer]") {
       split_extra,
       main_only(2, 64, 512, 128, kC, kOff, kNoLen, kUnitLse),
       main_only(1, 8, 1, 64, kC, kOff, kNoLen, kUnitLse),
+      // H > 64: the Hopper kernel's two head groups share the decode as a cluster pair.
+      main_only(2, 128, 200, 32, kC, kOn, kMainLen, kUnitLse),
   };
   warm_all(cases);
   for (std::size_t i = 0; i < cases.size(); ++i) run_case(cases[i], base_seed() + 7 * i, static_cast<int>(i));
