@@ -39,25 +39,12 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
   }
 }
 
-// Cluster forms (sm_90+). A wait that also acquires what other CTAs of the cluster released on the
-// barrier (their stores into this CTA's shared memory before their arrive or complete_tx).
-__device__ __forceinline__ bool mbar_try_wait_cluster(u32 bar, u32 parity) {
-  u32 done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
-  while (!mbar_try_wait_cluster(bar, parity)) {
-  }
-}
 // Arrives on a barrier of another CTA of the cluster (`bar`: a shared::cluster address, e.g. from
-// mapa), releasing this thread's earlier writes at cluster scope.
+// mapa). CTA-scope release, as for a local arrive: a consumer signals that its reads of a buffer
+// have completed (wgmma wait), which needs no fence; a release at cluster scope would cost a
+// GPU-wide memory barrier per arrive.
 __device__ __forceinline__ void mbar_arrive_remote(u32 bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
 // The barrier counts one arrival when every cp.async this thread issued so far has landed. The

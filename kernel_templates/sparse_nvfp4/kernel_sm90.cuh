@@ -339,10 +339,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       }
       cp_async_commit();
       // Tile b is free once every consumer warp that reads it (with kCross: of both CTAs) released it.
-      if (i >= 2) {
-        if constexpr (kCross) mbar_wait_cluster(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
-        else mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
-      }
+      if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
       const u32 tile_col = sbase + kTileOff + u32(b) * kTileBytes + col;
       const u32 peer_bar = bar_full + 8 * b + peer;
 #pragma unroll
@@ -371,15 +368,12 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     }
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
-    // A tile's producers (with kCross both CTAs') have written it; their generic-proxy stores are
-    // ordered before this thread's wgmma reads of it.
+    // A tile's producers (with kCross both CTAs') have written it. The peer's st.asyncs are complete
+    // and visible once the phase that counted their bytes completes (no cluster-scope acquire, which
+    // would invalidate L1 on every wait); the fence orders them before this thread's wgmma reads.
     auto wait_tile = [&](int b, u32 parity) {
-      if constexpr (kCross) {
-        mbar_wait_cluster(bar_full + 8 * b, parity);
-        fence_proxy_async_smem();
-      } else {
-        mbar_wait(bar_full + 8 * b, parity);
-      }
+      mbar_wait(bar_full + 8 * b, parity);
+      if constexpr (kCross) fence_proxy_async_smem();
     };
     // Called by a whole warp once its wgmmas reading tile b have retired.
     auto release_tile = [&](int b) {
