@@ -401,9 +401,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.0f;
       float s[32];
-      // P of the chunk whose P V is in flight: the wgmma reads these registers until the next wait,
-      // so they live across the loop's back edge (pinned there, as ptxas must not reuse them).
-      u32 pf[4][4] = {};
+      u32 pf[4][4];  // P of the chunk: the A operand of its P V
       float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
       const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
       // Descriptors built once; a k-step or a tile is a constant added to the start-address field.
@@ -412,8 +410,6 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       for (int i = 0; i < n_iter; ++i) {
         const int b = i & 1;
         const u64 dk = wgmma_desc_advance(dk0, u32(b) * kTileBytes), dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
-        // S(i) queues behind P V of chunk i - 1 (issued at the end of the previous iteration). Issuing
-        // it one iteration early would carry S across the loop's back edge, which ptxas serializes.
         wait_tile(b, u32((i >> 1) & 1));
         wgmma_fence_operand(s);
         wgmma_fence();
@@ -424,9 +420,6 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operand(s);
-        wgmma_fence_operand(o);
-        pin_u32(pf);
-        if (i > 0) release_tile(b ^ 1);
         const u64 mask = lds64(sbase + kMaskOff + 8 * b);
         float mx[2] = {neg_inf(), neg_inf()};
         if (mask == ~0ull) {  // the common chunk: every candidate valid (uniform over the warpgroup)
@@ -485,11 +478,14 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
         wgmma_commit();
+        // P V retires before S(i + 1) is issued, so the tile goes back to the producer now and the
+        // decode of chunk i + 2 overlaps S(i + 1) instead of following it (with both queued, the
+        // release waited for S(i + 1); a wait for the older group only serializes every wgmma in ptxas).
+        wgmma_wait<0>();
+        wgmma_fence_operand(o);
+        pin_u32(pf);
+        release_tile(b);
       }
-      wgmma_wait<0>();
-      wgmma_fence_operand(o);
-      pin_u32(pf);
-      if (n_iter > 0) release_tile((n_iter - 1) & 1);
 
       // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
       float factor[2], lse[2];
