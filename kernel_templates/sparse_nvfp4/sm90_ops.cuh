@@ -1,7 +1,8 @@
 #pragma once
 // sm_90a-only building blocks of the Hopper sparse decode that common/wgmma.cuh and
 // common/mbarrier.cuh do not provide: no-swizzle shared-memory descriptors, the f16 wgmma shapes the
-// kernel issues and a non-blocking named-barrier arrive. Valid only under --gpu-architecture=sm_90a.
+// kernel issues, a non-blocking named-barrier arrive and stores into a peer CTA's shared memory.
+// Valid only under --gpu-architecture=sm_90a.
 #include "common/mbarrier.cuh"
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
