@@ -76,14 +76,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   const int c4 = lane & 3;
   const int tok_lo = 16 * warp + g;  // tile tokens of this thread: tok_lo and tok_lo + 8
 
-  const int b = piece.b;
-  const int tok0 = piece.r.tok0;
-  const int q_len = piece.r.q_len;
-  const int rows_b = q_len * kHeads;
-  const int seq_len = piece.r.seq_len;
-  const int t0 = piece.t0;
-  int t1;
-  const int n_tiles = mla_visible_tiles<kHeads, kCausal, kN, kMlaKvTileTokens>(piece, row0, t1);
+  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kN, kMlaKvTileTokens>(piece, row0);
 
   const u32 q_smem = base + kL.q_offset;
   const u32 stage_smem = base + kL.stage_offset;
@@ -111,12 +104,12 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
 
   // Every thread is done with the previous piece's Q, stages, P and exchange slots.
   named_barrier_sync(1, kMlaKvThreads);
-  if (n_tiles > 0) {
-    const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(b) * p.block_table_stride;
+  if (pv.n_tiles > 0) {
+    const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
     const unsigned char* q_rows =
-        static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
+        static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
 
-    const MlaTileLoader<kPageSize> loader(p.kv, bt_row, t0, t1, n_tiles, warp, lane);
+    const MlaTileLoader<kPageSize> loader(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane);
     auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
       loader.template load<false>(j, pages, stage_smem + stage * kMlaWgStageBytes, 0);
       cp_async_mbar_arrive(bar_full + 8 * stage);
@@ -126,7 +119,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
     for (int idx = tid; idx < kN * 72; idx += kMlaKvThreads) {
       const int r = idx / 72;
       const int ch = idx - 72 * r;
-      const bool valid = row0 + r < rows_b;
+      const bool valid = row0 + r < pv.rows_b;
       cp_async_16_addr(q_smem + (ch >> 3) * kQBlock + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
                        valid ? 16u : 0u);
     }
@@ -135,7 +128,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
     int pages[4];
     loader.pages_of(0, pages);
     load_tile(0, pages, tile0 & 1u);
-    if (n_tiles > 1) {
+    if (pv.n_tiles > 1) {
       loader.pages_of(1, pages);
       load_tile(1, pages, (tile0 + 1u) & 1u);
     }
@@ -143,8 +136,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
     int lim[kCols];  // last visible token of each of this thread's columns
 #pragma unroll
     for (int k = 0; k < kCols; ++k) {
-      lim[k] = 0x7fffffff;
-      if constexpr (kCausal) lim[k] = seq_len - q_len + (row0 + 8 * (k >> 1) + 2 * c4 + (k & 1)) / kHeads;
+      lim[k] = mla_causal_limit<kHeads, kCausal>(pv, row0 + 8 * (k >> 1) + 2 * c4 + (k & 1));
     }
     const float scale = p.scale_log2;
     // P^T stores: column c (row of P^T), tokens tok_lo / tok_lo + 8 = chunks 2 w / 2 w + 1, element g.
@@ -157,7 +149,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
     mbar_wait(bar_q, st.pieces & 1);
     ++st.pieces;
 
-    for (int j = 0; j < n_tiles; ++j) {
+    for (int j = 0; j < pv.n_tiles; ++j) {
       loader.pages_of(j + 2, pages);
       const u32 stage = (tile0 + static_cast<u32>(j)) & 1u;
       mbar_wait(bar_full + 8 * stage, ((tile0 + static_cast<u32>(j)) >> 1) & 1u);
@@ -183,13 +175,13 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       wgmma_fence_operand(s);
 
       // ---- mask, scale, column max over the 64 tokens ----
-      const int t_lo = t0 + j * kMlaKvTileTokens + tok_lo;
+      const int t_lo = pv.t0 + j * kMlaKvTileTokens + tok_lo;
       float mx[kCols];
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) {
         const int k = 2 * (i >> 2) + (i & 1);
         const int t = t_lo + 8 * ((i >> 1) & 1);
-        bool ok = t < t1;
+        bool ok = t < pv.t1;
         if constexpr (kCausal) ok = ok && t <= lim[k];
         s[i] = ok ? s[i] * scale : neg_inf();
         mx[k] = (i >> 1) & 1 ? fmaxf(mx[k], s[i]) : s[i];
@@ -269,9 +261,9 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       for (int mb = 0; mb < 8; ++mb) wgmma_fence_operand(o[mb]);
       // Every warp's P V of tile j has retired: its stage takes tile j + 2 (and P^T the next tile's).
       named_barrier_sync(1, kMlaKvThreads);
-      if (j + 2 < n_tiles) load_tile(j + 2, pages, stage);
+      if (j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
     }
-    st.tiles = tile0 + static_cast<u32>(n_tiles);
+    st.tiles = tile0 + static_cast<u32>(pv.n_tiles);
   }
 
   // ---- epilogue: column sums across the lanes and warps, normalise, store ----
@@ -310,11 +302,11 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   for (int k = 0; k < kCols; ++k) {
     const int col = 8 * (k >> 1) + 2 * c4 + (k & 1);
     const int row = row0 + col;
-    if (row >= rows_b) continue;
+    if (row >= pv.rows_b) continue;
     // Output columns 64 mb + tok_lo and 64 mb + tok_lo + 8 (the M rows of O^T).
     if (slot < 0) {
       const float inv = lt[k] > 0.f ? p.out_scale / lt[k] : 0.f;  // nothing visible -> zeros
-      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + tok_lo;
+      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(pv.tok0) * kHeads + row) * kMlaDimV + tok_lo;
 #pragma unroll
       for (int mb = 0; mb < 8; ++mb) {
         out[64 * mb] = float_to_bf16(o_sum(o[mb], k, 0) * inv);

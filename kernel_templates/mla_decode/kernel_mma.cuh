@@ -96,17 +96,10 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   const int cg = warp % kColGroups;
   const int g = lane >> 2;
   const int q4 = lane & 3;
-  const int b = piece.b;
-  const int tok0 = piece.r.tok0;
-  const int q_len = piece.r.q_len;
-  const int rows_b = q_len * kHeads;
-  const int seq_len = piece.r.seq_len;
-  const int t0 = piece.t0;
-  int t1;
-  const int n_tiles = mla_visible_tiles<kHeads, kCausal, kRows, kTileTokens>(piece, row0, t1);
+  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kRows, kTileTokens>(piece, row0);
 
   const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
-  const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(b) * p.block_table_stride;
+  const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
 
   const u32 q_smem = sbase + kLayout.q_offset;
   const u32 stage_smem = sbase + kLayout.stage_offset;
@@ -115,8 +108,8 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   auto load_tile = [&](int tile, int stage) {
     const int tok_local = tid / kThreadsPerToken;
     const int sub = tid % kThreadsPerToken;
-    const int t = t0 + tile * kTileTokens + tok_local;
-    const bool valid = t < t1;
+    const int t = pv.t0 + tile * kTileTokens + tok_local;
+    const bool valid = t < pv.t1;
     const unsigned char* src = kv;
     if (valid) {
       const int page = __ldg(bt_row + t / kPageSize);
@@ -134,8 +127,8 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   };
 
   const unsigned char* q_rows =
-      static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
-  if (n_tiles > 0) {
+      static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
+  if (pv.n_tiles > 0) {
     if constexpr (!kFp8) {
 #pragma unroll
       for (int k = 0; k < (kRows * kChunks + kThreads - 1) / kThreads; ++k) {
@@ -143,7 +136,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
         if ((kRows * kChunks) % kThreads == 0 || c < kRows * kChunks) {
           const int r = c / kChunks;
           const int ch = c % kChunks;
-          const bool valid = row0 + r < rows_b;
+          const bool valid = row0 + r < pv.rows_b;
           cp_async_16_addr(q_smem + r * kPitchBytes + ch * 16, valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
                            valid ? 16u : 0u);
         }
@@ -151,7 +144,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
     }
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < n_tiles) load_tile(s, s);
+      if (s < pv.n_tiles) load_tile(s, s);
       cp_async_commit();
     }
     if constexpr (kFp8) {
@@ -163,7 +156,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
           const int r = c / kChunks;
           const int ch = c % kChunks;
           U32x4 v{0u, 0u, 0u, 0u};
-          if (row0 + r < rows_b) v = ldg128_stream(q_rows + r * kRowBytes + ch * 16);
+          if (row0 + r < pv.rows_b) v = ldg128_stream(q_rows + r * kRowBytes + ch * 16);
           U32x4 lo, hi;
           e4m3x16_to_f16(v, lo, hi);
           sts128(q_smem + r * kPitchBytes + ch * 32, lo);
@@ -186,11 +179,8 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   const u32 red_sum = sbase + kLayout.red_sum_offset;
   const int row_lo = rg * 16 + g;  // tile-local rows of this thread: row_lo and row_lo + 8
 
-  int lim_lo = 0x7fffffff, lim_hi = 0x7fffffff;
-  if constexpr (kCausal) {
-    lim_lo = seq_len - q_len + (row0 + row_lo) / kHeads;
-    lim_hi = seq_len - q_len + (row0 + row_lo + 8) / kHeads;
-  }
+  const int lim_lo = mla_causal_limit<kHeads, kCausal>(pv, row0 + row_lo);
+  const int lim_hi = mla_causal_limit<kHeads, kCausal>(pv, row0 + row_lo + 8);
   const float scale = p.scale_log2;
 
   float o[kOT][4];
@@ -199,12 +189,12 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   float m_lo = neg_inf(), m_hi = neg_inf();
   float l_lo = 0.f, l_hi = 0.f;
 
-  for (int it = 0; it < n_tiles; ++it) {
+  for (int it = 0; it < pv.n_tiles; ++it) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // tile `it` visible to all; everyone is done with iteration it - 1
     {
       const int next = it + kStages - 1;
-      if (next < n_tiles) load_tile(next, next % kStages);
+      if (next < pv.n_tiles) load_tile(next, next % kStages);
       cp_async_commit();
     }
     const int stage = it % kStages;
@@ -262,14 +252,14 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
       }
 
     // ---- mask, scale, row max across the column-group warps ----
-    const int tile_t0 = t0 + it * kTileTokens + cg * kWarpTokens + 2 * q4;
+    const int tile_t0 = pv.t0 + it * kTileTokens + cg * kWarpTokens + 2 * q4;
     float mx_lo = neg_inf(), mx_hi = neg_inf();
 #pragma unroll
     for (int j = 0; j < kNT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int t = tile_t0 + j * 8 + (e & 1);
-        bool ok = t < t1;
+        bool ok = t < pv.t1;
         if constexpr (kCausal) ok = ok && t <= (e < 2 ? lim_lo : lim_hi);
         const float x = ok ? s[j][e] * scale : neg_inf();
         s[j][e] = x;
@@ -370,12 +360,12 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + row_lo + half * 8;
-    if (row >= rows_b) continue;
+    if (row >= pv.rows_b) continue;
     const float lt = half ? lt_hi : lt_lo;
     const float m = half ? m_hi : m_lo;
     if (slot < 0) {
       const float inv = lt > 0.f ? p.out_scale / lt : 0.f;  // nothing visible -> zeros
-      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col0;
+      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(pv.tok0) * kHeads + row) * kMlaDimV + col0;
 #pragma unroll
       for (int n = 0; n < kOT; ++n) {
         *reinterpret_cast<u32*>(out + n * 8) = pack_bf16x2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);

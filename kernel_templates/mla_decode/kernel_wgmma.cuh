@@ -219,14 +219,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
   const int r_lo = 16 * warp + g;  // tile rows of this thread: r_lo and r_lo + 8
   const int r_hi = r_lo + 8;
 
-  const int b = piece.b;
-  const int tok0 = piece.r.tok0;
-  const int q_len = piece.r.q_len;
-  const int rows_b = q_len * kHeads;
-  const int seq_len = piece.r.seq_len;
-  const int t0 = piece.t0;
-  int t1;
-  const int n_tiles = mla_visible_tiles<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, t1);
+  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
 
   const u32 q_smem = base + kMlaWgQOffset;
   const u32 stage_smem = base + kMlaWgStageOffset;
@@ -244,12 +237,12 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
 
   // Every thread of both warpgroups is done with the previous piece's Q, stages, P and row sums.
   named_barrier_sync(1, kMlaWgThreads);
-  if (n_tiles > 0) {
-    const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(b) * p.block_table_stride;
+  if (pv.n_tiles > 0) {
+    const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
     const unsigned char* q_rows =
-        static_cast<const unsigned char*>(p.q) + (static_cast<long long>(tok0) * kHeads + row0) * kRowBytes;
+        static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
 
-    const MlaTileLoader<kPageSize> loader(p.kv, bt_row, t0, t1, n_tiles, warp, lane);
+    const MlaTileLoader<kPageSize> loader(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane);
     auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
       loader.template load<true>(j, pages, stage_smem + stage * kMlaWgStageBytes, wg);
       cp_async_mbar_arrive(bar_full + 8 * stage);
@@ -261,7 +254,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       const int idx = i * 128 + wt;
       const int r = idx >> 5;
       const int ch = 32 * wg + (idx & 31);
-      const bool valid = row0 + r < rows_b;
+      const bool valid = row0 + r < pv.rows_b;
       cp_async_16_addr(q_smem + (ch >> 3) * 8192 + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
                        valid ? 16u : 0u);
     }
@@ -274,7 +267,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     // Q's RoPE columns as register A fragments (k-steps 0..3 of the last 64 columns).
     u32 q_rope[4][4];
     {
-      const bool v_lo = row0 + r_lo < rows_b, v_hi = row0 + r_hi < rows_b;
+      const bool v_lo = row0 + r_lo < pv.rows_b, v_hi = row0 + r_hi < pv.rows_b;
       const unsigned char* q_lo = q_rows + r_lo * kRowBytes + (kMlaDimV + 2 * c4) * 2;
       const unsigned char* q_hi = q_rows + r_hi * kRowBytes + (kMlaDimV + 2 * c4) * 2;
 #pragma unroll
@@ -286,11 +279,8 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       }
     }
 
-    int lim_lo = 0x7fffffff, lim_hi = 0x7fffffff;
-    if constexpr (kCausal) {
-      lim_lo = seq_len - q_len + (row0 + r_lo) / kHeads;
-      lim_hi = seq_len - q_len + (row0 + r_hi) / kHeads;
-    }
+    const int lim_lo = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_lo);
+    const int lim_hi = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_hi);
     const float scale = p.scale_log2;
     // P stores: row r, tokens 32 wg + 8 n + 2 c4 (+1): chunk 4 wg + n of the 64-token row.
     const u32 p_row_lo = r_lo * 128 + 4 * c4;
@@ -303,7 +293,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     mbar_wait(bar_q, st.pieces & 1);
     ++st.pieces;
 
-    for (int j = 0; j < n_tiles; ++j) {
+    for (int j = 0; j < pv.n_tiles; ++j) {
       const u32 stage = st.tiles & 1;
       mbar_wait(bar_full + 8 * stage, (st.tiles >> 1) & 1);
       ++st.tiles;
@@ -330,7 +320,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       wgmma_commit();
       // Tile j + 1 streams into the other stage while S runs: this warpgroup's P V of tile j - 1
       // (the only reader of the columns it refills, besides both S of tile j - 1) is complete.
-      if (j + 1 < n_tiles) {
+      if (j + 1 < pv.n_tiles) {
         load_tile(j + 1, pages, stage ^ 1u);
         loader.pages_of(j + 2, pages);
       }
@@ -339,7 +329,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
 
       // ---- mask, scale, row max across the two warpgroups ----
       float muse_lo, muse_hi, alpha_lo, alpha_hi;
-      mla_wg_row_max<kCausal>(s, t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, t1, lim_lo, lim_hi, scale, red, wg, r_lo,
+      mla_wg_row_max<kCausal>(s, pv.t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, pv.t1, lim_lo, lim_hi, scale, red, wg, r_lo,
                               r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
       // ---- P = exp2(S - m) as bf16 hi + lo, into the shared P tiles ----
@@ -381,7 +371,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
     }
   }
 
-  mla_wg_epilogue<kHeads, kMaxSeqLenQ>(p, o, m_lo, m_hi, l_lo, l_hi, red, wg, c4, r_lo, r_hi, row0, rows_b, tok0, slot);
+  mla_wg_epilogue<kHeads, kMaxSeqLenQ>(p, o, m_lo, m_hi, l_lo, l_hi, red, wg, c4, r_lo, r_hi, row0, pv.rows_b, pv.tok0, slot);
 }
 
 }  // namespace mla_detail

@@ -105,30 +105,28 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
 
   // Every thread is done with the previous piece's Q and stages.
   named_barrier_sync(1, kMlaWgFp8Threads);
-  int t1;
-  const int n_tiles = mla_visible_tiles<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, t1);
-  if (n_tiles == 0) return;
-  const int t0 = piece.t0;
+  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
+  if (pv.n_tiles == 0) return;
   const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
-  const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(piece.b) * p.block_table_stride;
+  const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
 
   // The block-table entries of this thread's two tokens, read a tile ahead; -1: past the range.
   auto pages_of = [&](int j, int (&pages)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int t = t0 + j * kMlaWgTileTokens + pr + 8 * h;
-      pages[h] = j < n_tiles && t < t1 ? __ldg(bt_row + t / kPageSize) : -1;
+      const int t = pv.t0 + j * kMlaWgTileTokens + pr + 8 * h;
+      pages[h] = j < pv.n_tiles && t < pv.t1 ? __ldg(bt_row + t / kPageSize) : -1;
     }
   };
   U32x4 v[2][9];
   int pages[2];
   pages_of(0, pages);
   const u32 idx0 = st.tiles;
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = 0; j < pv.n_tiles; ++j) {
     // Tokens past the range read as zeros: masked P is 0, and 0 * stale NaN would be NaN.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int t = t0 + j * kMlaWgTileTokens + pr + 8 * h;
+      const int t = pv.t0 + j * kMlaWgTileTokens + pr + 8 * h;
       const bool valid = pages[h] >= 0;
       const unsigned char* src =
           kv + ((valid ? static_cast<long long>(pages[h]) * kPageSize : 0) + t % kPageSize) * kMlaDimQk + pc * 16;
@@ -144,7 +142,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
     fence_proxy_async_smem();
     mbar_arrive(sm.bar_full + 8 * stage);
   }
-  st.tiles = idx0 + n_tiles;
+  st.tiles = idx0 + pv.n_tiles;
 }
 
 // The consumer warpgroups' share: slot < 0 writes `out`, else the partial O and LSE at `slot`.
@@ -159,10 +157,6 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
   const int c4 = lane & 3;
   const int r_lo = 16 * warp + g;
   const int r_hi = r_lo + 8;
-  const int q_len = piece.r.q_len;
-  const int rows_b = q_len * kHeads;
-  const int seq_len = piece.r.seq_len;
-  const int t0 = piece.t0;
   const MlaWgFp8Smem sm(base);
 
   float o[128];
@@ -173,14 +167,10 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
 
   // Every thread is done with the previous piece's Q, stages, P and row sums.
   named_barrier_sync(1, kMlaWgFp8Threads);
-  int t1;
-  const int n_tiles = mla_visible_tiles<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, t1);
-  if (n_tiles > 0) {
-    int lim_lo = 0x7fffffff, lim_hi = 0x7fffffff;
-    if constexpr (kCausal) {
-      lim_lo = seq_len - q_len + (row0 + r_lo) / kHeads;
-      lim_hi = seq_len - q_len + (row0 + r_hi) / kHeads;
-    }
+  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
+  if (pv.n_tiles > 0) {
+    const int lim_lo = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_lo);
+    const int lim_hi = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_hi);
     const float scale = p.scale_log2;
     // P stores: row r, tokens 32 wg + 8 n + 2 c4 (+1): chunk 4 wg + n of the 64-token row.
     const u32 p_row_lo = r_lo * 128 + 4 * c4;
@@ -191,9 +181,9 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
     {
       // Q: rows 8 (warp of the two warpgroups) + lane % 8; rows past the request read as zeros.
       const int qr = 8 * (tid >> 5) + (lane & 7);
-      const bool valid = row0 + qr < rows_b;
+      const bool valid = row0 + qr < pv.rows_b;
       const unsigned char* src = static_cast<const unsigned char*>(p.q) +
-                                 (static_cast<long long>(piece.r.tok0) * kHeads + row0 + qr) * kMlaDimQk + (lane >> 3) * 16;
+                                 (static_cast<long long>(pv.tok0) * kHeads + row0 + qr) * kMlaDimQk + (lane >> 3) * 16;
       U32x4 v[1][9];
 #pragma unroll
       for (int k = 0; k < 9; ++k) v[0][k] = ldg128_if(src + 64 * k, valid);
@@ -202,7 +192,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       named_barrier_sync(2, kMlaWgThreads);
     }
 
-    for (int j = 0; j < n_tiles; ++j) {
+    for (int j = 0; j < pv.n_tiles; ++j) {
       const u32 idx = st.tiles;
       const u32 stage = idx & 1u;
       mbar_wait(sm.bar_full + 8 * stage, (idx >> 1) & 1u);
@@ -227,7 +217,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
 
       // ---- mask, scale, row max across the two warpgroups ----
       float muse_lo, muse_hi, alpha_lo, alpha_hi;
-      mla_wg_row_max<kCausal>(s, t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, t1, lim_lo, lim_hi, scale, sm.red, wg,
+      mla_wg_row_max<kCausal>(s, pv.t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, pv.t1, lim_lo, lim_hi, scale, sm.red, wg,
                               r_lo, r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
       // ---- P = exp2(S - m) as f16 into the shared P tile ----
@@ -262,8 +252,8 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       ++st.tiles;
     }
   }
-  mla_wg_epilogue<kHeads, kMaxSeqLenQ>(p, o, m_lo, m_hi, l_lo, l_hi, sm.red, wg, c4, r_lo, r_hi, row0, rows_b,
-                                       piece.r.tok0, slot);
+  mla_wg_epilogue<kHeads, kMaxSeqLenQ>(p, o, m_lo, m_hi, l_lo, l_hi, sm.red, wg, c4, r_lo, r_hi, row0, pv.rows_b,
+                                       pv.tok0, slot);
 }
 
 }  // namespace mla_detail

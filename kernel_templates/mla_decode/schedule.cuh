@@ -174,18 +174,39 @@ struct MlaPiece {
   bool first;       // this piece holds block 0
 };
 
-// The kTileTokens-token tiles of `piece` that rows [row0, row0 + kRows) see; t1 is cut at the last
-// token the tile's last row sees (with kCausal no row of the tile sees past it).
+// What a kernel reads of its piece for rows [row0, row0 + kRows): the request's fields and the
+// kTileTokens-token tiles those rows see; t1 is cut at the last token the last row sees (with
+// kCausal no row of the tile sees past it).
+struct MlaPieceRows {
+  int b, tok0, q_len, rows_b, seq_len;
+  int t0, t1;  // tokens [t0, t1)
+  int n_tiles;
+};
+
 template <int kHeads, bool kCausal, int kRows, int kTileTokens>
-__device__ __forceinline__ int mla_visible_tiles(const MlaPiece& piece, int row0, int& t1) {
-  t1 = piece.t1;
+__device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaPiece& piece, int row0) {
+  MlaPieceRows v;
+  v.b = piece.b;
+  v.tok0 = piece.r.tok0;
+  v.q_len = piece.r.q_len;
+  v.rows_b = v.q_len * kHeads;
+  v.seq_len = piece.r.seq_len;
+  v.t0 = piece.t0;
+  v.t1 = piece.t1;
   if constexpr (kCausal) {
-    const int rows_b = piece.r.q_len * kHeads;
-    const int last_row = (row0 + kRows < rows_b ? row0 + kRows : rows_b) - 1;
-    const int vis_end = piece.r.seq_len - piece.r.q_len + last_row / kHeads + 1;
-    if (vis_end < t1) t1 = vis_end > piece.t0 ? vis_end : piece.t0;
+    const int last_row = (row0 + kRows < v.rows_b ? row0 + kRows : v.rows_b) - 1;
+    const int vis_end = v.seq_len - v.q_len + last_row / kHeads + 1;
+    if (vis_end < v.t1) v.t1 = vis_end > v.t0 ? vis_end : v.t0;
   }
-  return (t1 - piece.t0 + kTileTokens - 1) / kTileTokens;
+  v.n_tiles = (v.t1 - v.t0 + kTileTokens - 1) / kTileTokens;
+  return v;
+}
+
+// The last token row `row` of the request may see; no limit without kCausal.
+template <int kHeads, bool kCausal>
+__device__ __forceinline__ int mla_causal_limit(const MlaPieceRows& v, int row) {
+  if constexpr (kCausal) return v.seq_len - v.q_len + row / kHeads;
+  return 0x7fffffff;
 }
 
 // Calls fn(piece) for each piece of `part`, in request order. Every thread of the CTA runs the same
