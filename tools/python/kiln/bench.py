@@ -1,9 +1,12 @@
 """`python -m kiln.bench [--out FILE]`: host time per call of the Python entry points against kiln's C++
 launchers on the same arguments (a warm key, outputs given), on GPU 0. Needs torch and a GPU.
 
-Each figure is the median over rounds of `calls` back-to-back launches timed on the host (the
-stream is synchronized between rounds, untimed; a round enqueues far less than the GPU's launch
-queue holds, so the host, not the GPU, sets the pace)."""
+Each round times `calls` back-to-back launches of every path in turn (the C++ launcher loop, the
+Python entry point, the torch op), rotating which goes first, with the stream synchronized between
+paths, untimed; a round enqueues far less than the GPU's launch queue holds, so the host, not the GPU,
+sets the pace. Host speed drifts between rounds by more than the differences measured, so the
+overhead is the median over rounds of (Python - C++) within a round, with its quartiles; each path's
+figure is its median over rounds."""
 from __future__ import annotations
 
 import argparse
@@ -20,15 +23,25 @@ import kiln
 from kiln import _native
 
 
-def _per_call_us(fn, calls: int, rounds: int) -> float:
-    samples = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn(calls)
-        samples.append((time.perf_counter() - start) / calls * 1e6)
+def _interleaved(paths: dict, calls: int, rounds: int) -> dict:
+    """Per-call host microseconds of each path in `paths` (name -> fn(n) making n calls), timed in the
+    same rounds; plus the overhead of "python_us" over "cpp_us" as the median of per-round differences."""
+    names = list(paths)
+    samples = {name: [] for name in names}
+    for r in range(rounds):
+        for k in range(len(names)):
+            name = names[(r + k) % len(names)]
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            paths[name](calls)
+            samples[name].append((time.perf_counter() - start) / calls * 1e6)
     torch.cuda.synchronize()
-    return statistics.median(samples)
+    out = {name: statistics.median(v) for name, v in samples.items()}
+    diffs = [py - cpp for py, cpp in zip(samples["python_us"], samples["cpp_us"])]
+    q = statistics.quantiles(diffs, n=4)
+    out["overhead_us"] = statistics.median(diffs)
+    out["overhead_quartiles_us"] = [q[0], q[2]]
+    return out
 
 
 def _loop(call):
@@ -38,7 +51,7 @@ def _loop(call):
     return run
 
 
-def measure(calls: int = 100, rounds: int = 50) -> dict:
+def measure(calls: int = 100, rounds: int = 200) -> dict:
     dev = torch.device("cuda", 0)
     # Paged MLA decode: one request, 1024 tokens of a 16-head, page-64 cache.
     H, page, max_seq_len = 16, 64, 1024
@@ -51,13 +64,12 @@ def measure(calls: int = 100, rounds: int = 50) -> dict:
     kiln.warm_mla(H, page, max_seq_len, 1, devices=[0])
     decode = kiln.prims_ts_batch_decode_with_kv_cache_mla
     op = torch.ops.kiln.mla_decode.default
-    mla = {
-        "cpp_us": _per_call_us(lambda n: _native.time_mla_cpp(q, kv, ws, tables, lens, max_seq_len, out, n), calls, rounds),
-        "python_us": _per_call_us(_loop(lambda: decode(q, kv, ws, 512, 64, tables, lens, max_seq_len, out=out)), calls,
-                                  rounds),
-        "torch_ops_us": _per_call_us(_loop(lambda: op(q, kv, ws, 512, 64, tables, lens, max_seq_len, None, None, out,
-                                                      1.0, 1.0, "causal", torch.bfloat16)), calls, rounds),
-    }
+    mla = _interleaved({
+        "cpp_us": lambda n: _native.time_mla_cpp(q, kv, ws, tables, lens, max_seq_len, out, n),
+        "python_us": _loop(lambda: decode(q, kv, ws, 512, 64, tables, lens, max_seq_len, out=out)),
+        "torch_ops_us": _loop(lambda: op(q, kv, ws, 512, 64, tables, lens, max_seq_len, None, None, out, 1.0, 1.0,
+                                         "causal", torch.bfloat16)),
+    }, calls, rounds)
     # Sparse NVFP4 decode: one token, 64 heads, 512 candidates.
     T, Hs, topk = 1, 64, 512
     sq = torch.randn(T, Hs, 512, device=dev).bfloat16()
@@ -68,20 +80,17 @@ def measure(calls: int = 100, rounds: int = 50) -> dict:
     plan = kiln.cake_sparse_mla_sm120_dsv4_nvfp4_decode(sq, cache, idx, output, lse, 0.04, num_splits=1)
     sparse_decode = kiln.cake_sparse_mla_sm120_dsv4_nvfp4_decode
     sop = torch.ops.kiln.sparse_decode.default
-    sparse = {
-        "cpp_us": _per_call_us(lambda n: _native.time_sparse_cpp(sq, cache, idx, output, lse, n), calls, rounds),
-        "python_us": _per_call_us(_loop(lambda: sparse_decode(sq, cache, idx, output, lse, 0.04, num_splits=1)), calls,
-                                  rounds),
-        "torch_ops_us": _per_call_us(_loop(lambda: sop(sq, cache, idx, output, lse, 0.04, None, None, None, None, None,
-                                                       None, None, 1.0, 1, 16, None)), calls, rounds),
-        "plan": plan,
-    }
-    for r in (mla, sparse):
-        r["overhead_us"] = r["python_us"] - r["cpp_us"]
+    sparse = _interleaved({
+        "cpp_us": lambda n: _native.time_sparse_cpp(sq, cache, idx, output, lse, n),
+        "python_us": _loop(lambda: sparse_decode(sq, cache, idx, output, lse, 0.04, num_splits=1)),
+        "torch_ops_us": _loop(lambda: sop(sq, cache, idx, output, lse, 0.04, None, None, None, None, None, None, None,
+                                          1.0, 1, 16, None)),
+    }, calls, rounds)
+    sparse["plan"] = plan
     return {"what": "host time per call: Python entry point vs kiln's C++ launcher (warm key, outputs given)",
             "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "calls_per_round": calls, "rounds": rounds, "mla": mla, "sparse": sparse}
+            "calls_per_round": calls, "rounds": rounds, "timing": "interleaved rounds; overhead = median of per-round differences", "mla": mla, "sparse": sparse}
 
 
 def _driver_version() -> str:
