@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -51,8 +52,27 @@ def _loop(call):
     return run
 
 
+def _pin_near_gpu(index: int) -> str:
+    """Keeps this process on the CPUs of GPU `index`'s NUMA node (launch calls reach the GPU over its
+    PCIe root); returns the CPU list, or why the process was left where it was."""
+    props = torch.cuda.get_device_properties(index)
+    bdf = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    try:
+        with open(f"/sys/bus/pci/devices/{bdf}/local_cpulist") as f:
+            text = f.read().strip()
+        cpus = set()
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        os.sched_setaffinity(0, cpus & os.sched_getaffinity(0) or os.sched_getaffinity(0))
+        return text
+    except (OSError, ValueError) as e:
+        return f"not pinned ({e})"
+
+
 def measure(calls: int = 100, rounds: int = 200) -> dict:
     dev = torch.device("cuda", 0)
+    cpus = _pin_near_gpu(0)
     # Paged MLA decode: one request, 1024 tokens of a 16-head, page-64 cache.
     H, page, max_seq_len = 16, 64, 1024
     q = torch.randn(1, 1, H, 576, device=dev).bfloat16()
@@ -90,7 +110,7 @@ def measure(calls: int = 100, rounds: int = 200) -> dict:
     return {"what": "host time per call: Python entry point vs kiln's C++ launcher (warm key, outputs given)",
             "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "calls_per_round": calls, "rounds": rounds, "timing": "interleaved rounds; overhead = median of per-round differences", "mla": mla, "sparse": sparse}
+            "cpus": cpus, "calls_per_round": calls, "rounds": rounds, "timing": "interleaved rounds; overhead = median of per-round differences", "mla": mla, "sparse": sparse}
 
 
 def _driver_version() -> str:
