@@ -307,6 +307,10 @@ int run_bench_sparse(const BenchOptions& options) {
     std::vector<Timing> t;        // per entry of `kernels`
     int cluster = 1;              // CTAs per cluster of the mma.sync launch
     std::optional<Timing> mma_no_cluster;  // the mma.sync kernel without a cluster, where it has one
+    int deal = 1;                 // CTAs sharing a split in the sm90 launch
+    std::optional<Timing> sm90_no_deal;    // the sm90 kernel without dealing, where it deals
+    int deal_forced = 1;          // the same with dealing forced on
+    std::optional<Timing> sm90_deal_forced;  // where that differs from the launcher's
     const Timing& picked(const std::vector<sparse::SparseKernel>& all) const {
       return t[std::find(all.begin(), all.end(), kernel) - all.begin()];
     }
@@ -327,6 +331,12 @@ int run_bench_sparse(const BenchOptions& options) {
     }
     if (hopper) row.cluster = sparse::sparse_cluster_size(c.tokens, c.heads, plan, sms);
     if (row.cluster > 1) row.mma_no_cluster = time_config(c, pool, sms, sparse::SparseKernel::kMma, false, stream, rng, service);
+    if (hopper && std::find(kernels.begin(), kernels.end(), sparse::SparseKernel::kSm90) != kernels.end()) {
+      row.deal = sparse::sparse_cluster_size(c.tokens, c.heads, plan, sms, std::nullopt, sparse::SparseKernel::kSm90);
+      row.deal_forced = sparse::sparse_cluster_size(c.tokens, c.heads, plan, sms, true, sparse::SparseKernel::kSm90);
+      if (row.deal > 1) row.sm90_no_deal = time_config(c, pool, sms, sparse::SparseKernel::kSm90, false, stream, rng, service);
+      if (row.deal_forced != row.deal) row.sm90_deal_forced = time_config(c, pool, sms, sparse::SparseKernel::kSm90, true, stream, rng, service);
+    }
     const Timing& t = row.picked(kernels);
     std::fprintf(stderr, "%-34s %5d calls %9.2f us (%s)  %7.1f GB/s  %6.1f TFLOP/s  plan %d/%d/%d  (%.0f ms)\n", c.name().c_str(), t.calls,
                  t.us, sparse::sparse_kernel_name(row.kernel), c.gathered_bytes() / (t.us * 1e-6) * 1e-9,
@@ -374,6 +384,12 @@ int run_bench_sparse(const BenchOptions& options) {
     for (std::size_t k = 0; k < kernels.size(); ++k) r[fmt::format("us_{}", sparse::sparse_kernel_name(kernels[k]))] = row.t[k].us;
     if (hopper) r["mma_cluster"] = row.cluster;
     if (row.mma_no_cluster) r["us_mma_no_cluster"] = row.mma_no_cluster->us;
+    if (hopper) r["sm90_deal"] = row.deal;
+    if (row.sm90_no_deal) r["us_sm90_no_deal"] = row.sm90_no_deal->us;
+    if (row.sm90_deal_forced) {
+      r["sm90_deal_forced"] = row.deal_forced;
+      r["us_sm90_deal_forced"] = row.sm90_deal_forced->us;
+    }
     (c.extended ? extended : results).push_back(r);
     if (c.extended) continue;
     const json key = {{"T", c.tokens}, {"H", c.heads}, {"topk", c.topk}, {"extra_topk", c.extra_topk}};
@@ -400,6 +416,9 @@ int run_bench_sparse(const BenchOptions& options) {
       {"kernel", "the launcher's choice for the call; us_<kernel>: the same calls forced onto each kernel it may pick here"},
       {"mma_cluster", "CTAs per cluster sharing a split's chunks in the mma.sync launch (sparse_cluster_size); us_mma_no_cluster: "
                       "the same calls on mma.sync with the cluster forced off, where it has one"},
+      {"sm90_deal", "CTAs per head group sharing a split's chunks in the sm90 launch (sparse_cluster_size for kSm90); "
+                    "us_sm90_no_deal: forced off where it deals; sm90_deal_forced / us_sm90_deal_forced: forced on, where that "
+                    "gives another size"},
       {"gathered_bytes", "T * active candidates * 384 (index reads, Q and outputs not counted)"},
       {"flop", "2 * T * H * candidates * 1024"},
       {"sm_scale", kSmScale},
@@ -416,18 +435,20 @@ int run_bench_sparse(const BenchOptions& options) {
 
   // The compact table last, on stderr (stdout carries the JSON).
   ceilings.print();
-  std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %-16s %2s %s\n", "T", "H", "cands", "page", "len", "us/call",
-               "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us sm90", "us mma", "tiles/splits/cpb", "cl", "us mma 1 CTA");
+  std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %-16s %2s %12s %2s %12s %2s %12s\n", "T", "H", "cands", "page",
+               "len", "us/call", "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us sm90", "us mma", "tiles/splits/cpb", "cl", "us mma 1 CTA",
+               "dl", "sm90 no deal", "df", "sm90 deal df");
   for (const json* list : {&results, &extended}) {
     for (const json& r : *list) {
       const std::string cands = r["extra_topk"].get<int>() ? fmt::format("{}+{}", r["topk"].get<int>(), r["extra_topk"].get<int>())
                                                            : fmt::format("{}", r["topk"].get<int>());
-      std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %-9s %8.1f %6.1f %8.1f %6.1f %9.2f %9.2f %-16s %2d %.2f\n", r["T"].get<int>(),
+      std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %-9s %8.1f %6.1f %8.1f %6.1f %9.2f %9.2f %-16s %2d %12.2f %2d %12.2f %2d %12.2f\n", r["T"].get<int>(),
                    r["H"].get<int>(), cands.c_str(), r["page_size"].get<int>(), r.value("topk_length", 0), r["us_per_call"].get<double>(),
                    r["kernel"].get<std::string>().c_str(), r["gathered_gb_s"].get<double>(), r["pct_copy"].get<double>(),
                    r["tflop_s"].get<double>(), r.value("pct_wgmma_peak", 0.0), r.value("us_sm90", 0.0), r.value("us_mma", 0.0),
                    fmt::format("{}/{}/{}", r["head_tiles"].get<int>(), r["num_splits"].get<int>(), r["chunks_per_block"].get<int>()).c_str(),
-                   r.value("mma_cluster", 1), r.value("us_mma_no_cluster", 0.0));
+                   r.value("mma_cluster", 1), r.value("us_mma_no_cluster", 0.0), r.value("sm90_deal", 1), r.value("us_sm90_no_deal", 0.0),
+                   r.value("sm90_deal_forced", 0), r.value("us_sm90_deal_forced", 0.0));
     }
   }
   bench_print_footer(report, bar_summary);

@@ -117,6 +117,49 @@ __device__ __forceinline__ void sparse_fold_sink(float sink_logit, bool empty, f
   lse = hi + fast_log2(1.0f + fast_exp2(lo - hi));
 }
 
+// A row's share of a cluster combine: the n CTAs (ranks rank0 + r * stride) that split a split's
+// chunks have each published the row's (max, sum) as two floats at `xs` (the same shared address in
+// every CTA). Rank r's unnormalised partial row gets weight w[r] * factor; lse and empty are the
+// combined row's, with the sink folded in for a final (unsplit) output.
+struct SparseClusterRow {
+  float w[kSparseMaxCluster];
+  float factor, lse;
+  bool empty;
+};
+template <bool kSplit>
+__device__ __forceinline__ SparseClusterRow sparse_cluster_row(u32 xs, int n, u32 rank0, u32 stride, const float* sink_logit) {
+  SparseClusterRow c;
+  float m[kSparseMaxCluster], l[kSparseMaxCluster];
+#pragma unroll
+  for (int r = 0; r < kSparseMaxCluster; ++r) {
+    m[r] = neg_inf();
+    l[r] = 0.0f;
+    if (r < n) {
+      const u32 a = peer_addr(xs, rank0 + u32(r) * stride);
+      m[r] = ld_peer_f32(a);
+      l[r] = ld_peer_f32(a + 4);
+    }
+  }
+  float mx = neg_inf();
+#pragma unroll
+  for (int r = 0; r < kSparseMaxCluster; ++r) mx = l[r] > 0.0f ? fmaxf(mx, m[r]) : mx;
+  float sum = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kSparseMaxCluster; ++r) {
+    c.w[r] = l[r] > 0.0f ? fast_exp2(m[r] - mx) : 0.0f;
+    sum += c.w[r] * l[r];
+  }
+  c.empty = !(sum > 0.0f);
+  c.lse = mx + fast_log2(sum);
+  c.factor = c.empty ? 0.0f : 1.0f / sum;
+  if (!kSplit && sink_logit != nullptr) {
+    sparse_fold_sink(*sink_logit, c.empty, c.lse, c.factor);
+  } else if (c.empty) {
+    c.lse = kSplit ? kSparseEmptySplitLse : neg_inf();
+  }
+  return c;
+}
+
 // Where candidate `cand` of `chunk` (of token t) lives: its record's data row and 32-byte scale row,
 // plus the given byte offsets; both are the pool's base, and `valid` false, for a masked slot.
 struct CandidateRecord {
@@ -677,45 +720,22 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
         }
       }
       cluster_sync();
-      float w[2][kSparseMaxCluster], factor[2], lse[2];
+      float w[2][kSparseMaxCluster], factor[2];
       bool empty[2];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int row = row0 + hr * 8 + g;
-        const u32 s_addr = smem_addr(xs + 2 * row);
-        float m[kSparseMaxCluster], l[kSparseMaxCluster];
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) {
-          m[r] = neg_inf();
-          l[r] = 0.0f;
-          if (r < ncta) {
-            const u32 a = peer_addr(s_addr, u32(r));
-            m[r] = ld_peer_f32(a);
-            l[r] = ld_peer_f32(a + 4);
-          }
-        }
-        float mx = neg_inf();
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) mx = l[r] > 0.0f ? fmaxf(mx, m[r]) : mx;
-        float sum = 0.0f;
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) {
-          w[hr][r] = l[r] > 0.0f ? fast_exp2(m[r] - mx) : 0.0f;
-          sum += w[hr][r] * l[r];
-        }
-        empty[hr] = !(sum > 0.0f);
-        lse[hr] = mx + fast_log2(sum);
-        factor[hr] = empty[hr] ? 0.0f : 1.0f / sum;
         const int head = head0 + row;
-        if (!kSplit && sink != nullptr && head < kHeads) {
-          sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
-        } else if (empty[hr]) {
-          lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
-        }
+        const SparseClusterRow c = sparse_cluster_row<kSplit>(smem_addr(xs + 2 * row), ncta, 0u, 1u,
+                                                              sink != nullptr && head < kHeads ? sink + head : nullptr);
+#pragma unroll
+        for (int r = 0; r < kSparseMaxCluster; ++r) w[hr][r] = c.w[r];
+        factor[hr] = c.factor;
+        empty[hr] = c.empty;
         const long long out_row = (long long)t * kHeads + head;
         if (crank == 0 && warp == 0 && q4 == 0 && head < kHeads) {
-          if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
-          else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
+          if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = c.lse;
+          else static_cast<float*>(p.out_lse)[out_row] = c.lse * p.lse_scale;
         }
       }
 #pragma unroll

@@ -221,6 +221,80 @@ __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col
   }
 }
 
+// ---- the dealt epilogue: slices of a split combined in distributed shared memory ----
+// Each consumer thread publishes its accumulator as 32 float4 units (unit j: elements 4j .. 4j + 3,
+// rows row_lo / row_lo + 8) at kTileOff + (j * 256 + consumer) * 16, the tiles being dead by then,
+// and WG0 each row's (max, sum) at kAlphaOff + 8 * row. The slice `slice` of every head group
+// combines the units j with j % deal == slice over all slices.
+__device__ __forceinline__ U32x4 f32x4_bits(const float* v) {
+  return U32x4{__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3])};
+}
+
+// The launch's dealing, read again where it is used (volatile: not kept live across the main loop,
+// where WG0 has no register to spare). Rank = slice * groups + group.
+struct DealShape {
+  int deal, slice;
+};
+template <int kGroups>
+__device__ __forceinline__ DealShape deal_shape() {
+  u32 n, r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return DealShape{int(n) / kGroups, int(r) / kGroups};
+}
+
+struct DealtRows {
+  sparse_detail::SparseClusterRow row[2];
+  u32 rank0, stride;
+  int deal;
+};
+
+template <bool kSplit, int kHeads>
+__device__ __forceinline__ DealtRows dealt_rows(const SparseNvfp4Params& p, u32 sbase, int row_lo, int head0, int deal, int group,
+                                                int groups) {
+  DealtRows d{{}, u32(group), u32(groups), deal};
+  const float* sink = static_cast<const float*>(p.attn_sink);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int head = head0 + row_lo + 8 * hr;
+    d.row[hr] = sparse_detail::sparse_cluster_row<kSplit>(sbase + kAlphaOff + u32(row_lo + 8 * hr) * 8u, deal, d.rank0, d.stride,
+                                                           sink != nullptr && head < kHeads ? sink + head : nullptr);
+  }
+  return d;
+}
+
+// Unit `unit_addr` (this CTA's shared address) summed over the slices with the rows' weights.
+__device__ __forceinline__ float4 dealt_sum(const DealtRows& d, u32 unit_addr) {
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int r = 0; r < kSparseMaxCluster; ++r) {
+    if (r >= d.deal) break;
+    const float4 v = sparse_detail::ld_peer_f32x4(sparse_detail::peer_addr(unit_addr, d.rank0 + u32(r) * d.stride));
+    acc.x += d.row[0].w[r] * v.x;
+    acc.y += d.row[0].w[r] * v.y;
+    acc.z += d.row[1].w[r] * v.z;
+    acc.w += d.row[1].w[r] * v.w;
+  }
+  return acc;
+}
+
+// The two rows' values of a combined unit (columns col, col + 1) into output / mid_out, scaled by the
+// row's factor and `undo` (the NoPE dims' 2^7).
+template <bool kSplit, int kHeads>
+__device__ __forceinline__ void dealt_store(const SparseNvfp4Params& p, const DealtRows& d, int t, int split, int head_lo, int col,
+                                            float4 acc, float undo) {
+  const float v[4] = {acc.x, acc.y, acc.z, acc.w};
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int head = head_lo + 8 * hr;
+    if (head >= kHeads || (kSplit && d.row[hr].empty)) continue;  // mid_out of an empty split is never read
+    const long long out_row = (long long)t * kHeads + head;
+    u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512 : static_cast<u16*>(p.output) + out_row * 512;
+    const float f = d.row[hr].factor * undo;
+    *reinterpret_cast<u32*>(dst + col) = pack_bf16x2(v[2 * hr] * f, v[2 * hr + 1] * f);
+  }
+}
+
 }  // namespace sparse_sm90
 
 // kHeads: H (multiple of 8, <= 128), ceil(H / 64) CTAs per (token, split). kHasExtra: a second pool
@@ -228,6 +302,10 @@ __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col
 // For H > 64 the two head groups of a (token, split) run as a cluster of two CTAs that share the
 // decode: CTA r gathers and decodes candidates 32 r .. 32 r + 31 of every chunk and writes them into
 // its own tile and, by st.async, into its peer's, so no candidate is decoded twice.
+// A launch may deal a split's chunks to `deal` CTAs per head group (cluster of deal x groups CTAs,
+// rank = slice * groups + group; the launch's cluster size sets deal): slice k takes chunks
+// [k * ceil(cpb / deal), ...) of the split, and the slices' partial rows are combined in distributed
+// shared memory in slice order (a fixed order: bitwise repeatable), as the mma.sync kernel does.
 template <int kHeads, bool kHasExtra, bool kSplit>
 __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
@@ -249,14 +327,15 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   const u32 bar_p_free = bar_full + 32;
 
   const int tid = threadIdx.x;
-  int bx = blockIdx.x;
-  const int group = bx % kGroups;  // with kCross also the cluster rank (clusters of two along x)
-  bx /= kGroups;
+  const int ncta = int(cluster_size()), crank = int(cluster_rank());
+  const DealShape shape = deal_shape<kGroups>();
+  const int group = crank % kGroups;
+  const int bx = blockIdx.x / ncta;
   const int split = kSplit ? bx % p.num_splits : 0;
   const int t = kSplit ? bx / p.num_splits : bx;
   const int head0 = group * kSparseSm90Heads;
   // Shared addresses of the peer CTA are ours plus `peer` (one contiguous window per CTA).
-  const u32 peer = kCross ? peer_addr(sbase, u32(group ^ 1)) - sbase : 0u;
+  const u32 peer = kCross ? peer_addr(sbase, u32(crank ^ 1)) - sbase : 0u;
 
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
@@ -268,8 +347,12 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   }
   wait_for_prior_grid();  // the first read of an input
   const TokenWork work = token_work<kHasExtra>(p, t);
-  const int c_begin = kSplit ? split * p.chunks_per_block : 0;
-  int c_end = kSplit ? c_begin + p.chunks_per_block : work.total_chunks;
+  // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
+  const int per_cta = (p.chunks_per_block + shape.deal - 1) / shape.deal;
+  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
+  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + shape.slice * per_cta;
+  int c_end = c_begin + per_cta;
+  if (c_end > split_end) c_end = split_end;
   if (c_end > work.total_chunks) c_end = work.total_chunks;
   const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
   // With kCross the peer arrives on and writes into this CTA's barriers and tiles: both initialised.
@@ -412,6 +495,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         else mbar_arrive(bar_full + 8 * b);
       }
     }
+    if (deal_shape<kGroups>().deal > 1) cluster_sync();  // the consumers' publish barrier (dealt epilogue)
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
     // A tile's producers (with kCross both CTAs') have written it. The peer's st.asyncs are complete
@@ -533,6 +617,36 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         release_tile(b);
       }
 
+      if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
+        named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const float l = quad_sum(l_run[hr]);
+          if (q4 == 0) {
+            sts_f32(sbase + kAlphaOff + (row_lo + 8 * hr) * 8, m_run[hr]);
+            sts_f32(sbase + kAlphaOff + (row_lo + 8 * hr) * 8 + 4, l);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 32; ++j) sts128(sbase + kTileOff + (j * kConsumers + tid) * 16, f32x4_bits(o + 4 * j));
+        cluster_sync();
+        const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds.deal, group, kGroups);
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int head = head0 + row_lo + 8 * hr;
+          const long long out_row = (long long)t * kHeads + head;
+          if (ds.slice == 0 && q4 == 0 && head < kHeads) {
+            if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = d.row[hr].lse;
+            else static_cast<float*>(p.out_lse)[out_row] = d.row[hr].lse * p.lse_scale;
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          if (j % ds.deal != ds.slice) continue;
+          const float4 acc = dealt_sum(d, sbase + kTileOff + (j * kConsumers + tid) * 16);
+          dealt_store<kSplit, kHeads>(p, d, t, split, head0 + row_lo, 8 * j + 2 * q4, acc, kKScaleUndo);
+        }
+      } else {
       // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
       float factor[2], lse[2];
       bool empty[2];
@@ -567,6 +681,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 #pragma unroll
         for (int j = 0; j < 32; ++j)
           *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+      }
       }
     } else {
       // ---- WG1: O[:, 256:448] (f16 P) and O[:, 448:512] (bf16 P) ----
@@ -618,6 +733,22 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         pin_u32(pb);
         release_tile(b);
       }
+      if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
+        named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
+#pragma unroll
+        for (int j = 0; j < 24; ++j) sts128(sbase + kTileOff + (j * kConsumers + tid) * 16, f32x4_bits(o_nope + 4 * j));
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sts128(sbase + kTileOff + ((24 + j) * kConsumers + tid) * 16, f32x4_bits(o_rope + 4 * j));
+        cluster_sync();
+        const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds.deal, group, kGroups);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          if (j % ds.deal != ds.slice) continue;
+          const float4 acc = dealt_sum(d, sbase + kTileOff + (j * kConsumers + tid) * 16);
+          if (j < 24) dealt_store<kSplit, kHeads>(p, d, t, split, head0 + row_lo, 256 + 8 * j + 2 * q4, acc, kKScaleUndo);
+          else dealt_store<kSplit, kHeads>(p, d, t, split, head0 + row_lo, 448 + 8 * (j - 24) + 2 * q4, acc, 1.0f);
+        }
+      } else {
       named_barrier_sync(kBarEpilogue, kConsumers);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -639,10 +770,12 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         for (int j = 0; j < 8; ++j)
           *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
       }
+      }
     }
   }
-  // The peer may still arrive on this CTA's barriers (releases of the last tiles): neither exits first.
-  if constexpr (kCross) cluster_sync();
+  // The peer may still arrive on this CTA's barriers (releases of the last tiles), and a dealt
+  // epilogue reads every slice's shared memory: no CTA of the cluster exits first.
+  if (kCross || deal_shape<kGroups>().deal > 1) cluster_sync();
 }
 
 #endif  // __CUDACC__

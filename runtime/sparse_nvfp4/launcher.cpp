@@ -276,10 +276,10 @@ LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& 
   LaunchConfig decode;
   switch (policy.kernel) {
     case SparseKernel::kSm90:
-      decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits));
+      decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits) * cluster);
       decode.block[0] = kSparseSm90Threads;
       decode.smem_bytes = sparse_sm90_smem_bytes();
-      if (sparse_sm90_cluster(policy.heads) > 1) decode.cluster[0] = static_cast<unsigned>(sparse_sm90_cluster(policy.heads));
+      if (sparse_sm90_cluster(policy.heads) * cluster > 1) decode.cluster[0] = static_cast<unsigned>(sparse_sm90_cluster(policy.heads) * cluster);
       break;
     case SparseKernel::kMmaSmall:
       decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));
@@ -347,16 +347,19 @@ SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const S
   return sparse_cluster_size(tokens, heads, plan, sms) > 1 ? SparseKernel::kMma : SparseKernel::kSm90;
 }
 
-int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster) {
+int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster, SparseKernel kernel) {
   const int cpb = plan.chunks_per_block;
-  if (cpb < 2 || (cluster && !*cluster)) return 1;
-  const long long base = sparse_decode_grid(tokens, heads, plan.head_tiles, plan.num_splits);
+  if (kernel == SparseKernel::kMmaSmall || cpb < 2 || (cluster && !*cluster)) return 1;
+  const bool sm90 = kernel == SparseKernel::kSm90;
+  const long long base = sm90 ? sparse_sm90_grid(tokens, heads, plan.num_splits) : sparse_decode_grid(tokens, heads, plan.head_tiles, plan.num_splits);
+  // A cluster pair of the sm90 kernel deals to pairs: its two head groups count against the size.
+  const int max_size = kSparseMaxCluster / (sm90 ? sparse_sm90_cluster(heads) : 1);
   // Unforced, a CTA must be spared at least two chunks in sequence: one chunk less did not pay for
   // the cluster (H200, T = 1, 2 chunks per split on 2 CTAs: 1.1-2.3 us slower per call).
   const int max_per_cta = cluster ? cpb - 1 : cpb - 2;
   for (int per_cta = 1; per_cta <= max_per_cta; ++per_cta) {
     const int size = (cpb + per_cta - 1) / per_cta;
-    if (size > kSparseMaxCluster || base * size > INT_MAX) continue;
+    if (size > max_size || base * size > INT_MAX) continue;
     if (cluster || base * size <= sms) return size;
   }
   return 1;
@@ -406,7 +409,7 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   const SparseKernel kernel = choose_kernel(device_is_sm90(service, on.device()) ? "sm_90a" : "sm_120a", static_cast<int>(c.tokens),
                                             c.heads, plan, sms, opt.kernel);
   const SparseNvfp4Params params = make_params(a, c, plan);
-  const int cluster = kernel == SparseKernel::kMma ? sparse_cluster_size(static_cast<int>(c.tokens), c.heads, plan, sms, opt.cluster) : 1;
+  const int cluster = sparse_cluster_size(static_cast<int>(c.tokens), c.heads, plan, sms, opt.cluster, kernel);
   launch_sparse(sparse_policy(c.heads, c.has_extra, plan, kernel), params, cluster, stream, on.device(), service);
   return plan;
 }

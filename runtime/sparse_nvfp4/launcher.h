@@ -70,15 +70,18 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
 SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
                            std::optional<SparseKernel> kernel = std::nullopt);
 
-// CTAs per cluster of a kMma launch of `plan` for T tokens and H heads on `sms` SMs: a split's
-// chunks_per_block chunks are dealt to the cluster's CTAs (ceil(cpb / size) each, in chunk order) and
-// the cluster combines its partial rows in distributed shared memory, so a split takes the time of
-// its slice rather than of all its chunks. 1 (no cluster) when `cluster` is false; else the size
-// that gives each CTA the fewest chunks (<= kSparseMaxCluster CTAs) while the whole grid fits one
-// wave (one decode CTA per SM) and each CTA does at least two chunks fewer than cpb, the smallest
-// such, or 1 when none does (so always 1 for cpb <= 2: measured slower on the H200, see the README);
-// `cluster` true drops both conditions (any cpb >= 2).
-int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster = std::nullopt);
+// CTAs that share one split of a `kernel` launch of `plan` for T tokens and H heads on `sms` SMs
+// (kMma: per head group; kSm90: per head group, so a cluster pair of H > 64 launches clusters of
+// twice this size): a split's chunks_per_block chunks are dealt to them (ceil(cpb / size) each, in
+// chunk order) and they combine their partial rows in distributed shared memory, so a split takes
+// the time of its slice rather than of all its chunks. 1 (no dealing) for kMmaSmall or when
+// `cluster` is false; else the size that gives each CTA the fewest chunks (clusters of at most
+// kSparseMaxCluster CTAs) while the whole grid fits one wave (one decode CTA per SM) and each CTA
+// does at least two chunks fewer than cpb, the smallest such, or 1 when none does (so always 1 for
+// cpb <= 2: measured slower on the H200, see the README); `cluster` true drops both conditions (any
+// cpb >= 2).
+int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster = std::nullopt,
+                        SparseKernel kernel = SparseKernel::kMma);
 
 // Every kernel choose_kernel can return on `arch` for H heads without an override (what a prebuild
 // manifest needs for that target).

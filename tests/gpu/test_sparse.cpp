@@ -15,9 +15,10 @@
 // Split plans launch the merge kernel as a programmatic dependent of the decode kernel, so every
 // split case (and the graph replays) covers that overlap. Every case runs the launcher's kernel for
 // the call and, forced, the compact configuration that fits sm_120's 99 KiB and (on sm_90a) the
-// warpgroup-MMA kernel; planned calls also the mma.sync kernel, and on sm_90a that kernel with a
-// split's chunks shared by a CTA cluster forced on and off (the launcher picks a cluster where the
-// grid leaves SMs idle, so small-T cases run it by default too). Expected plans come from
+// warpgroup-MMA kernel, also with a split's chunks dealt to a CTA cluster forced on; planned calls
+// also the mma.sync kernel, and on sm_90a that kernel with a split's chunks shared by a CTA cluster
+// forced on and off (the launcher picks a cluster where the grid leaves SMs idle, so small-T cases
+// run it by default too). Expected plans come from
 // tests/support/sparse_plan_reference (the spec's planner rules, written independently).
 //
 // The matrix touches every value of every conformance axis at least once without building
@@ -256,14 +257,15 @@ bool on_sm90() { return kiln::KernelService::global().device_arch(0) == "sm_90a"
 // spec's normalisation keeps (a count normalised to another one is covered by that one), with each
 // valid head_tiles. Counts below ceil(chunks / 16) are rejected on the host (checked separately).
 // Every variant runs with the launcher's kernel, the forced compact configuration and (sm_90a) the
-// forced warpgroup-MMA kernel (one head tiling: it maps both onto its own blocks); planned calls also
-// with the mma.sync kernel. On sm_90a the mma.sync kernel also runs with the cluster forced on and
-// off (planned calls and every sweep variant).
+// forced warpgroup-MMA kernel (one head tiling: it maps both onto its own blocks), also with dealing
+// forced on; planned calls also with the mma.sync kernel. On sm_90a the mma.sync kernel also runs
+// with the cluster forced on and off (planned calls and every sweep variant).
 std::vector<Variant> variants(const SparseCase& c) {
   std::vector<Variant> v = {Variant{}, Variant{std::nullopt, std::nullopt, SparseKernel::kMmaSmall},
                             Variant{std::nullopt, std::nullopt, SparseKernel::kMma}};
   if (on_sm90()) {
     v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kSm90});
+    v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kSm90, true});
     v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kMma, true});
     v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kMma, false});
   }
@@ -276,7 +278,10 @@ std::vector<Variant> variants(const SparseCase& c) {
       if (kt::sparse_plan_reference(c.tokens, c.heads, c.topk, c.xtopk(), 132, ns).num_splits != ns) continue;
       v.push_back(Variant{ns, tiles});
       v.push_back(Variant{ns, tiles, SparseKernel::kMmaSmall});
-      if (on_sm90() && tiles == 1) v.push_back(Variant{ns, tiles, SparseKernel::kSm90});
+      if (on_sm90() && tiles == 1) {
+        v.push_back(Variant{ns, tiles, SparseKernel::kSm90});
+        v.push_back(Variant{ns, tiles, SparseKernel::kSm90, true});
+      }
       if (on_sm90()) {
         v.push_back(Variant{ns, tiles, SparseKernel::kMma, true});
         v.push_back(Variant{ns, tiles, SparseKernel::kMma, false});
@@ -823,10 +828,11 @@ TEST_CASE("sparse: sanitizer subset", "[gpu][sparse][sanitizer]") {
     check_against_oracle(h, o, v.name(), nullptr);
   }
   // The cluster epilogue, forced: one split of 3 chunks over 3 CTAs (the final output with the sink),
-  // 2 splits of 2 chunks (a CTA with none) with both tilings.
+  // 2 splits of 2 chunks (a CTA with none) with both tilings, and the same dealing on the sm90 kernel.
   if (on_sm90()) {
     for (const Variant& v : {Variant{1, 1, SparseKernel::kMma, true}, Variant{2, 1, SparseKernel::kMma, true},
-                             Variant{2, 2, SparseKernel::kMma, true}}) {
+                             Variant{2, 2, SparseKernel::kMma, true}, Variant{1, 1, SparseKernel::kSm90, true},
+                             Variant{2, 1, SparseKernel::kSm90, true}}) {
       kiln::KernelService::global().warm({variant_key(split_extra, v, kiln::KernelService::global().device_arch(0))}, {0});
       const Outputs o = run_variant(dev, h, v, true);
       CHECK(o.plan.num_splits == *v.num_splits);

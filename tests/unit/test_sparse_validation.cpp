@@ -641,3 +641,19 @@ TEST_CASE("sparse validation: CTAs per cluster of an mma.sync launch", "[unit]")
   CHECK(sp::sparse_cluster_size(64, 128, {2, 2, 16}, 132, true) == 8);
   CHECK(sp::sparse_cluster_size(64, 128, {1, 8, 1}, 132, true) == 1);
 }
+
+TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 launch", "[unit]") {
+  using K = sp::SparseKernel;
+  constexpr K kSm90 = K::kSm90;
+  // T = 8, H 64 / 2048 candidates: 2 splits of 16 chunks on 16 CTAs; 8 CTAs of 2 chunks fill 128 SMs.
+  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 8);
+  // H 128: the cluster pair counts twice against 8 CTAs, so at most 4 slices (4 chunks each).
+  CHECK(sp::sparse_cluster_size(8, 128, {2, 2, 16}, 132, std::nullopt, kSm90) == 4);
+  CHECK(sp::sparse_cluster_size(8, 128, {2, 2, 16}, 132, true, kSm90) == 4);
+  // The same plan on mma.sync counts 16-head CTAs: 4 times as many, so a pair of CTAs fills the grid.
+  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132) == 2);
+  // 512 tokens: the grid is full without dealing; forced off; the compact kernel never deals.
+  CHECK(sp::sparse_cluster_size(512, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 1);
+  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, false, kSm90) == 1);
+  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, true, K::kMmaSmall) == 1);
+}
