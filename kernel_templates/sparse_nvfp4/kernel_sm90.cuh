@@ -222,13 +222,12 @@ __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col
 }
 
 // ---- the dealt epilogue: slices of a split combined in distributed shared memory ----
-// Each consumer thread publishes its accumulator as 32 float4 units (unit j: elements 4j .. 4j + 3,
-// rows row_lo / row_lo + 8) at kTileOff + (j * 256 + consumer) * 16, the tiles being dead by then,
-// and WG0 each row's (max, sum) at kAlphaOff + 8 * row. The slice `slice` of every head group
-// combines the units j with j % deal == slice over all slices.
-__device__ __forceinline__ U32x4 f32x4_bits(const float* v) {
-  return U32x4{__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3])};
-}
+// WG0 publishes each row's (max, sum) at kAlphaOff + 8 * row; after a cluster barrier every consumer
+// thread knows its two rows' weights and publishes its accumulator already scaled (weight of its
+// slice x 1 / sum, and the NoPE dims' 2^7) as 32 float4 units (unit j: elements 4j .. 4j + 3, rows
+// row_lo / row_lo + 8) at kTileOff + (j * 256 + consumer) * 16, the tiles being dead by then. After a
+// second barrier slice k of each head group sums the units j with j % deal == k over the slices in
+// slice order and writes them.
 
 // The launch's dealing, read again where it is used (volatile: not kept live across the main loop,
 // where WG0 has no register to spare). Rank = slice * groups + group.
@@ -245,53 +244,72 @@ __device__ __forceinline__ DealShape deal_shape() {
 
 struct DealtRows {
   sparse_detail::SparseClusterRow row[2];
-  u32 rank0, stride;
-  int deal;
+  float own[2];  // this slice's scale of each row: its weight x the row's factor
 };
 
 template <bool kSplit, int kHeads>
-__device__ __forceinline__ DealtRows dealt_rows(const SparseNvfp4Params& p, u32 sbase, int row_lo, int head0, int deal, int group,
+__device__ __forceinline__ DealtRows dealt_rows(const SparseNvfp4Params& p, u32 sbase, int row_lo, int head0, DealShape ds, int group,
                                                 int groups) {
-  DealtRows d{{}, u32(group), u32(groups), deal};
+  DealtRows d;
   const float* sink = static_cast<const float*>(p.attn_sink);
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head0 + row_lo + 8 * hr;
-    d.row[hr] = sparse_detail::sparse_cluster_row<kSplit>(sbase + kAlphaOff + u32(row_lo + 8 * hr) * 8u, deal, d.rank0, d.stride,
+    d.row[hr] = sparse_detail::sparse_cluster_row<kSplit>(sbase + kAlphaOff + u32(row_lo + 8 * hr) * 8u, ds.deal, u32(group), u32(groups),
                                                            sink != nullptr && head < kHeads ? sink + head : nullptr);
+    float w = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kSparseMaxCluster; ++r) w = r == ds.slice ? d.row[hr].w[r] : w;
+    d.own[hr] = w * d.row[hr].factor;
   }
   return d;
 }
 
-// Unit `unit_addr` (this CTA's shared address) summed over the slices with the rows' weights.
-__device__ __forceinline__ float4 dealt_sum(const DealtRows& d, u32 unit_addr) {
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-  for (int r = 0; r < kSparseMaxCluster; ++r) {
-    if (r >= d.deal) break;
-    const float4 v = sparse_detail::ld_peer_f32x4(sparse_detail::peer_addr(unit_addr, d.rank0 + u32(r) * d.stride));
-    acc.x += d.row[0].w[r] * v.x;
-    acc.y += d.row[0].w[r] * v.y;
-    acc.z += d.row[1].w[r] * v.z;
-    acc.w += d.row[1].w[r] * v.w;
-  }
-  return acc;
+// Unit `addr` of this thread: elements v[0..3] scaled by their rows' own scales and `undo`.
+__device__ __forceinline__ void dealt_publish(u32 addr, const float* v, const DealtRows& d, float undo) {
+  const float s0 = d.own[0] * undo, s1 = d.own[1] * undo;
+  sts128(addr, U32x4{__float_as_uint(v[0] * s0), __float_as_uint(v[1] * s0), __float_as_uint(v[2] * s1), __float_as_uint(v[3] * s1)});
 }
 
-// The two rows' values of a combined unit (columns col, col + 1) into output / mid_out, scaled by the
-// row's factor and `undo` (the NoPE dims' 2^7).
+// This thread's units of its slice, summed over the slices (ranks group + r * groups), into output
+// or mid_out. `units`: this thread's unit 0; wg1 picks the column map of WG1's units (dims 256..511).
 template <bool kSplit, int kHeads>
-__device__ __forceinline__ void dealt_store(const SparseNvfp4Params& p, const DealtRows& d, int t, int split, int head_lo, int col,
-                                            float4 acc, float undo) {
-  const float v[4] = {acc.x, acc.y, acc.z, acc.w};
+__device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const DealtRows& d, u32 units, DealShape ds, int group, int groups,
+                                              bool wg1, int t, int split, int head_lo, int q4) {
+  constexpr int kBatch = 4;  // units whose peer loads are in flight together
+  for (int j0 = ds.slice; j0 < 32; j0 += kBatch * ds.deal) {
+    float4 v[kBatch][kSparseMaxCluster];
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int head = head_lo + 8 * hr;
-    if (head >= kHeads || (kSplit && d.row[hr].empty)) continue;  // mid_out of an empty split is never read
-    const long long out_row = (long long)t * kHeads + head;
-    u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512 : static_cast<u16*>(p.output) + out_row * 512;
-    const float f = d.row[hr].factor * undo;
-    *reinterpret_cast<u32*>(dst + col) = pack_bf16x2(v[2 * hr] * f, v[2 * hr + 1] * f);
+    for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+      for (int r = 0; r < kSparseMaxCluster; ++r) {
+        const int j = j0 + b * ds.deal;
+        if (j < 32 && r < ds.deal)
+          v[b][r] = sparse_detail::ld_peer_f32x4(sparse_detail::peer_addr(units + u32(j) * 4096u, u32(group + r * groups)));
+      }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = j0 + b * ds.deal;
+      if (j >= 32) break;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int r = 0; r < kSparseMaxCluster; ++r) {
+        if (r >= ds.deal) break;
+        acc[0] += v[b][r].x;
+        acc[1] += v[b][r].y;
+        acc[2] += v[b][r].z;
+        acc[3] += v[b][r].w;
+      }
+      const int col = (wg1 ? (j < 24 ? 256 + 8 * j : 448 + 8 * (j - 24)) : 8 * j) + 2 * q4;
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int head = head_lo + 8 * hr;
+        if (head >= kHeads || (kSplit && d.row[hr].empty)) continue;  // mid_out of an empty split is never read
+        const long long out_row = (long long)t * kHeads + head;
+        u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512 : static_cast<u16*>(p.output) + out_row * 512;
+        *reinterpret_cast<u32*>(dst + col) = pack_bf16x2(acc[2 * hr], acc[2 * hr + 1]);
+      }
+    }
   }
 }
 
@@ -495,7 +513,10 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         else mbar_arrive(bar_full + 8 * b);
       }
     }
-    if (deal_shape<kGroups>().deal > 1) cluster_sync();  // the consumers' publish barrier (dealt epilogue)
+    if (deal_shape<kGroups>().deal > 1) {  // the consumers' two publish barriers (dealt epilogue)
+      cluster_sync();
+      cluster_sync();
+    }
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
     // A tile's producers (with kCross both CTAs') have written it. The peer's st.asyncs are complete
@@ -618,7 +639,8 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       }
 
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
+        // WG1 has read its last alphas and both warpgroups their last tile.
+        named_barrier_sync(kBarEpilogue, kConsumers);
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const float l = quad_sum(l_run[hr]);
@@ -627,10 +649,8 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
             sts_f32(sbase + kAlphaOff + (row_lo + 8 * hr) * 8 + 4, l);
           }
         }
-#pragma unroll
-        for (int j = 0; j < 32; ++j) sts128(sbase + kTileOff + (j * kConsumers + tid) * 16, f32x4_bits(o + 4 * j));
         cluster_sync();
-        const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds.deal, group, kGroups);
+        const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int head = head0 + row_lo + 8 * hr;
@@ -640,12 +660,11 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
             else static_cast<float*>(p.out_lse)[out_row] = d.row[hr].lse * p.lse_scale;
           }
         }
+        const u32 units = sbase + kTileOff + u32(tid) * 16u;
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          if (j % ds.deal != ds.slice) continue;
-          const float4 acc = dealt_sum(d, sbase + kTileOff + (j * kConsumers + tid) * 16);
-          dealt_store<kSplit, kHeads>(p, d, t, split, head0 + row_lo, 8 * j + 2 * q4, acc, kKScaleUndo);
-        }
+        for (int j = 0; j < 32; ++j) dealt_publish(units + j * 4096u, o + 4 * j, d, kKScaleUndo);
+        cluster_sync();
+        dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
       } else {
       // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
       float factor[2], lse[2];
@@ -734,20 +753,16 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         release_tile(b);
       }
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
-#pragma unroll
-        for (int j = 0; j < 24; ++j) sts128(sbase + kTileOff + (j * kConsumers + tid) * 16, f32x4_bits(o_nope + 4 * j));
-#pragma unroll
-        for (int j = 0; j < 8; ++j) sts128(sbase + kTileOff + ((24 + j) * kConsumers + tid) * 16, f32x4_bits(o_rope + 4 * j));
+        named_barrier_sync(kBarEpilogue, kConsumers);
         cluster_sync();
-        const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds.deal, group, kGroups);
+        const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
+        const u32 units = sbase + kTileOff + u32(tid) * 16u;
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          if (j % ds.deal != ds.slice) continue;
-          const float4 acc = dealt_sum(d, sbase + kTileOff + (j * kConsumers + tid) * 16);
-          if (j < 24) dealt_store<kSplit, kHeads>(p, d, t, split, head0 + row_lo, 256 + 8 * j + 2 * q4, acc, kKScaleUndo);
-          else dealt_store<kSplit, kHeads>(p, d, t, split, head0 + row_lo, 448 + 8 * (j - 24) + 2 * q4, acc, 1.0f);
-        }
+        for (int j = 0; j < 24; ++j) dealt_publish(units + j * 4096u, o_nope + 4 * j, d, kKScaleUndo);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dealt_publish(units + (24 + j) * 4096u, o_rope + 4 * j, d, 1.0f);
+        cluster_sync();
+        dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
       } else {
       named_barrier_sync(kBarEpilogue, kConsumers);
 #pragma unroll
