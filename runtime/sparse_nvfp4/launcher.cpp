@@ -341,7 +341,13 @@ SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const S
   // decode, so H = 32 (half the rows padded) still runs 1.5x faster than mma.sync from T = 64
   // (H200, 2048 candidates); H = 16 only ties, and other head counts were not measured.
   const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * plan.num_splits;
-  if ((heads % 64 != 0 && heads != 32) || 5 * blocks < sms) return SparseKernel::kMma;
+  if (heads % 64 != 0 && heads != 32) return SparseKernel::kMma;
+  // A split dealt to several 64-head CTAs that still do >= 4 chunks each beats the mma.sync grid
+  // (H200: T = 4 / H = 128 / 2048 candidates 29.0 vs 38.2 us, T = 64 / H = 64 / 512 27.9 vs 42.5);
+  // with fewer the sm90 CTA's longer fixed cost loses (T = 8 / H = 64 / 512, 1 chunk: 22.5 vs 19.3).
+  const int deal = sparse_cluster_size(tokens, heads, plan, sms, std::nullopt, SparseKernel::kSm90);
+  if (deal > 1 && (plan.chunks_per_block + deal - 1) / deal >= 4) return SparseKernel::kSm90;
+  if (5 * blocks < sms) return SparseKernel::kMma;
   // Where the mma.sync grid still leaves room for clusters that spare each CTA two or more chunks,
   // it finishes first (H200, T = 8, H = 128, 2048 candidates: 49.8 us on 64 pairs vs 63.8 us).
   return sparse_cluster_size(tokens, heads, plan, sms) > 1 ? SparseKernel::kMma : SparseKernel::kSm90;
@@ -360,6 +366,11 @@ int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int 
   for (int per_cta = 1; per_cta <= max_per_cta; ++per_cta) {
     const int size = (cpb + per_cta - 1) / per_cta;
     if (size > max_size || base * size > INT_MAX) continue;
+    // One sm90 CTA fills an SM, and a cluster must fit in one GPC: clusters of more than 4 CTAs were
+    // not all resident at once beyond one per 16 SMs (H200: 16 clusters of 8 took two waves' time,
+    // 8 clusters of 8 one).
+    const int groups = sm90 ? sparse_sm90_cluster(heads) : 1;
+    if (!cluster && sm90 && size * groups > 4 && base / groups > sms / 16) continue;
     if (cluster || base * size <= sms) return size;
   }
   return 1;

@@ -589,19 +589,21 @@ TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
   CHECK(sp::choose_kernel("sm_120a", 512, 128, two, 170) == K::kMmaSmall);
   CHECK(sp::choose_kernel("sm_120a", 1, 8, one, 170) == K::kMmaSmall);
   // sm_90a: the Hopper kernel from a fifth of the SMs' worth of its 64-head blocks, for H a multiple of 64
-  // or 32, unless the mma.sync grid runs as clusters.
+  // or 32, unless the mma.sync grid runs as clusters; or wherever its splits can be dealt to CTAs of
+  // >= 4 chunks each.
   CHECK(sp::choose_kernel("sm_90a", 64, 128, one, 132) == K::kSm90);   // 128 blocks
   CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kSm90);    // 64 blocks
   CHECK(sp::choose_kernel("sm_90a", 16, 128, two, 132) == K::kSm90);   // 64 blocks
-  // 32 blocks, but mma.sync's 64 (token, head group, split) CTAs fit pairs of 8 chunks each.
-  CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kMma);
-  CHECK(sp::choose_kernel("sm_90a", 8, 64, two, 132) == K::kMma);      // 16 blocks
+  // 32 blocks, mma.sync's 64 CTAs would fit pairs of 8 chunks, but sm90 deals 2 slices of 8.
+  CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kSm90);
+  CHECK(sp::choose_kernel("sm_90a", 8, 64, two, 132) == K::kSm90);     // 16 blocks, 4 slices of 4
   CHECK(sp::choose_kernel("sm_90a", 512, 32, two, 132) == K::kSm90);   // half the 64 rows padded
   CHECK(sp::choose_kernel("sm_90a", 64, 32, two, 132) == K::kSm90);
   CHECK(sp::choose_kernel("sm_90a", 512, 16, two, 132) == K::kMma);    // more padding: not measured faster
   CHECK(sp::choose_kernel("sm_90a", 512, 96, two, 132) == K::kMma);
   CHECK(sp::choose_kernel("sm_90a", 14, 128, one, 132) == K::kSm90);   // 28 blocks: 5 * 28 >= 132
-  CHECK(sp::choose_kernel("sm_90a", 13, 128, one, 132) == K::kMma);    // 26 blocks
+  CHECK(sp::choose_kernel("sm_90a", 13, 128, one, 132) == K::kSm90);   // 26 blocks, dealt: 2 slices of 4
+  CHECK(sp::choose_kernel("sm_90a", 13, 128, {1, 1, 6}, 132) == K::kMma);  // slices of 3
   CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kMmaSmall) == K::kMmaSmall);
   CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kSm90) == K::kSm90);
   // Whatever it picks without an override is listed for the target (what prebuild manifests use).
@@ -645,15 +647,25 @@ TEST_CASE("sparse validation: CTAs per cluster of an mma.sync launch", "[unit]")
 TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 launch", "[unit]") {
   using K = sp::SparseKernel;
   constexpr K kSm90 = K::kSm90;
-  // T = 8, H 64 / 2048 candidates: 2 splits of 16 chunks on 16 CTAs; 8 CTAs of 2 chunks fill 128 SMs.
-  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 8);
-  // H 128: the cluster pair counts twice against 8 CTAs, so at most 4 slices (4 chunks each).
-  CHECK(sp::sparse_cluster_size(8, 128, {2, 2, 16}, 132, std::nullopt, kSm90) == 4);
+  // T = 8, H 64 / 2048 candidates: 2 splits of 16 chunks on 16 CTAs. 8 CTAs of 2 chunks would fill
+  // 128 SMs, but 16 clusters of 8 are more than one per 16 SMs: 4 CTAs of 4 chunks.
+  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 4);
+  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, true, kSm90) == 8);
+  // H 128: the cluster pair counts twice against 8 CTAs, so at most 4 slices; 16 (token, split)
+  // pairs: clusters of 4 CTAs (2 slices of 8 chunks).
+  CHECK(sp::sparse_cluster_size(8, 128, {2, 2, 16}, 132, std::nullopt, kSm90) == 2);
   CHECK(sp::sparse_cluster_size(8, 128, {2, 2, 16}, 132, true, kSm90) == 4);
+  // T = 4: 8 pairs, 8 clusters of 8 (4 slices of 4 chunks).
+  CHECK(sp::sparse_cluster_size(4, 128, {1, 2, 16}, 132, std::nullopt, kSm90) == 4);
   // The same plan on mma.sync counts 16-head CTAs: 4 times as many, so a pair of CTAs fills the grid.
   CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132) == 2);
   // 512 tokens: the grid is full without dealing; forced off; the compact kernel never deals.
   CHECK(sp::sparse_cluster_size(512, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 1);
   CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, false, kSm90) == 1);
   CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, true, K::kMmaSmall) == 1);
+  // The launcher takes sm90 where its slices keep >= 4 chunks, mma.sync where they would not.
+  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 16}, 132) == kSm90);
+  CHECK(sp::choose_kernel("sm_90a", 4, 128, {1, 2, 16}, 132) == kSm90);
+  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 4}, 132) == K::kMma);
+  CHECK(sp::choose_kernel("sm_90a", 1, 128, {1, 8, 4}, 132) == K::kMma);
 }
