@@ -46,6 +46,9 @@ constexpr u32 kRawRow = 400u;                   // 384 B record + 16 B: 8 consec
 constexpr u32 kPOff = kRawOff + 64u * kRawRow;  // P fragments: [k-step 4][thread 128] x 16 B
 constexpr u32 kAlphaOff = kPOff + 8192u;        // float[64]: per-row rescale of the current chunk
 constexpr u32 kFactorOff = kAlphaOff + 256u;    // float[64]: final 1/l (-1 marks a row with no candidate)
+// The dealt epilogue's per-row (max, sum), in Q's place: Q is dead once WG0's last S has retired, and
+// no thread reads it with ordinary loads (the alphas' place would be, by WG1 in its last chunk).
+constexpr u32 kDealRowsOff = kQOff;
 constexpr u32 kMaskOff = kFactorOff + 256u;     // u64 tile masks [2] (bit c: candidate c is valid)
 constexpr u32 kValidOff = kMaskOff + 16u;       // shared decode: the raw stage's valid bits, a byte per gather warp
 constexpr u32 kBarOff = kValidOff + 8u;         // mbarriers: tile full [2], tile empty [2], P free
@@ -222,7 +225,7 @@ __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col
 }
 
 // ---- the dealt epilogue: slices of a split combined in distributed shared memory ----
-// WG0 publishes each row's (max, sum) at kAlphaOff + 8 * row; after a cluster barrier every consumer
+// WG0 publishes each row's (max, sum) at kDealRowsOff + 8 * row; after a cluster barrier every consumer
 // thread knows its two rows' weights and publishes its accumulator already scaled (weight of its
 // slice x 1 / sum, and the NoPE dims' 2^7) as 32 float4 units (unit j: elements 4j .. 4j + 3, rows
 // row_lo / row_lo + 8) at kTileOff + (j * 256 + consumer) * 16, the tiles being dead by then. After a
@@ -255,7 +258,7 @@ __device__ __forceinline__ DealtRows dealt_rows(const SparseNvfp4Params& p, u32 
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head0 + row_lo + 8 * hr;
-    d.row[hr] = sparse_detail::sparse_cluster_row<kSplit>(sbase + kAlphaOff + u32(row_lo + 8 * hr) * 8u, ds.deal, u32(group), u32(groups),
+    d.row[hr] = sparse_detail::sparse_cluster_row<kSplit>(sbase + kDealRowsOff + u32(row_lo + 8 * hr) * 8u, ds.deal, u32(group), u32(groups),
                                                            sink != nullptr && head < kHeads ? sink + head : nullptr);
     float w = 0.0f;
 #pragma unroll
@@ -639,14 +642,13 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       }
 
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        // WG1 has read its last alphas and both warpgroups their last tile.
-        named_barrier_sync(kBarEpilogue, kConsumers);
+        named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const float l = quad_sum(l_run[hr]);
           if (q4 == 0) {
-            sts_f32(sbase + kAlphaOff + (row_lo + 8 * hr) * 8, m_run[hr]);
-            sts_f32(sbase + kAlphaOff + (row_lo + 8 * hr) * 8 + 4, l);
+            sts_f32(sbase + kDealRowsOff + (row_lo + 8 * hr) * 8, m_run[hr]);
+            sts_f32(sbase + kDealRowsOff + (row_lo + 8 * hr) * 8 + 4, l);
           }
         }
         cluster_sync();
