@@ -54,8 +54,7 @@ constexpr u32 kValidOff = kMaskOff + 16u;       // shared decode: the raw stage'
 constexpr u32 kBarOff = kValidOff + 8u;         // mbarriers: tile full [2], tile empty [2], P free
 static_assert(kBarOff + 40u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
 
-// Named barriers: kBarQ all 384 threads, kBarRaw the producers, the others the 256 consumers.
-constexpr int kBarQ = 1, kBarPReady = 2, kBarRaw = 3, kBarEpilogue = 4;
+constexpr int kBarQ = 1, kBarPReady = 2, kBarRaw = 3, kBarEpilogue = 4;  // named barriers (kBarRaw: producers, else 256 threads)
 constexpr int kConsumers = 256;
 // Register split: setmaxnreg moves registers only within the block's launch allocation (168 x 384,
 // the __launch_bounds__ cap), so the three counts sum to 3 x 168 = 504. WG0 holds O (128), S (32)
@@ -75,23 +74,21 @@ __device__ __forceinline__ u64 lds64(u32 addr) {
 }
 
 // Q rows head0 .. head0+63 into the interleaved layout: NoPE NVFP4 round-tripped by the writers'
-// rule as exact f16, RoPE as bf16 * 2^-7; rows past H are zero. All 384 threads take part (the
-// producers between issuing their first gather and waiting for it): thread `idx` takes row idx % 64
-// and every sixth of its 28 NoPE groups and 8 RoPE units from idx / 64, so each 16-byte store of a
-// phase hits distinct banks. A thread issues all its loads before it converts anything: one round
-// trip to L2.
-__device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int heads, int t, int head0, u32 q_smem, int idx) {
-  constexpr int kLanes = kSparseSm90Threads / 64;
-  constexpr int kPerNope = (28 + kLanes - 1) / kLanes, kPerRope = (8 + kLanes - 1) / kLanes;
-  const u16* q = static_cast<const u16*>(p.q) + (long long)t * heads * 512;
-  const int r = idx & 63, head = head0 + r, lane = idx >> 6;
-  const bool live = head < heads;
+// rule as exact f16, RoPE as bf16 * 2^-7; rows past H are zero. 256 threads; consecutive threads
+// take consecutive rows, so each 16-byte store of a phase hits distinct banks. A thread issues all
+// its loads (7 NoPE groups, 2 RoPE units) before it converts anything: one round trip to L2.
+template <int kHeads>
+__device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid) {
+  constexpr int kPerNope = 64 * 28 / kConsumers, kPerRope = 64 * 8 / kConsumers;
+  const u16* q = static_cast<const u16*>(p.q) + (long long)t * kHeads * 512;
+  const int r = ctid & 63, head = head0 + r;
+  const bool live = head < kHeads;
   uint4 raw[kPerNope][2], rope[kPerRope];
 #pragma unroll
   for (int k = 0; k < kPerNope; ++k) {
-    const int grp = lane + kLanes * k;
+    const int grp = (ctid >> 6) + 4 * k;
     raw[k][0] = raw[k][1] = make_uint4(0u, 0u, 0u, 0u);
-    if (live && grp < 28) {
+    if (live) {
       const uint4* src = reinterpret_cast<const uint4*>(q + (long long)head * 512 + grp * 16);
       raw[k][0] = __ldg(src);
       raw[k][1] = __ldg(src + 1);
@@ -99,13 +96,12 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int heads, i
   }
 #pragma unroll
   for (int k = 0; k < kPerRope; ++k) {
-    const int unit = lane + kLanes * k;
-    rope[k] = live && unit < 8 ? __ldg(reinterpret_cast<const uint4*>(q + (long long)head * 512 + 448 + unit * 8)) : make_uint4(0u, 0u, 0u, 0u);
+    const int unit = (ctid >> 6) + 4 * k;
+    rope[k] = live ? __ldg(reinterpret_cast<const uint4*>(q + (long long)head * 512 + 448 + unit * 8)) : make_uint4(0u, 0u, 0u, 0u);
   }
 #pragma unroll
   for (int k = 0; k < kPerNope; ++k) {
-    const int grp = lane + kLanes * k;
-    if (grp >= 28) break;
+    const int grp = (ctid >> 6) + 4 * k;
     u32 h[8];
     sparse_detail::quantize_q_group(raw[k][0], raw[k][1], h);
     sts128(q_smem + (2 * grp) * 1024 + r * 16, U32x4{h[0], h[1], h[2], h[3]});
@@ -113,8 +109,7 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int heads, i
   }
 #pragma unroll
   for (int k = 0; k < kPerRope; ++k) {
-    const int unit = lane + kLanes * k;
-    if (unit >= 8) break;
+    const int unit = (ctid >> 6) + 4 * k;
     const u32 w[4] = {rope[k].x, rope[k].y, rope[k].z, rope[k].w};
     u32 v[4];
 #pragma unroll
@@ -122,14 +117,6 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int heads, i
       v[i] = pack_bf16x2(bf16x2_lo(w[i]) * (1.0f / sparse_detail::kKScaleUndo), bf16x2_hi(w[i]) * (1.0f / sparse_detail::kKScaleUndo));
     sts128(q_smem + (56 + unit) * 1024 + r * 16, U32x4{v[0], v[1], v[2], v[3]});
   }
-}
-
-// A thread's share of Q, made visible to the consumers' wgmmas; the consumers wait on kBarQ for it.
-__device__ __forceinline__ void stage_q_share(const SparseNvfp4Params& p, int heads, int t, int head0, u32 q_smem, int idx, bool consumer) {
-  stage_q(p, heads, t, head0, q_smem, idx);
-  fence_proxy_async_smem();
-  if (consumer) named_barrier_sync(kBarQ, kSparseSm90Threads);
-  else sm90::named_arrive(kBarQ, kSparseSm90Threads);
 }
 
 // The raw index entry of slot `s` (0..63) of chunk `chunk`. Branch-free: a slot past the row's
@@ -397,7 +384,6 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   if (tid >= kConsumers) {
     // ------------------------------ producer warpgroup ------------------------------
     setmaxnreg_dec<kRegsProducer>();
-    if (n_iter == 0) stage_q_share(p, kHeads, t, head0, sbase + kQOff, tid, false);  // else after the first gather
     if constexpr (!kCross) {
       if (n_iter > 0) {
         const int ptid = tid - kConsumers, pw = ptid >> 5;
@@ -417,7 +403,6 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         u32 valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
         gather_rows<16>(fallback, addr, my_rows, lane);
         cp_async_commit();
-        stage_q_share(p, kHeads, t, head0, sbase + kQOff, tid, false);  // while the first gather is in flight
         for (int i = 0; i < n_iter; ++i) {
           const int b = i & 1;
           cp_async_wait<0>();
@@ -483,7 +468,6 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       publish_valid(addr);
       gather_rows<8>(fallback, addr, my_rows, lane);
       cp_async_commit();
-      stage_q_share(p, kHeads, t, head0, sbase + kQOff, tid, false);  // while the first gather is in flight
       for (int i = 0; i < n_iter; ++i) {
         const int b = i & 1;
         cp_async_wait<0>();
@@ -558,7 +542,9 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     const u32 q_smem = sbase + kQOff;
     if (wg == 0) setmaxnreg_inc<kRegsWg0>();
     else setmaxnreg_inc<kRegsWg1>();
-    stage_q_share(p, kHeads, t, head0, q_smem, tid, true);
+    stage_q<kHeads>(p, t, head0, q_smem, tid);
+    fence_proxy_async_smem();
+    named_barrier_sync(kBarQ, kConsumers);
 
     const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
     const float* sink = static_cast<const float*>(p.attn_sink);
