@@ -342,11 +342,13 @@ SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const S
   // (H200, 2048 candidates); H = 16 only ties, and other head counts were not measured.
   const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * plan.num_splits;
   if (heads % 64 != 0 && heads != 32) return SparseKernel::kMma;
-  // A split dealt to several 64-head CTAs that still do >= 4 chunks each beats the mma.sync grid
-  // (H200: T = 4 / H = 128 / 2048 candidates 29.0 vs 38.2 us, T = 64 / H = 64 / 512 27.9 vs 42.5);
-  // with fewer the sm90 CTA's longer fixed cost loses (T = 8 / H = 64 / 512, 1 chunk: 22.5 vs 19.3).
+  // A split dealt to several 64-head CTAs that still do >= 2 chunks each beats the mma.sync grid
+  // (H200: T = 8 / H = 128 / 512 candidates, 2 chunks per slice, 17.7 vs 20.5 us; T = 4 / H = 64 /
+  // 2048 19.8 vs 22.7); with 1 chunk the sm90 CTA's longer fixed cost loses or ties (T = 1 / H = 128
+  // / 2048 17.5 vs 16.9, T = 8 / H = 64 / 512 16.7 vs 16.3). H = 32 pads half of every 64-row tile
+  // and needs >= 4 (T = 8 / H = 32 / 2048, 2 chunks: 33.5 vs 22.9).
   const int deal = sparse_cluster_size(tokens, heads, plan, sms, std::nullopt, SparseKernel::kSm90);
-  if (deal > 1 && (plan.chunks_per_block + deal - 1) / deal >= 4) return SparseKernel::kSm90;
+  if (deal > 1 && (plan.chunks_per_block + deal - 1) / deal >= (heads == 32 ? 4 : 2)) return SparseKernel::kSm90;
   if (5 * blocks < sms) return SparseKernel::kMma;
   // Where the mma.sync grid still leaves room for clusters that spare each CTA two or more chunks,
   // it finishes first (H200, T = 8, H = 128, 2048 candidates: 49.8 us on 64 pairs vs 63.8 us).

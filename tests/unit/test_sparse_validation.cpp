@@ -603,7 +603,7 @@ TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
   CHECK(sp::choose_kernel("sm_90a", 512, 96, two, 132) == K::kMma);
   CHECK(sp::choose_kernel("sm_90a", 14, 128, one, 132) == K::kSm90);   // 28 blocks: 5 * 28 >= 132
   CHECK(sp::choose_kernel("sm_90a", 13, 128, one, 132) == K::kSm90);   // 26 blocks, dealt: 2 slices of 4
-  CHECK(sp::choose_kernel("sm_90a", 13, 128, {1, 1, 6}, 132) == K::kMma);  // slices of 3
+  CHECK(sp::choose_kernel("sm_90a", 13, 128, {1, 1, 6}, 132) == K::kSm90);  // 2 slices of 3
   CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kMmaSmall) == K::kMmaSmall);
   CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kSm90) == K::kSm90);
   // Whatever it picks without an override is listed for the target (what prebuild manifests use).
@@ -663,9 +663,11 @@ TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 lau
   CHECK(sp::sparse_cluster_size(512, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 1);
   CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, false, kSm90) == 1);
   CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, true, K::kMmaSmall) == 1);
-  // The launcher takes sm90 where its slices keep >= 4 chunks, mma.sync where they would not.
+  // The launcher takes sm90 where its slices keep >= 2 chunks (4 for H = 32), mma.sync where not.
   CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 16}, 132) == kSm90);
   CHECK(sp::choose_kernel("sm_90a", 4, 128, {1, 2, 16}, 132) == kSm90);
-  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 4}, 132) == K::kMma);
+  CHECK(sp::choose_kernel("sm_90a", 8, 128, {1, 1, 8}, 132) == kSm90);   // 4 slices of 2
+  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 4}, 132) == K::kMma);  // 4 slices of 1
   CHECK(sp::choose_kernel("sm_90a", 1, 128, {1, 8, 4}, 132) == K::kMma);
+  CHECK(sp::choose_kernel("sm_90a", 8, 32, {1, 4, 8}, 132) == K::kMma);  // H = 32: 4 slices of 2
 }
