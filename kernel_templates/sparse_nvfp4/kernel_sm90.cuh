@@ -46,8 +46,8 @@ constexpr u32 kRawRow = 400u;                   // 384 B record + 16 B: 8 consec
 constexpr u32 kPOff = kRawOff + 64u * kRawRow;  // P fragments: [k-step 4][thread 128] x 16 B
 constexpr u32 kAlphaOff = kPOff + 8192u;        // float[64]: per-row rescale of the current chunk
 constexpr u32 kFactorOff = kAlphaOff + 256u;    // float[64]: final 1/l (-1 marks a row with no candidate)
-// The dealt epilogue's per-row (max, sum), in Q's place: Q is dead once WG0's last S has retired, and
-// no thread reads it with ordinary loads (the alphas' place would be, by WG1 in its last chunk).
+// The dealt epilogue's per-row (max, sum), in Q's place: Q is dead once WG0's last S has retired and
+// no thread reads it with ordinary loads (WG1 still reads the alphas in its last chunk).
 constexpr u32 kDealRowsOff = kQOff;
 constexpr u32 kMaskOff = kFactorOff + 256u;     // u64 tile masks [2] (bit c: candidate c is valid)
 constexpr u32 kValidOff = kMaskOff + 16u;       // shared decode: the raw stage's valid bits, a byte per gather warp
@@ -668,41 +668,41 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         cluster_sync();
         dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
       } else {
-      // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
-      float factor[2], lse[2];
-      bool empty[2];
+        // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
+        float factor[2], lse[2];
+        bool empty[2];
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int head = head0 + row_lo + 8 * hr;
-        const float l = quad_sum(l_run[hr]);
-        empty[hr] = !(l > 0.0f);
-        lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
-        factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
-        if (!kSplit && sink != nullptr && head < kHeads) {
-          sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
-        } else if (empty[hr]) {
-          lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
+        for (int hr = 0; hr < 2; ++hr) {
+          const int head = head0 + row_lo + 8 * hr;
+          const float l = quad_sum(l_run[hr]);
+          empty[hr] = !(l > 0.0f);
+          lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
+          factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
+          if (!kSplit && sink != nullptr && head < kHeads) {
+            sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
+          } else if (empty[hr]) {
+            lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
+          }
+          if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
         }
-        if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
-      }
-      named_barrier_sync(kBarEpilogue, kConsumers);
+        named_barrier_sync(kBarEpilogue, kConsumers);
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int head = head0 + row_lo + 8 * hr;
-        if (head >= kHeads) continue;
-        const long long out_row = (long long)t * kHeads + head;
-        if (q4 == 0) {
-          if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
-          else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
+        for (int hr = 0; hr < 2; ++hr) {
+          const int head = head0 + row_lo + 8 * hr;
+          if (head >= kHeads) continue;
+          const long long out_row = (long long)t * kHeads + head;
+          if (q4 == 0) {
+            if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
+            else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
+          }
+          if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
+          u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
+                            : static_cast<u16*>(p.output) + out_row * 512;
+          const float f = factor[hr] * kKScaleUndo;
+#pragma unroll
+          for (int j = 0; j < 32; ++j)
+            *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
         }
-        if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
-        u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
-                          : static_cast<u16*>(p.output) + out_row * 512;
-        const float f = factor[hr] * kKScaleUndo;
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-          *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
-      }
       }
     } else {
       // ---- WG1: O[:, 256:448] (f16 P) and O[:, 448:512] (bf16 P) ----
@@ -766,27 +766,27 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         cluster_sync();
         dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
       } else {
-      named_barrier_sync(kBarEpilogue, kConsumers);
+        named_barrier_sync(kBarEpilogue, kConsumers);
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int head = head0 + row_lo + 8 * hr;
-        if (head >= kHeads) continue;
-        float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
-        if (f < 0.0f) {
-          if (kSplit) continue;
-          f = 0.0f;
+        for (int hr = 0; hr < 2; ++hr) {
+          const int head = head0 + row_lo + 8 * hr;
+          if (head >= kHeads) continue;
+          float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
+          if (f < 0.0f) {
+            if (kSplit) continue;
+            f = 0.0f;
+          }
+          const long long out_row = (long long)t * kHeads + head;
+          u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
+                            : static_cast<u16*>(p.output) + out_row * 512;
+          const float fn = f * kKScaleUndo;
+#pragma unroll
+          for (int j = 0; j < 24; ++j)
+            *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
         }
-        const long long out_row = (long long)t * kHeads + head;
-        u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
-                          : static_cast<u16*>(p.output) + out_row * 512;
-        const float fn = f * kKScaleUndo;
-#pragma unroll
-        for (int j = 0; j < 24; ++j)
-          *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
-      }
       }
     }
   }

@@ -361,7 +361,8 @@ int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int 
   const bool sm90 = kernel == SparseKernel::kSm90;
   const long long base = sm90 ? sparse_sm90_grid(tokens, heads, plan.num_splits) : sparse_decode_grid(tokens, heads, plan.head_tiles, plan.num_splits);
   // A cluster pair of the sm90 kernel deals to pairs: its two head groups count against the size.
-  const int max_size = kSparseMaxCluster / (sm90 ? sparse_sm90_cluster(heads) : 1);
+  const int groups = sm90 ? sparse_sm90_cluster(heads) : 1;
+  const int max_size = kSparseMaxCluster / groups;
   // Unforced, a CTA must be spared at least two chunks in sequence: one chunk less did not pay for
   // the cluster (H200, T = 1, 2 chunks per split on 2 CTAs: 1.1-2.3 us slower per call).
   const int max_per_cta = cluster ? cpb - 1 : cpb - 2;
@@ -371,7 +372,6 @@ int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int 
     // One sm90 CTA fills an SM, and a cluster must fit in one GPC: clusters of more than 4 CTAs were
     // not all resident at once beyond one per 16 SMs (H200: 16 clusters of 8 took two waves' time,
     // 8 clusters of 8 one).
-    const int groups = sm90 ? sparse_sm90_cluster(heads) : 1;
     if (!cluster && sm90 && size * groups > 4 && base / groups > sms / 16) continue;
     if (cluster || base * size <= sms) return size;
   }
