@@ -117,6 +117,12 @@ __device__ __forceinline__ void sparse_fold_sink(float sink_logit, bool empty, f
   lse = hi + fast_log2(1.0f + fast_exp2(lo - hi));
 }
 
+// The bf16 row a finished (token, head) row is written to: its split's mid_out row, or the output.
+template <bool kSplit>
+__device__ __forceinline__ u16* sparse_out_row(const SparseNvfp4Params& p, long long out_row, int split) {
+  return kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512 : static_cast<u16*>(p.output) + out_row * 512;
+}
+
 // A row's share of a cluster combine: the n CTAs (ranks rank0 + r * stride) that split a split's
 // chunks have each published the row's (max, sum) as two floats at `xs` (the same shared address in
 // every CTA). Rank r's unnormalised partial row gets weight w[r] * factor; lse and empty are the
@@ -762,8 +768,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
           const int head = head0 + row0 + hr * 8 + g;
           if (head >= kHeads || (kSplit && empty[hr])) continue;  // mid_out of an empty split is never read
           const long long out_row = (long long)t * kHeads + head;
-          u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
-                            : static_cast<u16*>(p.output) + out_row * 512;
+          u16* dst = sparse_out_row<kSplit>(p, out_row, split);
           const float f = nt < 14 ? factor[hr] * kKScaleUndo : factor[hr];
           *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
         }
@@ -793,8 +798,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
         if (warp == 0 && q4 == 0) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
         continue;  // mid_out of an empty split is never read
       }
-      u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
-                        : static_cast<u16*>(p.output) + out_row * 512;
+      u16* dst = sparse_out_row<kSplit>(p, out_row, split);
 #pragma unroll
       for (int nt = 0; nt < 16; ++nt) {
         const int dim = (nt < 14 ? 112 * warp + 8 * nt : 448 + 16 * warp + 8 * (nt - 14)) + 2 * q4;

@@ -309,7 +309,7 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
         const int head = head_lo + 8 * hr;
         if (head >= kHeads || (kSplit && d.row[hr].empty)) continue;  // mid_out of an empty split is never read
         const long long out_row = (long long)t * kHeads + head;
-        u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512 : static_cast<u16*>(p.output) + out_row * 512;
+        u16* dst = sparse_detail::sparse_out_row<kSplit>(p, out_row, split);
         *reinterpret_cast<u32*>(dst + col) = pack_bf16x2(acc[2 * hr], acc[2 * hr + 1]);
       }
     }
@@ -696,8 +696,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
             else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
           }
           if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
-          u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
-                            : static_cast<u16*>(p.output) + out_row * 512;
+          u16* dst = sparse_out_row<kSplit>(p, out_row, split);
           const float f = factor[hr] * kKScaleUndo;
 #pragma unroll
           for (int j = 0; j < 32; ++j)
@@ -777,8 +776,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
             f = 0.0f;
           }
           const long long out_row = (long long)t * kHeads + head;
-          u16* dst = kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512
-                            : static_cast<u16*>(p.output) + out_row * 512;
+          u16* dst = sparse_out_row<kSplit>(p, out_row, split);
           const float fn = f * kKScaleUndo;
 #pragma unroll
           for (int j = 0; j < 24; ++j)
