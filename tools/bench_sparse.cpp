@@ -58,6 +58,7 @@ struct BenchConfig {
   int page = 64;          // page size of both pools (DeepSeek V4's main page is 64)
   int length = 0;         // > 0: every token's topk_length (active main prefix), shorter than topk
   bool extended = false;  // not in the anchor grid
+  std::optional<int> splits;  // forced split count (--splits), else the planner's
   int candidates() const { return (length > 0 ? length : topk) + extra_topk; }
   bool has_extra() const { return extra_topk > 0; }
   std::string name() const {
@@ -174,7 +175,7 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
   const std::int64_t pool_pages = static_cast<std::int64_t>(pool.bytes() / (c.page * kTokenBytes));
   const std::int64_t pool_tokens = pool_pages * c.page;
   Timing t;
-  t.plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms);
+  t.plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms, c.splits);
   t.calls = static_cast<int>(std::clamp<double>(std::ceil(static_cast<double>(kRotateBytes) / c.gathered_bytes()), kMinCalls, kMaxCalls));
   t.gathered_mib_per_replay = c.gathered_bytes() * t.calls / kBenchMiB;
 
@@ -211,6 +212,7 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
   sparse::SparseOptions opt;
   opt.kernel = kernel;
   opt.cluster = cluster;
+  opt.num_splits = c.splits;
   if (lengths) opt.topk_length = TensorView::contiguous(lengths->at(0), DType::kI32, {c.tokens});
   if (c.has_extra()) opt.extra_kv_cache = cache;
   if (splits > 1) {
@@ -275,6 +277,13 @@ int run_bench_sparse(const BenchOptions& options) {
                   fmt::format("--only \"{}\" names no config of the grid; use a name as the sweep prints it, e.g. \"T=64 H=128 topk=2048\"", options.only));
     }
   }
+  if (options.splits != 0) {
+    if (options.only.empty() || options.splits < 1) {
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("--splits {}: give a count >= 1 together with --only (one config)", options.splits));
+    }
+    grid.front().splits = options.splits;
+    sparse::resolve_splits(grid.front().topk, grid.front().extra_topk, options.splits);  // refuses a count the kernels cannot take
+  }
   const bool hopper = arch == "sm_90a";
   // The kernels timed per config: on sm_90a both the launcher may pick, else its one choice.
   const std::vector<sparse::SparseKernel> kernels =
@@ -286,7 +295,7 @@ int run_bench_sparse(const BenchOptions& options) {
     const auto t0 = BenchClock::now();
     std::vector<SemanticKey> keys;
     for (const BenchConfig& c : grid) {
-      const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms);
+      const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms, c.splits);
       for (const sparse::SparseKernel kernel : kernels) {
         const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), plan, kernel).key(arch);
         if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
@@ -319,7 +328,7 @@ int run_bench_sparse(const BenchOptions& options) {
   for (const BenchConfig& c : grid) {
     const auto t0 = BenchClock::now();
     const BenchDeviceMemory& pool = pools.get(c.page);
-    const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms);
+    const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms, c.splits);
     Row row{c, sparse::choose_kernel(arch, c.tokens, c.heads, plan, sms), {}};
     for (const sparse::SparseKernel kernel : kernels) {
       row.t.push_back(time_config(c, pool, sms, kernel, std::nullopt, stream, rng, service));
@@ -383,6 +392,7 @@ int run_bench_sparse(const BenchOptions& options) {
     if (wgmma_ceiling > 0) r["pct_wgmma_peak"] = 100 * tflop_s / wgmma_ceiling;
     for (std::size_t k = 0; k < kernels.size(); ++k) r[fmt::format("us_{}", sparse::sparse_kernel_name(kernels[k]))] = row.t[k].us;
     if (hopper) r["mma_cluster"] = row.cluster;
+    if (c.splits) r["num_splits_forced"] = true;
     if (row.mma_no_cluster) r["us_mma_no_cluster"] = row.mma_no_cluster->us;
     if (hopper) r["sm90_deal"] = row.deal;
     if (row.sm90_no_deal) r["us_sm90_no_deal"] = row.sm90_no_deal->us;

@@ -260,6 +260,8 @@ int main_impl(int argc, char** argv) {
   bench->add_option("--only", bench_options.only,
                     "sparse: only the config of this name, e.g. \"T=64 H=128 topk=2048\" (for profilers); mla: only "
                     "this group (grid, mixed, fp8, packed, page, kernel) or config name");
+  bench->add_option("--splits", bench_options.splits,
+                    "sparse with --only: time that config at this split count instead of the planner's (for tuning the planner)");
   bench->add_option("--fleet", bench_options.fleet,
                     "jit with KILN_REMOTE_CACHE: processes of the fleet start, without and with the remote tier (0: skip)");
   bench->add_option("--manifest", bench_options.manifest, "jit: the fleet start's manifest (default: the embedded default)");

@@ -305,22 +305,24 @@ __device__ __forceinline__ u32 compress_even_bits(u32 x) {
 }
 
 // Round-to-nearest-even onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6, as the
-// writers' cvt.rn.satfinite.e2m1 does (common/nvfp4_encode.cuh): the clamp to +-6.5 saturates (6.5
-// rounds to 6) and makes NaN +6.5 (fminf drops NaN). The grid step in |y|'s binade (0.5 below 2, then
-// 1, then 2) is the ulp of magic = 2^(22 + max(exponent, 0)), so |y| + magic rounds once onto the
-// grid, ties to the even multiple of the step, which is the even code. Same results as a
-// compare-and-select rounding for every y = bf16 x fp32(1 / scale) (checked on the host for all
-// finite bf16 and all 126 non-zero scales), in about half the instructions.
+// writers' cvt.rn.satfinite.e2m1 does (common/nvfp4_encode.cuh). The grid step in |y|'s binade (0.5
+// below 2, then 1, then 2) is the ulp of magic = 2^(22 + max(exponent, 0)), so |y| + magic rounds once
+// onto the grid, ties to the even multiple of the step, which is the even code. Magnitudes from 7 up
+// round to 8 or more, and +-Inf (or a magic that overflows) to NaN, so one fminf after the rounding
+// saturates every y (same results as a compare-and-select rounding for every y = bf16 x fp32(1 /
+// scale), +-Inf included, checked on the host for all bf16 and all 126 non-zero scales). A NaN y
+// (from a NaN element: the product is the GPU's one canonical NaN, sign bit clear) becomes +6, the
+// writers' code for NaN.
 __device__ __forceinline__ float e2m1_round(float y) {
-  const float c = fmaxf(fminf(y, 6.5f), -6.5f);
-  const float a = fabsf(c);
+  const float a = fabsf(y);
   const float magic = __fmul_rn(__uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u), 0x1p22f);
-  const float r = __fsub_rn(__fadd_rn(a, magic), magic);
-  return __uint_as_float(__float_as_uint(r) | (__float_as_uint(c) & 0x80000000u));
+  const float r = fminf(__fsub_rn(__fadd_rn(a, magic), magic), 6.0f);
+  return __uint_as_float(__float_as_uint(r) | (__float_as_uint(y) & 0x80000000u));
 }
 
 // One 16-dim NoPE group of Q NVFP4 round-tripped by the writers' rule, as 16 exact f16 values.
-// amax * fp32(1/6) gives the same E4M3 byte as amax / 6 for every bf16 amax (README, writer).
+// amax * fp32(1/6) gives the same E4M3 byte as amax / 6 for every bf16 amax (README, writer); NaN
+// elements do not count towards amax (fmaxf drops them).
 __device__ __forceinline__ void quantize_q_group(uint4 a, uint4 b, u32 (&h)[8]) {
   const u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
   float x[16];

@@ -350,12 +350,31 @@ SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const S
   // / 2048 17.5 vs 16.9, T = 8 / H = 64 / 512 16.7 vs 16.3). H = 32 pads half of every 64-row tile
   // and needs >= 4 (T = 8 / H = 32 / 2048, 2 chunks: 33.5 vs 22.9).
   const int deal = sparse_cluster_size(tokens, heads, plan, sms, std::nullopt, SparseKernel::kSm90);
-  if (deal > 1 && (plan.chunks_per_block + deal - 1) / deal >= (heads == 32 ? 4 : 2)) return SparseKernel::kSm90;
+  const int cpb = plan.chunks_per_block;
+  if (deal > 1 && (cpb + deal - 1) / deal >= (heads == 32 ? 4 : 2)) return SparseKernel::kSm90;
+  // Slices of one chunk still beat an mma.sync launch whose CTAs keep three or more (H200, T = 8 /
+  // H = 64 / 128 + 512 candidates, 5 slices: 17.8-18.1 vs 18.8-18.9 us); against two they tie or lose
+  // (T = 8 / H = 64 / 512, 4 slices: 16.5-16.7 vs 16.4-16.5).
+  const int mma_cluster = sparse_cluster_size(tokens, heads, plan, sms);
+  if (deal > 1 && heads != 32 && (cpb + mma_cluster - 1) / mma_cluster >= 3) return SparseKernel::kSm90;
   if (5 * blocks < sms) return SparseKernel::kMma;
   // Where the mma.sync grid still leaves room for clusters that spare each CTA two or more chunks,
   // it finishes first (H200, T = 8, H = 128, 2048 candidates: 49.8 us on 64 pairs vs 63.8 us).
-  return sparse_cluster_size(tokens, heads, plan, sms) > 1 ? SparseKernel::kMma : SparseKernel::kSm90;
+  return mma_cluster > 1 ? SparseKernel::kMma : SparseKernel::kSm90;
 }
+
+namespace {
+
+// Clusters of one-SM CTAs (every sm90 CTA fills an SM) resident at once, by cluster size: a cluster
+// must fit in one GPC, and the GPCs are uneven, so the count is not sms / size. Measured on the H200
+// (132 SMs, cuOccupancyMaxActiveClusters for 1..8 CTAs of 200 KB); other SM counts scale it. More
+// clusters than this run as two waves (16 clusters of 8 CTAs took twice the time of 8).
+int sm90_resident_clusters(int size, int sms) {
+  static constexpr int kH200[] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
+  return kH200[size] * sms / 132;
+}
+
+}  // namespace
 
 int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster, SparseKernel kernel) {
   const int cpb = plan.chunks_per_block;
@@ -371,10 +390,7 @@ int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int 
   for (int per_cta = 1; per_cta <= max_per_cta; ++per_cta) {
     const int size = (cpb + per_cta - 1) / per_cta;
     if (size > max_size || base * size > INT_MAX) continue;
-    // One sm90 CTA fills an SM, and a cluster must fit in one GPC: clusters of more than 4 CTAs were
-    // not all resident at once beyond one per 16 SMs (H200: 16 clusters of 8 took two waves' time,
-    // 8 clusters of 8 one).
-    if (!cluster && sm90 && size * groups > 4 && base / groups > sms / 16) continue;
+    if (!cluster && sm90 && base / groups > sm90_resident_clusters(size * groups, sms)) continue;
     if (cluster || base * size <= sms) return size;
   }
   return 1;

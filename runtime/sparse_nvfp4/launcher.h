@@ -66,8 +66,9 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
 // sm_120a (and any target but sm_90a): kMmaSmall, the one configuration that fits 99 KiB per block.
 // sm_90a: kSm90 where it was measured faster (tools/bench_results/sparse_h200.json): H a multiple
 // of 64 (no padded rows) or 32, and either a split dealt to several of its CTAs that still do >= 2
-// chunks each (>= 4 for H = 32; sparse_cluster_size for kSm90), or its 64-head blocks on at least a
-// fifth of the SMs and no cluster for kMma (sparse_cluster_size 1); kMma otherwise.
+// chunks each (>= 4 for H = 32; sparse_cluster_size for kSm90), or dealt one chunk each where the
+// kMma launch leaves its CTAs >= 3 (H a multiple of 64), or its 64-head blocks on at least a fifth of
+// the SMs and no cluster for kMma (sparse_cluster_size 1); kMma otherwise.
 SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
                            std::optional<SparseKernel> kernel = std::nullopt);
 
@@ -77,8 +78,8 @@ SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const S
 // chunk order) and they combine their partial rows in distributed shared memory, so a split takes
 // the time of its slice rather than of all its chunks. 1 (no dealing) for kMmaSmall or when
 // `cluster` is false; else the size that gives each CTA the fewest chunks (clusters of at most
-// kSparseMaxCluster CTAs; kSm90 clusters of more than 4 CTAs only up to one per 16 SMs) while the
-// whole grid fits one wave (one decode CTA per SM) and each CTA does at least two chunks fewer than
+// kSparseMaxCluster CTAs; kSm90 clusters only as many as fit the GPCs at once, as counted on the
+// H200) while the whole grid fits one wave (one decode CTA per SM) and each CTA does at least two chunks fewer than
 // cpb, the smallest such, or 1 when none does (so always 1 for cpb <= 2: measured slower on the H200,
 // see the README); `cluster` true drops these conditions (any cpb >= 2).
 int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster = std::nullopt,

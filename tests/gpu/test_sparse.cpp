@@ -904,6 +904,40 @@ TEST_CASE("sparse: magnitude-30 cache groups, split-path error bound", "[gpu][sp
   }
 }
 
+// Q groups holding NaN (either sign), +-Inf, the largest finite bf16 and -0: the kernels round Q
+// as the writers do (NaN elements +6 and out of amax, Inf and huge values saturated to +-6 at scale
+// 448), which the oracle takes from the reference quantizer. The other elements of such a group are
+// scaled by 32, so that a NaN rounded to -6 instead of +6 moves its row's logits by several units.
+// Only NoPE dims: RoPE is kept in bf16, where a NaN stays NaN.
+TEST_CASE("sparse: Q groups with NaN, +-Inf, huge and -0 elements", "[gpu][sparse]") {
+  ScopedPools pools;
+  const SparseCase c = main_only(4, 64, 512, 64, kC, kOn, kNoLen, kUnitLse);
+  HostCase h = make_host_case(c, base_seed() + 4040);
+  const std::uint16_t specials[] = {0x7fc0, 0xffc0, 0x7f80, 0xff80, 0x7f7f, 0xff7f, 0x8000, 0x7fff};
+  for (int t = 0; t < c.tokens; ++t) {
+    for (int head = t % 3; head < c.heads; head += 3) {
+      std::uint16_t* row = h.q.data() + (static_cast<std::size_t>(t) * c.heads + head) * kDims;
+      const int g = (head + t) % 28;
+      for (int i = 0; i < 16; ++i) row[g * 16 + i] = kt::float_to_bf16(kt::bf16_to_float(row[g * 16 + i]) * 32.f);
+      row[g * 16 + head % 16] = specials[(head + t) % 8];
+      if (head % 5 == 0) std::fill(row + ((g + 1) % 28) * 16, row + ((g + 1) % 28) * 16 + 16, std::uint16_t{0x7fc0});  // all NaN: scale 0
+    }
+  }
+  run_oracle(h);
+  std::size_t nan_ref = 0;
+  for (const float r : h.ref) nan_ref += std::isnan(r);
+  REQUIRE(nan_ref == 0);
+  DeviceCase dev(h);
+  std::vector<Variant> runs = {Variant{}, Variant{1, std::nullopt, SparseKernel::kMmaSmall}, Variant{2, std::nullopt, SparseKernel::kMma}};
+  if (on_sm90()) runs.push_back(Variant{2, std::nullopt, SparseKernel::kSm90});
+  const std::string arch = kiln::KernelService::global().device_arch(0);
+  for (const Variant& v : runs) {
+    kiln::KernelService::global().warm({variant_key(c, v, arch)}, {0});
+    const Outputs o = run_variant(dev, h, v, true);
+    check_against_oracle(h, o, v.name(), nullptr);
+  }
+}
+
 TEST_CASE("sparse: T == 0 returns the plan without launching, even on a capturing stream with a cold key", "[gpu][sparse][sanitizer]") {
   const kiln::Driver& d = kiln::Driver::get();
   ScopedPools pools;

@@ -648,12 +648,17 @@ TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 lau
   using K = sp::SparseKernel;
   constexpr K kSm90 = K::kSm90;
   // T = 8, H 64 / 2048 candidates: 2 splits of 16 chunks on 16 CTAs. 8 CTAs of 2 chunks would fill
-  // 128 SMs, but 16 clusters of 8 are more than one per 16 SMs: 4 CTAs of 4 chunks.
-  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 4);
+  // 128 SMs, but only 15 clusters of 8 are resident at once on the H200: 6 CTAs of 3 chunks (16
+  // clusters of 6 fit, 17 would).
+  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 6);
   CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, true, kSm90) == 8);
+  // Half the SMs (the counts halved: 7 clusters of 8, 8 of 6, 15 of 4): 8 (token, split) pairs on
+  // 6 CTAs each, 12 on 4.
+  CHECK(sp::sparse_cluster_size(4, 64, {1, 2, 16}, 66, std::nullopt, kSm90) == 6);
+  CHECK(sp::sparse_cluster_size(6, 64, {1, 2, 16}, 66, std::nullopt, kSm90) == 4);
   // H 128: the cluster pair counts twice against 8 CTAs, so at most 4 slices; 16 (token, split)
-  // pairs: clusters of 4 CTAs (2 slices of 8 chunks).
-  CHECK(sp::sparse_cluster_size(8, 128, {2, 2, 16}, 132, std::nullopt, kSm90) == 2);
+  // pairs: 16 clusters of 8 CTAs do not fit, 16 of 6 do (3 slices of 6 chunks).
+  CHECK(sp::sparse_cluster_size(8, 128, {2, 2, 16}, 132, std::nullopt, kSm90) == 3);
   CHECK(sp::sparse_cluster_size(8, 128, {2, 2, 16}, 132, true, kSm90) == 4);
   // T = 4: 8 pairs, 8 clusters of 8 (4 slices of 4 chunks).
   CHECK(sp::sparse_cluster_size(4, 128, {1, 2, 16}, 132, std::nullopt, kSm90) == 4);
@@ -667,7 +672,8 @@ TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 lau
   CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 16}, 132) == kSm90);
   CHECK(sp::choose_kernel("sm_90a", 4, 128, {1, 2, 16}, 132) == kSm90);
   CHECK(sp::choose_kernel("sm_90a", 8, 128, {1, 1, 8}, 132) == kSm90);   // 4 slices of 2
-  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 4}, 132) == K::kMma);  // 4 slices of 1
+  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 4}, 132) == K::kMma);  // 4 slices of 1 against mma.sync pairs of 2
+  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 5}, 132) == kSm90);    // 5 slices of 1 against pairs of 3 and 2
   CHECK(sp::choose_kernel("sm_90a", 1, 128, {1, 8, 4}, 132) == K::kMma);
   CHECK(sp::choose_kernel("sm_90a", 8, 32, {1, 4, 8}, 132) == K::kMma);  // H = 32: 4 slices of 2
 }
