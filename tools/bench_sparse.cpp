@@ -297,8 +297,14 @@ int run_bench_sparse(const BenchOptions& options) {
     for (const BenchConfig& c : grid) {
       const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms, c.splits);
       for (const sparse::SparseKernel kernel : kernels) {
-        const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), plan, kernel).key(arch);
-        if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+        // The planned split and, where the launch runs it as one dealt split, that one too (timed
+        // with dealing forced off, it runs as planned).
+        const sparse::SplitPlanResult runs =
+            sparse::sparse_launch_plan(c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits, sms, std::nullopt, kernel);
+        for (const sparse::SplitPlanResult& p : {plan, runs}) {
+          const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), p, kernel).key(arch);
+          if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+        }
       }
     }
     service.warm(keys, {0});
@@ -338,7 +344,11 @@ int run_bench_sparse(const BenchOptions& options) {
                                                       c.name(), sparse::sparse_kernel_name(kernel), row.t.back().bad_outputs));
       }
     }
-    if (hopper) row.cluster = sparse::sparse_cluster_size(c.tokens, c.heads, plan, sms);
+    if (hopper) {
+      const sparse::SplitPlanResult runs = sparse::sparse_launch_plan(c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan,
+                                                                      !c.splits, sms, std::nullopt, sparse::SparseKernel::kMma);
+      row.cluster = sparse::sparse_cluster_size(c.tokens, c.heads, runs, sms);
+    }
     if (row.cluster > 1) row.mma_no_cluster = time_config(c, pool, sms, sparse::SparseKernel::kMma, false, stream, rng, service);
     if (hopper && std::find(kernels.begin(), kernels.end(), sparse::SparseKernel::kSm90) != kernels.end()) {
       row.deal = sparse::sparse_cluster_size(c.tokens, c.heads, plan, sms, std::nullopt, sparse::SparseKernel::kSm90);
@@ -424,8 +434,9 @@ int run_bench_sparse(const BenchOptions& options) {
                              static_cast<double>(kPoolBytes) * 1e-9, kMinCalls, kMaxCalls)},
       {"plan", "the launcher's own (planners for this device's SM count; no overrides)"},
       {"kernel", "the launcher's choice for the call; us_<kernel>: the same calls forced onto each kernel it may pick here"},
-      {"mma_cluster", "CTAs per cluster sharing a split's chunks in the mma.sync launch (sparse_cluster_size); us_mma_no_cluster: "
-                      "the same calls on mma.sync with the cluster forced off, where it has one"},
+      {"mma_cluster", "CTAs per cluster sharing a split's chunks in the mma.sync launch (sparse_cluster_size of the plan it runs, "
+                      "sparse_launch_plan: a planned split small enough runs as one split dealt over one cluster); us_mma_no_cluster: "
+                      "the same calls on mma.sync with the cluster forced off (so also run as planned), where it has one"},
       {"sm90_deal", "CTAs per head group sharing a split's chunks in the sm90 launch (sparse_cluster_size for kSm90); "
                     "us_sm90_no_deal: forced off where it deals; sm90_deal_forced / us_sm90_deal_forced: forced on, where that "
                     "gives another size"},

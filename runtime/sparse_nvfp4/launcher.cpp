@@ -365,11 +365,13 @@ SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const S
 
 namespace {
 
-// Clusters of one-SM CTAs (every sm90 CTA fills an SM) resident at once, by cluster size: a cluster
-// must fit in one GPC, and the GPCs are uneven, so the count is not sms / size. Measured on the H200
-// (132 SMs, cuOccupancyMaxActiveClusters for 1..8 CTAs of 200 KB); other SM counts scale it. More
-// clusters than this run as two waves (16 clusters of 8 CTAs took twice the time of 8).
-int sm90_resident_clusters(int size, int sms) {
+// Clusters of one-SM CTAs (the sm90 and mma.sync CTAs take 200+ KB of shared memory) resident at
+// once, by cluster size: a cluster must fit in one GPC, and the GPCs are uneven, so the count is not
+// sms / size. Measured on the H200 (132 SMs, cuOccupancyMaxActiveClusters for 1..8 CTAs of 200 KB);
+// other SM counts scale it. More clusters than this run as two waves (16 clusters of 8 sm90 CTAs
+// took twice the time of 8; mma.sync, T = 1 / H = 64 / 2048 candidates on 4 splits, 16 clusters of 8:
+// 20.2 us against 14.1 for 16 splits without clusters).
+int resident_clusters(int size, int sms) {
   static constexpr int kH200[] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
   return kH200[size] * sms / 132;
 }
@@ -390,10 +392,17 @@ int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int 
   for (int per_cta = 1; per_cta <= max_per_cta; ++per_cta) {
     const int size = (cpb + per_cta - 1) / per_cta;
     if (size > max_size || base * size > INT_MAX) continue;
-    if (!cluster && sm90 && base / groups > sm90_resident_clusters(size * groups, sms)) continue;
+    if (!cluster && base / groups > resident_clusters(size * groups, sms)) continue;
     if (cluster || base * size <= sms) return size;
   }
   return 1;
+}
+
+SplitPlanResult sparse_launch_plan(int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned, int sms,
+                                   std::optional<bool> cluster, SparseKernel kernel) {
+  if (!planned || kernel != SparseKernel::kMma || plan.num_splits == 1 || (cluster && !*cluster) || chunks > kSparseMaxCluster) return plan;
+  const SplitPlanResult whole{plan.head_tiles, 1, chunks};
+  return sparse_cluster_size(tokens, heads, whole, sms, std::nullopt, kernel) == chunks ? whole : plan;
 }
 
 std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads) {
@@ -439,9 +448,11 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   // kiln targets two archs; the cached check keeps device_arch's lock off the launch path.
   const SparseKernel kernel = choose_kernel(device_is_sm90(service, on.device()) ? "sm_90a" : "sm_120a", static_cast<int>(c.tokens),
                                             c.heads, plan, sms, opt.kernel);
-  const SparseNvfp4Params params = make_params(a, c, plan);
-  const int cluster = sparse_cluster_size(static_cast<int>(c.tokens), c.heads, plan, sms, opt.cluster, kernel);
-  launch_sparse(sparse_policy(c.heads, c.has_extra, plan, kernel), params, cluster, stream, on.device(), service);
+  const SplitPlanResult runs = sparse_launch_plan(static_cast<int>(c.tokens), c.heads, num_chunks(c.topk, c.extra_topk), plan,
+                                                  !opt.num_splits, sms, opt.cluster, kernel);
+  const SparseNvfp4Params params = make_params(a, c, runs);
+  const int cluster = sparse_cluster_size(static_cast<int>(c.tokens), c.heads, runs, sms, opt.cluster, kernel);
+  launch_sparse(sparse_policy(c.heads, c.has_extra, runs, kernel), params, cluster, stream, on.device(), service);
   return plan;
 }
 

@@ -248,7 +248,9 @@ SplitPlanResult variant_plan(const SparseCase& c, const Variant& v) {
 kiln::SemanticKey variant_key(const SparseCase& c, const Variant& v, const std::string& arch) {
   const SplitPlanResult plan = variant_plan(c, v);
   const SparseKernel kernel = kiln::sparse::choose_kernel(arch, c.tokens, c.heads, plan, sm_count(), v.kernel);
-  return kiln::sparse::sparse_policy(c.heads, c.has_extra, plan, kernel).key(arch);
+  const SplitPlanResult runs = kiln::sparse::sparse_launch_plan(c.tokens, c.heads, kiln::sparse::num_chunks(c.topk, c.xtopk()), plan,
+                                                                !v.num_splits, sm_count(), v.cluster, kernel);
+  return kiln::sparse::sparse_policy(c.heads, c.has_extra, runs, kernel).key(arch);
 }
 
 bool on_sm90() { return kiln::KernelService::global().device_arch(0) == "sm_90a"; }

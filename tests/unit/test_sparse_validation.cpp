@@ -628,7 +628,10 @@ TEST_CASE("sparse validation: CTAs per cluster of an mma.sync launch", "[unit]")
   // H 128 / 2048 candidates: 8 splits of 4 chunks on 8 head groups; 4 CTAs of one chunk would be 256
   // CTAs (two waves), 2 CTAs of 2 chunks fit.
   CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 132) == 2);
-  CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 264) == 4);
+  // Twice the SMs would hold the 256 CTAs, but not as 64 clusters of 4 (the H200's 30 per 132 SMs,
+  // scaled: 60); 68 clusters' worth of SMs would.
+  CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 264) == 2);
+  CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 290) == 4);
   // 5 chunks: one each on 5 CTAs when they fit, else 3 + 2.
   CHECK(sp::sparse_cluster_size(2, 64, {1, 2, 5}, 132) == 5);
   CHECK(sp::sparse_cluster_size(2, 64, {1, 2, 5}, 32) == 2);
@@ -642,6 +645,25 @@ TEST_CASE("sparse validation: CTAs per cluster of an mma.sync launch", "[unit]")
   // Forced on: the fewest chunks per CTA regardless of the wave.
   CHECK(sp::sparse_cluster_size(64, 128, {2, 2, 16}, 132, true) == 8);
   CHECK(sp::sparse_cluster_size(64, 128, {1, 8, 1}, 132, true) == 1);
+}
+
+TEST_CASE("sparse validation: the plan a launch runs", "[unit]") {
+  using K = sp::SparseKernel;
+  // T = 1, 512 candidates (8 chunks), planned as 4 splits of 2: one cluster of 8 single-chunk CTAs per
+  // head block runs them as one split (no merge) at H = 64 (32 CTAs) and H = 128 (64 CTAs).
+  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 4, 2}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 1, 8});
+  CHECK(sp::sparse_launch_plan(1, 128, 8, {1, 4, 2}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 1, 8});
+  // As planned: a num_splits override, dealing forced off, another kernel, more chunks than a
+  // cluster holds (2048 candidates), no split, or too many clusters (T = 8: 32 of 8).
+  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 4, 2}, false, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 4, 2});
+  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 4, 2}, true, 132, false, K::kMma) == sp::SplitPlanResult{1, 4, 2});
+  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 4, 2}, true, 132, std::nullopt, K::kSm90) == sp::SplitPlanResult{1, 4, 2});
+  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 4, 2}, true, 132, std::nullopt, K::kMmaSmall) == sp::SplitPlanResult{1, 4, 2});
+  CHECK(sp::sparse_launch_plan(1, 64, 32, {1, 16, 2}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 16, 2});
+  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 1, 8}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 1, 8});
+  CHECK(sp::sparse_launch_plan(8, 64, 8, {1, 2, 4}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 2, 4});
+  // 2 chunks never deal (one CTA each spares nothing).
+  CHECK(sp::sparse_launch_plan(1, 8, 2, {1, 2, 1}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 2, 1});
 }
 
 TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 launch", "[unit]") {
