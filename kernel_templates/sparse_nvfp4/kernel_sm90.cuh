@@ -51,8 +51,8 @@ constexpr u32 kFactorOff = kAlphaOff + 256u;    // float[64]: final 1/l (-1 mark
 constexpr u32 kDealRowsOff = kQOff;
 constexpr u32 kMaskOff = kFactorOff + 256u;     // u64 tile masks [2] (bit c: candidate c is valid)
 constexpr u32 kValidOff = kMaskOff + 16u;       // shared decode: the raw stage's valid bits, a byte per gather warp
-constexpr u32 kBarOff = kValidOff + 8u;         // mbarriers: tile full [2], tile empty [2], P free
-static_assert(kBarOff + 40u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
+constexpr u32 kBarOff = kValidOff + 8u;         // mbarriers: tile full [2], tile empty [2], P free, Q dealt
+static_assert(kBarOff + 48u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
 
 constexpr int kBarQ = 1, kBarPReady = 2, kBarRaw = 3, kBarEpilogue = 4;  // named barriers (kBarRaw: producers, else 256 threads)
 constexpr int kConsumers = 256;
@@ -73,13 +73,33 @@ __device__ __forceinline__ u64 lds64(u32 addr) {
   return v;
 }
 
+// The launch's dealing, read again where it is used (volatile: not kept live across the main loop,
+// where WG0 has no register to spare). Rank = slice * groups + group.
+struct DealShape {
+  int deal, slice;
+};
+template <int kGroups>
+__device__ __forceinline__ DealShape deal_shape() {
+  u32 n, r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return DealShape{int(n) / kGroups, int(r) / kGroups};
+}
+
 // Q rows head0 .. head0+63 into the interleaved layout: NoPE NVFP4 round-tripped by the writers'
 // rule as exact f16, RoPE as bf16 * 2^-7; rows past H are zero. 256 threads; consecutive threads
 // take consecutive rows, so each 16-byte store of a phase hits distinct banks. A thread issues all
-// its loads (7 NoPE groups, 2 RoPE units) before it converts anything: one round trip to L2.
+// its loads (its NoPE groups, 2 RoPE units) before it converts anything: one round trip to L2.
+// Where a split is dealt to several CTAs of one head group (cluster rank = slice * groups + group),
+// they share the NoPE work: slice s rounds the thread's groups k = s, s + deal, ... (`mine`, bit k;
+// 7 per thread in all) and writes each into its own Q and, by st.async completing on their `q_bar`,
+// into the other slices' (this CTA's q_bar then expects the bytes of the groups it did not round).
+// Each slice stages RoPE itself.
+constexpr int kQGroupsPerThread = 64 * 28 / kConsumers;
 template <int kHeads>
-__device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid) {
-  constexpr int kPerNope = 64 * 28 / kConsumers, kPerRope = 64 * 8 / kConsumers;
+__device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, DealShape ds, u32 mine,
+                                        int group, int groups, u32 q_bar) {
+  constexpr int kPerNope = kQGroupsPerThread, kPerRope = 64 * 8 / kConsumers;
   const u16* q = static_cast<const u16*>(p.q) + (long long)t * kHeads * 512;
   const int r = ctid & 63, head = head0 + r;
   const bool live = head < kHeads;
@@ -88,7 +108,7 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
   for (int k = 0; k < kPerNope; ++k) {
     const int grp = (ctid >> 6) + 4 * k;
     raw[k][0] = raw[k][1] = make_uint4(0u, 0u, 0u, 0u);
-    if (live) {
+    if (live && ((mine >> k) & 1u)) {
       const uint4* src = reinterpret_cast<const uint4*>(q + (long long)head * 512 + grp * 16);
       raw[k][0] = __ldg(src);
       raw[k][1] = __ldg(src + 1);
@@ -101,11 +121,21 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
   }
 #pragma unroll
   for (int k = 0; k < kPerNope; ++k) {
+    if (!((mine >> k) & 1u)) continue;
     const int grp = (ctid >> 6) + 4 * k;
     u32 h[8];
     sparse_detail::quantize_q_group(raw[k][0], raw[k][1], h);
-    sts128(q_smem + (2 * grp) * 1024 + r * 16, U32x4{h[0], h[1], h[2], h[3]});
-    sts128(q_smem + (2 * grp + 1) * 1024 + r * 16, U32x4{h[4], h[5], h[6], h[7]});
+    const U32x4 lo{h[0], h[1], h[2], h[3]}, hi{h[4], h[5], h[6], h[7]};
+    const u32 a_lo = q_smem + (2 * grp) * 1024 + r * 16, a_hi = a_lo + 1024;
+    sts128(a_lo, lo);
+    sts128(a_hi, hi);
+#pragma unroll 1
+    for (int s = 0; s < ds.deal; ++s) {
+      if (s == ds.slice) continue;
+      const u32 rank = u32(s * groups + group);
+      sm90::st_async_128(sparse_detail::peer_addr(a_lo, rank), lo, sparse_detail::peer_addr(q_bar, rank));
+      sm90::st_async_128(sparse_detail::peer_addr(a_hi, rank), hi, sparse_detail::peer_addr(q_bar, rank));
+    }
   }
 #pragma unroll
   for (int k = 0; k < kPerRope; ++k) {
@@ -232,19 +262,6 @@ __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col
 // second barrier slice k of each head group sums the units j with j % deal == k over the slices in
 // slice order and writes them.
 
-// The launch's dealing, read again where it is used (volatile: not kept live across the main loop,
-// where WG0 has no register to spare). Rank = slice * groups + group.
-struct DealShape {
-  int deal, slice;
-};
-template <int kGroups>
-__device__ __forceinline__ DealShape deal_shape() {
-  u32 n, r;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return DealShape{int(n) / kGroups, int(r) / kGroups};
-}
-
 struct DealtRows {
   sparse_detail::SparseClusterRow row[2];
   float own[2];  // this slice's scale of each row: its weight x the row's factor
@@ -346,6 +363,8 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   // WG1 releases P and the alphas once it has them in registers; an mbarrier (not bar.arrive) so
   // the release orders WG1's reads before WG0's next writes for every tool that checks it.
   const u32 bar_p_free = bar_full + 32;
+  // The other slices' shares of Q (stage_q).
+  const u32 bar_q = bar_full + 40;
 
   const int tid = threadIdx.x;
   const int ncta = int(cluster_size()), crank = int(cluster_rank());
@@ -364,6 +383,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       mbar_init(bar_empty + 8 * b, kCross ? 16 : 8);  // one arrival per consumer warp of each CTA
     }
     mbar_init(bar_p_free, 128);
+    mbar_init(bar_q, 1);
     mbar_fence_init();
   }
   wait_for_prior_grid();  // the first read of an input
@@ -376,8 +396,9 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   if (c_end > split_end) c_end = split_end;
   if (c_end > work.total_chunks) c_end = work.total_chunks;
   const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
-  // With kCross the peer arrives on and writes into this CTA's barriers and tiles: both initialised.
-  if constexpr (kCross) cluster_sync();
+  // With kCross the peer arrives on and writes into this CTA's barriers and tiles, and dealt slices
+  // write into each other's Q: all initialised.
+  if (kCross || shape.deal > 1) cluster_sync();
   else __syncthreads();
 
   const int lane = tid & 31;
@@ -542,9 +563,23 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     const u32 q_smem = sbase + kQOff;
     if (wg == 0) setmaxnreg_inc<kRegsWg0>();
     else setmaxnreg_inc<kRegsWg1>();
-    stage_q<kHeads>(p, t, head0, q_smem, tid);
-    fence_proxy_async_smem();
-    named_barrier_sync(kBarQ, kConsumers);
+    {
+      const DealShape ds = deal_shape<kGroups>();
+      u32 mine = (1u << kQGroupsPerThread) - 1u;
+      if (ds.deal > 1) {
+        mine = 0u;
+        for (int k = ds.slice; k < kQGroupsPerThread; k += ds.deal) mine |= 1u << k;
+        // The other slices' groups: 32 B per (thread, group).
+        if (tid == 0) mbar_arrive_expect_tx(bar_q, u32(kQGroupsPerThread - __popc(mine)) * u32(kConsumers) * 32u);
+      }
+      stage_q<kHeads>(p, t, head0, q_smem, tid, ds, mine, group, kGroups, bar_q);
+      fence_proxy_async_smem();
+      named_barrier_sync(kBarQ, kConsumers);
+      if (ds.deal > 1) {  // complete once every other slice's share has landed (no cluster-scope acquire needed)
+        mbar_wait(bar_q, 0);
+        fence_proxy_async_smem();
+      }
+    }
 
     const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
     const float* sink = static_cast<const float*>(p.attn_sink);
