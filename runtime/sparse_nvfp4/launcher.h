@@ -67,7 +67,7 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
 // sm_90a: kSm90 where it was measured faster (tools/bench_results/sparse_h200.json): H a multiple
 // of 64 (no padded rows) or 32, and either a split dealt to several of its CTAs that still do >= 2
 // chunks each (>= 4 for H = 32; sparse_cluster_size for kSm90), or dealt one chunk each where the
-// kMma launch leaves its CTAs >= 3 (H a multiple of 64), or its 64-head blocks on at least a fifth of
+// kMma launch leaves its CTAs more (H a multiple of 64), or its 64-head blocks on at least a fifth of
 // the SMs and no cluster for kMma (sparse_cluster_size 1); kMma otherwise.
 SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
                            std::optional<SparseKernel> kernel = std::nullopt);

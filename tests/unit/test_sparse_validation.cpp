@@ -694,8 +694,9 @@ TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 lau
   CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 16}, 132) == kSm90);
   CHECK(sp::choose_kernel("sm_90a", 4, 128, {1, 2, 16}, 132) == kSm90);
   CHECK(sp::choose_kernel("sm_90a", 8, 128, {1, 1, 8}, 132) == kSm90);   // 4 slices of 2
-  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 4}, 132) == K::kMma);  // 4 slices of 1 against mma.sync pairs of 2
-  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 5}, 132) == kSm90);    // 5 slices of 1 against pairs of 3 and 2
-  CHECK(sp::choose_kernel("sm_90a", 1, 128, {1, 8, 4}, 132) == K::kMma);
+  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 4}, 132) == kSm90);   // 4 slices of 1 against mma.sync pairs of 2
+  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 5}, 132) == kSm90);   // 5 slices of 1 against pairs of 3 and 2
+  CHECK(sp::choose_kernel("sm_90a", 1, 128, {1, 8, 4}, 132) == kSm90);  // 4 slices of 1 (pairs) against mma.sync pairs of 2
+  CHECK(sp::choose_kernel("sm_90a", 1, 64, {1, 4, 2}, 132) == K::kMma);  // 2 chunks: no slices
   CHECK(sp::choose_kernel("sm_90a", 8, 32, {1, 4, 8}, 132) == K::kMma);  // H = 32: 4 slices of 2
 }
