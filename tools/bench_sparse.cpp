@@ -167,6 +167,12 @@ class Pools {
   std::vector<std::pair<int, std::unique_ptr<BenchDeviceMemory>>> pools_;
 };
 
+// The plan a `kernel` call of `c` runs (the launcher's sparse_launch_plan, without overrides but
+// --splits).
+sparse::SplitPlanResult launch_plan(const BenchConfig& c, const sparse::SplitPlanResult& plan, int sms, sparse::SparseKernel kernel) {
+  return sparse::sparse_launch_plan(c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits, sms, std::nullopt, kernel);
+}
+
 Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms, std::optional<sparse::SparseKernel> kernel,
                    std::optional<bool> cluster, CUstream stream, BenchRng& rng, KernelService& service) {
   const Driver& d = Driver::get();
@@ -299,9 +305,7 @@ int run_bench_sparse(const BenchOptions& options) {
       for (const sparse::SparseKernel kernel : kernels) {
         // The planned split and, where the launch runs it as one dealt split, that one too (timed
         // with dealing forced off, it runs as planned).
-        const sparse::SplitPlanResult runs =
-            sparse::sparse_launch_plan(c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits, sms, std::nullopt, kernel);
-        for (const sparse::SplitPlanResult& p : {plan, runs}) {
+        for (const sparse::SplitPlanResult& p : {plan, launch_plan(c, plan, sms, kernel)}) {
           const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), p, kernel).key(arch);
           if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
         }
@@ -344,11 +348,7 @@ int run_bench_sparse(const BenchOptions& options) {
                                                       c.name(), sparse::sparse_kernel_name(kernel), row.t.back().bad_outputs));
       }
     }
-    if (hopper) {
-      const sparse::SplitPlanResult runs = sparse::sparse_launch_plan(c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan,
-                                                                      !c.splits, sms, std::nullopt, sparse::SparseKernel::kMma);
-      row.cluster = sparse::sparse_cluster_size(c.tokens, c.heads, runs, sms);
-    }
+    if (hopper) row.cluster = sparse::sparse_cluster_size(c.tokens, c.heads, launch_plan(c, plan, sms, sparse::SparseKernel::kMma), sms);
     if (row.cluster > 1) row.mma_no_cluster = time_config(c, pool, sms, sparse::SparseKernel::kMma, false, stream, rng, service);
     if (hopper && std::find(kernels.begin(), kernels.end(), sparse::SparseKernel::kSm90) != kernels.end()) {
       row.deal = sparse::sparse_cluster_size(c.tokens, c.heads, plan, sms, std::nullopt, sparse::SparseKernel::kSm90);
