@@ -112,7 +112,7 @@ KILN_SPARSE_HD constexpr long long sparse_merge_grid(int tokens, int heads) {
 constexpr int kSparseSm90Threads = 384;
 constexpr int kSparseSm90Heads = 64;
 // Q (64 KiB) + two decoded K tiles (128 KiB) + a 64-record raw stage (25,600 B) + P (8 KiB) +
-// per-row scalars, masks and mbarriers: 230,976 B (the sm_90 opt-in limit is 232,448).
+// per-row scalars, masks and mbarriers: 230,984 B (the sm_90 opt-in limit is 232,448).
 KILN_SPARSE_HD constexpr unsigned sparse_sm90_smem_bytes() { return 230984u; }
 KILN_SPARSE_HD constexpr int sparse_sm90_head_groups(int heads) { return (heads + kSparseSm90Heads - 1) / kSparseSm90Heads; }
 // The two head groups of H > 64 share each chunk's decode as a cluster of two CTAs.

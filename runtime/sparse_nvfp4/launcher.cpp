@@ -344,19 +344,19 @@ SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const S
   // (H200, 2048 candidates); H = 16 only ties, and other head counts were not measured.
   const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * plan.num_splits;
   if (heads % 64 != 0 && heads != 32) return SparseKernel::kMma;
-  // A split dealt to several 64-head CTAs that still do >= 2 chunks each beats the mma.sync grid
-  // (H200: T = 8 / H = 128 / 512 candidates, 2 chunks per slice, 16.7 vs 20.5 us; T = 4 / H = 64 /
-  // 2048 18.7 vs 22.8). H = 32 pads half of every 64-row tile and needs >= 4 (T = 8 / H = 32 / 2048,
-  // 2 chunks: 33.5 vs 22.9 at 190ded3).
+  // A split dealt to several 64-head CTAs beats the mma.sync grid where the slices still do >= 2
+  // chunks each (H200: T = 8 / H = 128 / 512 candidates, 2 chunks per slice, 16.7 vs 20.5 us; T = 4 /
+  // H = 64 / 2048 18.7 vs 22.8), and with one chunk each (their Q staging shared) where mma.sync CTAs
+  // keep two or more (T = 8 / H = 64 / 512, 4 slices, 15.5 vs 16.4 us; T = 1 / H = 128 / 2048 16.4 vs
+  // 16.9; T = 8 / H = 64 / 128 + 512 17.2 vs 18.8), except where topk_length leaves few chunks (T = 1
+  // / H = 128 / 2048 at length 300: 16.4 vs 14.8), which the launcher cannot see. H = 32 pads half of
+  // every 64-row tile and needs >= 4 per slice (T = 8 / H = 32 / 2048, 2 chunks: 33.5 vs 22.9 at
+  // 190ded3).
   const int deal = sparse_cluster_size(tokens, heads, plan, sms, std::nullopt, SparseKernel::kSm90);
-  const int cpb = plan.chunks_per_block;
-  if (deal > 1 && (cpb + deal - 1) / deal >= (heads == 32 ? 4 : 2)) return SparseKernel::kSm90;
-  // Slices of one chunk (their Q staging shared) still beat an mma.sync launch whose CTAs keep two or
-  // more (H200: T = 8 / H = 64 / 512, 4 slices, 15.5 vs 16.4 us; T = 1 / H = 128 / 2048 16.4 vs 16.9;
-  // T = 8 / H = 64 / 128 + 512 17.2 vs 18.8), except where topk_length leaves few chunks (T = 1 / H =
-  // 128 / 2048 at length 300: 16.4 vs 14.8), which the launcher cannot see.
   const int mma_cluster = sparse_cluster_size(tokens, heads, plan, sms);
-  if (deal > 1 && heads != 32 && (cpb + mma_cluster - 1) / mma_cluster >= 2) return SparseKernel::kSm90;
+  const int cpb = plan.chunks_per_block;
+  const int slice_chunks = (cpb + deal - 1) / deal, mma_chunks = (cpb + mma_cluster - 1) / mma_cluster;
+  if (deal > 1 && (heads == 32 ? slice_chunks >= 4 : (slice_chunks >= 2 || mma_chunks >= 2))) return SparseKernel::kSm90;
   if (5 * blocks < sms) return SparseKernel::kMma;
   // Where the mma.sync grid still leaves room for clusters that spare each CTA two or more chunks,
   // it finishes first (H200, T = 8, H = 128, 2048 candidates: 49.8 us on 64 pairs vs 63.8 us).

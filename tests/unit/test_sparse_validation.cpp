@@ -590,7 +590,7 @@ TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
   CHECK(sp::choose_kernel("sm_120a", 1, 8, one, 170) == K::kMmaSmall);
   // sm_90a: the Hopper kernel from a fifth of the SMs' worth of its 64-head blocks, for H a multiple of 64
   // or 32, unless the mma.sync grid runs as clusters; or wherever its splits can be dealt to CTAs of
-  // >= 4 chunks each.
+  // >= 2 chunks each (>= 4 for H = 32).
   CHECK(sp::choose_kernel("sm_90a", 64, 128, one, 132) == K::kSm90);   // 128 blocks
   CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kSm90);    // 64 blocks
   CHECK(sp::choose_kernel("sm_90a", 16, 128, two, 132) == K::kSm90);   // 64 blocks
@@ -690,7 +690,8 @@ TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 lau
   CHECK(sp::sparse_cluster_size(512, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 1);
   CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, false, kSm90) == 1);
   CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, true, K::kMmaSmall) == 1);
-  // The launcher takes sm90 where its slices keep >= 2 chunks (4 for H = 32), mma.sync where not.
+  // The launcher takes sm90 where its slices keep >= 2 chunks (4 for H = 32), or 1 against mma.sync
+  // CTAs of >= 2; mma.sync where not.
   CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 16}, 132) == kSm90);
   CHECK(sp::choose_kernel("sm_90a", 4, 128, {1, 2, 16}, 132) == kSm90);
   CHECK(sp::choose_kernel("sm_90a", 8, 128, {1, 1, 8}, 132) == kSm90);   // 4 slices of 2
