@@ -155,20 +155,30 @@ __device__ __forceinline__ int ld_s32(const int* p) {
 
 // Merges the pieces of a split request: out = bmm2_scale * sum_s w_s O_s / sum_s w_s with
 // w_s = 2^(lse_s - max lse). Pieces that saw no key (lse -inf) are skipped without reading their O,
-// which the decode kernel never wrote. One CTA per output row: warp w takes pieces w, w + 4, ...
-// (all 512 columns, 16 per lane, up to 4 pieces' loads in flight), then the four warps' sums meet in
-// shared memory. Requests in one piece were written by the decode kernel itself.
+// which the decode kernel never wrote. A CTA of eight warps takes 8 / W rows of one request, W =
+// combine_row_warps warps per row (the planner picks W from the pieces a request is expected to
+// have: many pieces, many warps; many requests, many rows per CTA). Each lane reads the lse of
+// pieces lane, lane + 32, ... once, so the weights are in registers before any O load; warp k of a
+// row takes pieces k, k + W, ... (all 512 columns, 16 per lane, four pieces' loads in flight), and
+// the row's W partial sums meet in shared memory. Requests in one piece were written by the decode
+// kernel itself.
 template <int kHeads, int kMaxSeqLenQ, bool kPacked>
-__global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
+__global__ void __launch_bounds__(kMlaCombineThreads, 2) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
   constexpr int kWarps = kMlaCombineThreads / 32;
-  static_assert(kWarps == 4 && kMlaDimV == 512, "four warps, 16 columns per lane");
+  static_assert(kWarps == 8 && kMlaDimV == 512, "eight warps, 16 columns per lane");
+  // A request's blocks span at most kMlaMaxPieces + 1 parts (the width keeps blocks / width <=
+  // kMlaMaxPieces; a start inside a part adds one).
+  constexpr int kLsePerLane = (kMlaMaxPieces + 1 + 31) / 32;
+  static_assert(kLsePerLane == 3, "the weight registers below are w[0..2]");
   constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
   __shared__ __align__(16) float part_sum[kWarps][kMlaDimV];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  const int row_warps = p.combine_row_warps;  // 1, 2, 4 or 8
+  const int k_in_row = warp & (row_warps - 1);
   const int b = blockIdx.y;
-  const int row = blockIdx.x;
+  const int row = blockIdx.x * (kWarps / row_warps) + warp / row_warps;
   int tok0, q_len;
   if constexpr (kPacked) {
     tok0 = load_i32(p.qo_indptr, b);
@@ -177,7 +187,8 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
     tok0 = b * kMaxSeqLenQ;
     q_len = kMaxSeqLenQ;
   }
-  if (row >= q_len * kHeads) return;  // CTA-uniform
+  if (blockIdx.x * (kWarps / row_warps) >= q_len * kHeads) return;  // CTA-uniform: no row of this CTA exists
+  const bool live = row < q_len * kHeads;  // warp-uniform; a dead warp still meets the barrier below
 
   pdl_wait();  // the decode kernel's pieces and split records are complete and visible
   const int* meta = static_cast<const int*>(p.split_meta) + 2 * b;
@@ -188,15 +199,22 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
   const long long slot0 = static_cast<long long>(b) + first;
   const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
   constexpr long long kSlotStride = static_cast<long long>(kMaxRows) * kMlaDimV;
-  // Every warp finds the max and the weight sum over all pieces (n is small: one lse per piece).
+  // Every warp of the row finds the weights of all its pieces: lane l holds those of pieces l + 32 k.
+  float w[kLsePerLane];
   float mx = neg_inf();
-  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, ld_f32(lse + s * kMaxRows));
+#pragma unroll
+  for (int k = 0; k < kLsePerLane; ++k) {
+    const int s = lane + 32 * k;
+    w[k] = live && s < n ? ld_f32(lse + s * kMaxRows) : neg_inf();
+    mx = fmaxf(mx, w[k]);
+  }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   float wsum = 0.f;
-  for (int s = lane; s < n; s += 32) {
-    const float l = ld_f32(lse + s * kMaxRows);
-    wsum += l == neg_inf() ? 0.f : fast_exp2(l - mx);
+#pragma unroll
+  for (int k = 0; k < kLsePerLane; ++k) {
+    w[k] = w[k] == neg_inf() ? 0.f : fast_exp2(w[k] - mx);
+    wsum += w[k];
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
@@ -206,25 +224,26 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
   for (int i = 0; i < 16; ++i) acc[i] = 0.f;
   const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
   constexpr int kBatch = 4;
-  for (int s0 = warp; s0 < n; s0 += kWarps * kBatch) {
-    float w[kBatch];
+  for (int s0 = k_in_row; s0 < n; s0 += row_warps * kBatch) {
+    float ws[kBatch];
     U32x4 v[kBatch][4];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int s = s0 + u * kWarps;
-      const float l = s < n ? ld_f32(lse + s * kMaxRows) : neg_inf();
-      w[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+      const int s = s0 + u * row_warps;  // warp-uniform
+      const float mine = (s >> 5) == 0 ? w[0] : (s >> 5) == 1 ? w[1] : w[2];
+      const float wt = __shfl_sync(0xffffffffu, mine, s & 31);
+      ws[u] = s < n ? wt : 0.f;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) v[u][k] = ld128_if(o + s * kSlotStride + 128 * k, w[u] > 0.f);
+      for (int k = 0; k < 4; ++k) v[u][k] = ld128_if(o + s * kSlotStride + 128 * k, ws[u] > 0.f);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        acc[4 * k + 0] += w[u] * __uint_as_float(v[u][k].x);
-        acc[4 * k + 1] += w[u] * __uint_as_float(v[u][k].y);
-        acc[4 * k + 2] += w[u] * __uint_as_float(v[u][k].z);
-        acc[4 * k + 3] += w[u] * __uint_as_float(v[u][k].w);
+        acc[4 * k + 0] += ws[u] * __uint_as_float(v[u][k].x);
+        acc[4 * k + 1] += ws[u] * __uint_as_float(v[u][k].y);
+        acc[4 * k + 2] += ws[u] * __uint_as_float(v[u][k].z);
+        acc[4 * k + 3] += ws[u] * __uint_as_float(v[u][k].w);
       }
     }
   }
@@ -234,23 +253,22 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
         make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
   }
   __syncthreads();
-  // Thread t writes columns 4 t .. 4 t + 3.
-  const int col = 4 * threadIdx.x;
-  float r[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int w2 = 0; w2 < kWarps; ++w2) {
-    const float4 x = *reinterpret_cast<const float4*>(&part_sum[w2][col]);
-    r[0] += x.x;
-    r[1] += x.y;
-    r[2] += x.z;
-    r[3] += x.w;
-  }
+  if (!live) return;
+  // Thread t of the row's 32 W threads writes columns [t c, t c + c), c = 16 / W.
+  const int cols = 16 / row_warps;
+  const int col0 = (32 * k_in_row + lane) * cols;
+  const int warp0 = warp - k_in_row;
   const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
-  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col;
-  uint2 packed;
-  packed.x = pack_bf16x2(r[0] * inv, r[1] * inv);
-  packed.y = pack_bf16x2(r[2] * inv, r[3] * inv);
-  *reinterpret_cast<uint2*>(out) = packed;
+  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV;
+  for (int c = col0; c < col0 + cols; c += 2) {
+    float r0 = 0.f, r1 = 0.f;
+    for (int w2 = warp0; w2 < warp0 + row_warps; ++w2) {
+      const float2 x = *reinterpret_cast<const float2*>(&part_sum[w2][c]);
+      r0 += x.x;
+      r1 += x.y;
+    }
+    *reinterpret_cast<u32*>(out + c) = pack_bf16x2(r0 * inv, r1 * inv);
+  }
 }
 
 #endif  // __CUDACC__

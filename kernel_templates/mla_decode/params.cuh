@@ -46,8 +46,8 @@ constexpr int kMlaKernelMmaSync = 1;
 constexpr int kMlaKernelWgmma = 2;
 constexpr int kMlaKernelWgmmaKv = 3;
 
-// Combine: one CTA of four warps per output row (kernel.cuh).
-constexpr int kMlaCombineThreads = 128;
+// Combine: CTAs of eight warps, 8 / combine_row_warps output rows each (kernel.cuh).
+constexpr int kMlaCombineThreads = 256;
 
 // One launch of either kernel takes this block by value (__grid_constant__).
 // Row index convention: within request b, row r = i * H + h (query position i, head h); the
@@ -66,6 +66,7 @@ struct MlaDecodeParams {
   int batch;
   int num_parts;             // grid x; 1 = every request in one piece: `out` written directly
   int piece_cost;            // scheduling units charged per piece (see "Scheduling")
+  int combine_row_warps;     // combine: warps per output row (1, 2, 4 or 8; kernel.cuh)
   float scale_log2;          // bmm1_scale * log2(e)
   float out_scale;           // bmm2_scale
 };

@@ -37,6 +37,16 @@ int parts_for(const MlaPolicy& policy, const MlaVariant& v, const DeviceLimits& 
 // A request of one KV block lies in one part: it is never split, whatever the parts.
 bool can_split(const MlaPolicy& policy) { return policy.max_seq_len > kMlaMinBlockTokens; }
 
+// Warps per combine row: a request's pieces (about parts / batch when the lengths are alike) spread
+// over up to 8 warps with four pieces' loads in flight each; with more requests than that, rows
+// share a CTA instead (fewer, fuller CTAs where most requests are in one piece).
+int combine_row_warps(int parts, int batch) {
+  const int pieces = (parts + batch - 1) / batch;
+  int w = 1;
+  while (w < 8 && 8 * w <= pieces) w *= 2;
+  return w;
+}
+
 MlaVariant variant_for(const MlaPolicy& policy, bool sm90a) {
   return mla_variant(policy.kernel, policy.heads, policy.max_seq_len_q, policy.fp8, sm90a);
 }
@@ -114,7 +124,9 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
   p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant, policy.fp8));
   p.decode.smem_bytes = static_cast<unsigned>(mla_variant_smem(p.variant, policy.fp8));
 
-  p.combine.grid[0] = static_cast<unsigned>(mla_max_rows(policy.heads, policy.max_seq_len_q));
+  p.combine_row_warps = combine_row_warps(p.num_parts, batch);
+  const int rows_per_cta = kMlaCombineThreads / 32 / p.combine_row_warps;
+  p.combine.grid[0] = static_cast<unsigned>((mla_max_rows(policy.heads, policy.max_seq_len_q) + rows_per_cta - 1) / rows_per_cta);
   p.combine.grid[1] = static_cast<unsigned>(batch);
   p.combine.block[0] = kMlaCombineThreads;
   // The combine's CTAs may start while the decode kernel runs; they wait for it before any read.

@@ -732,8 +732,19 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.decode.smem_bytes <= 232448);
   CHECK(w.needs_combine);
   CHECK(w.combine.pdl);
-  CHECK(w.combine.grid[0] == 128);
+  // Batch 4 over 66 parts: ~17 pieces per request, 4 warps per combine row, 2 rows per CTA.
+  CHECK(w.combine_row_warps == 4);
+  CHECK(w.combine.grid[0] == 64);
   CHECK(w.combine.grid[1] == 4);
+  CHECK(w.combine.block[0] == 256);
+  // One request: all 8 warps on each row; 128 requests: one warp per row, 8 rows per CTA.
+  const kiln::mla::MlaPlan w1 = kiln::mla::plan(p, 1, h200, "sm_90a");
+  CHECK(w1.combine_row_warps == 8);
+  CHECK(w1.combine.grid[0] == 128);
+  const kiln::mla::MlaPlan w128 = kiln::mla::plan(p, 128, h200, "sm_90a");
+  CHECK(w128.combine_row_warps == 1);
+  CHECK(w128.combine.grid[0] == 16);
+  CHECK(w128.combine.grid[1] == 128);
   CHECK(w.workspace.max_parts >= w.num_parts);
 
   // fp8 H 128: the wgmma kernel with its producer warpgroup (384 threads), within the opt-in limit.
