@@ -156,8 +156,8 @@ __device__ __forceinline__ int ld_s32(const int* p) {
 // Merges the pieces of a split request: out = bmm2_scale * sum_s w_s O_s / sum_s w_s with
 // w_s = 2^(lse_s - max lse). Pieces that saw no key (lse -inf) are skipped without reading their O,
 // which the decode kernel never wrote. A CTA of eight warps takes 8 / W rows of one request, W =
-// combine_row_warps warps per row (the planner picks W from the pieces a request is expected to
-// have: many pieces, many warps; many requests, many rows per CTA). Each lane reads the lse of
+// combine_row_warps warps per row (planner.cpp picks 8 or 4 from the pieces a request is expected to
+// have). Each lane reads the lse of
 // pieces lane, lane + 32, ... once, so the weights are in registers before any O load; warp k of a
 // row takes pieces k, k + W, ... (all 512 columns, 16 per lane, four pieces' loads in flight), and
 // the row's W partial sums meet in shared memory. Requests in one piece were written by the decode

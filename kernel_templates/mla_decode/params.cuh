@@ -66,7 +66,7 @@ struct MlaDecodeParams {
   int batch;
   int num_parts;             // grid x; 1 = every request in one piece: `out` written directly
   int piece_cost;            // scheduling units charged per piece (see "Scheduling")
-  int combine_row_warps;     // combine: warps per output row (1, 2, 4 or 8; kernel.cuh)
+  int combine_row_warps;     // combine: warps per output row, 1, 2, 4 or 8 (kernel.cuh; the planner uses 4 and 8)
   float scale_log2;          // bmm1_scale * log2(e)
   float out_scale;           // bmm2_scale
 };

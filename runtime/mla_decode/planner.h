@@ -41,7 +41,7 @@ struct MlaPlan {
   int num_parts = 1;            // -> MlaDecodeParams::num_parts (grid x)
   int piece_cost = 1;           // -> MlaDecodeParams::piece_cost
   bool needs_combine = false;   // num_parts > 1: launch the combine kernel (PDL) after the decode kernel
-  int combine_row_warps = 1;    // -> MlaDecodeParams::combine_row_warps (combine grid x = rows / (8 / it))
+  int combine_row_warps = 4;    // -> MlaDecodeParams::combine_row_warps (combine grid x = rows / (8 / it))
   LaunchConfig decode;
   LaunchConfig combine;
   WorkspaceLayout workspace;

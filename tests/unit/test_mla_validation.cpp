@@ -737,13 +737,13 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.combine.grid[0] == 64);
   CHECK(w.combine.grid[1] == 4);
   CHECK(w.combine.block[0] == 256);
-  // One request: all 8 warps on each row; 128 requests: one warp per row, 8 rows per CTA.
+  // One request (66 pieces): all 8 warps on each row; 128 requests: 4 warps per row again.
   const kiln::mla::MlaPlan w1 = kiln::mla::plan(p, 1, h200, "sm_90a");
   CHECK(w1.combine_row_warps == 8);
   CHECK(w1.combine.grid[0] == 128);
   const kiln::mla::MlaPlan w128 = kiln::mla::plan(p, 128, h200, "sm_90a");
-  CHECK(w128.combine_row_warps == 1);
-  CHECK(w128.combine.grid[0] == 16);
+  CHECK(w128.combine_row_warps == 4);
+  CHECK(w128.combine.grid[0] == 64);
   CHECK(w128.combine.grid[1] == 128);
   CHECK(w.workspace.max_parts >= w.num_parts);
 
