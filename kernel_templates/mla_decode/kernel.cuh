@@ -153,19 +153,143 @@ __device__ __forceinline__ int ld_s32(const int* p) {
 
 }  // namespace mla_detail
 
-// Merges the pieces of a split request: out = bmm2_scale * sum_s w_s O_s / sum_s w_s with
-// w_s = 2^(lse_s - max lse). Pieces that saw no key (lse -inf) are skipped without reading their O,
-// which the decode kernel never wrote. A CTA of eight warps takes 8 / W rows of one request, W =
-// combine_row_warps warps per row (planner.cpp picks 8 or 4 from the pieces a request is expected to
-// have). Each lane reads the lse of
-// pieces lane, lane + 32, ... once, so the weights are in registers before any O load; warp k of a
-// row takes pieces k, k + W, ... (all 512 columns, 16 per lane, four pieces' loads in flight), and
-// the row's W partial sums meet in shared memory. Requests in one piece were written by the decode
-// kernel itself.
+// The combine merges the pieces of a split request: out = bmm2_scale * sum_s w_s O_s / sum_s w_s
+// with w_s = 2^(lse_s - max lse). Pieces that saw no key (lse -inf) are skipped without reading their
+// O, which the decode kernel never wrote. One CTA per output row; warp w takes pieces w, w + kWarps,
+// ... (all 512 columns, 16 per lane, four pieces' loads in flight per warp), then the warps' sums meet
+// in shared memory. Requests in one piece were written by the decode kernel itself. Two forms, as
+// the planner picks from the pieces a request is expected to have: 4 warps (few pieces, many rows:
+// few registers, many CTAs per SM) and 8 warps with every piece's weight read into registers first
+// (a request in up to 65 pieces: its loads in two rounds).
+namespace mla_detail {
+
+// Where the combine of (row, request b) reads: the request's rows and its split record. Returns
+// false when the CTA has nothing to do (a row past the request's, or an unsplit request).
 template <int kHeads, int kMaxSeqLenQ, bool kPacked>
-__global__ void __launch_bounds__(kMlaCombineThreads, 2) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
+__device__ __forceinline__ bool mla_combine_begin(const MlaDecodeParams& p, int b, int row, int& tok0, int& first, int& n) {
+  int q_len;
+  if constexpr (kPacked) {
+    tok0 = load_i32(p.qo_indptr, b);
+    q_len = load_i32(p.qo_indptr, b + 1) - tok0;
+  } else {
+    tok0 = b * kMaxSeqLenQ;
+    q_len = kMaxSeqLenQ;
+  }
+  if (row >= q_len * kHeads) return false;
+  pdl_wait();  // the decode kernel's pieces and split records are complete and visible
+  const int* meta = static_cast<const int*>(p.split_meta) + 2 * b;
+  first = ld_s32(meta);
+  n = ld_s32(meta + 1);
+  return n > 1;
+}
+
+// acc += w * O of piece s (this lane's 16 columns), for kBatch pieces whose weights are ws[].
+template <int kBatch>
+__device__ __forceinline__ void mla_combine_accumulate(const float* o, long long slot_stride, const int (&s)[kBatch],
+                                                       const float (&ws)[kBatch], float (&acc)[16]) {
+  U32x4 v[kBatch][4];
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[u][k] = ld128_if(o + s[u] * slot_stride + 128 * k, ws[u] > 0.f);
+  }
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      acc[4 * k + 0] += ws[u] * __uint_as_float(v[u][k].x);
+      acc[4 * k + 1] += ws[u] * __uint_as_float(v[u][k].y);
+      acc[4 * k + 2] += ws[u] * __uint_as_float(v[u][k].z);
+      acc[4 * k + 3] += ws[u] * __uint_as_float(v[u][k].w);
+    }
+  }
+}
+
+// The warps' sums meet in shared memory; thread t writes columns [c t, c t + c), c = 512 / threads.
+template <int kHeads, int kWarps>
+__device__ __forceinline__ void mla_combine_store(const MlaDecodeParams& p, float (&part_sum)[kWarps][kMlaDimV],
+                                                  const float (&acc)[16], float wsum, int tok0, int row) {
+  constexpr int kCols = kMlaDimV / (32 * kWarps);
+  static_assert(kCols == 2 || kCols == 4, "two or four columns per thread");
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    *reinterpret_cast<float4*>(&part_sum[warp][128 * k + 4 * lane]) =
+        make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
+  }
+  __syncthreads();
+  const int col = kCols * threadIdx.x;
+  float r[kCols] = {};
+#pragma unroll
+  for (int w2 = 0; w2 < kWarps; ++w2) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) r[c] += part_sum[w2][col + c];
+  }
+  const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
+  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col;
+  if constexpr (kCols == 4) {
+    *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(r[0] * inv, r[1] * inv), pack_bf16x2(r[2] * inv, r[3] * inv));
+  } else {
+    *reinterpret_cast<u32*>(out) = pack_bf16x2(r[0] * inv, r[1] * inv);
+  }
+}
+
+}  // namespace mla_detail
+
+// 4 warps: each warp reads the lse it needs per batch of pieces (from L1 after the first pass).
+template <int kHeads, int kMaxSeqLenQ, bool kPacked>
+__global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
   constexpr int kWarps = kMlaCombineThreads / 32;
+  static_assert(kWarps == 4 && kMlaDimV == 512, "four warps, 16 columns per lane");
+  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
+  __shared__ __align__(16) float part_sum[kWarps][kMlaDimV];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int b = blockIdx.y;
+  const int row = blockIdx.x;
+  int tok0, first, n;
+  if (!mla_combine_begin<kHeads, kMaxSeqLenQ, kPacked>(p, b, row, tok0, first, n)) return;  // CTA-uniform
+
+  const long long slot0 = static_cast<long long>(b) + first;
+  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
+  // Every warp finds the max and the weight sum over all pieces (n is small: one lse per piece).
+  float mx = neg_inf();
+  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, ld_f32(lse + s * kMaxRows));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  float wsum = 0.f;
+  for (int s = lane; s < n; s += 32) {
+    const float l = ld_f32(lse + s * kMaxRows);
+    wsum += l == neg_inf() ? 0.f : fast_exp2(l - mx);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
+
+  float acc[16] = {};
+  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
+  constexpr int kBatch = 4;
+  for (int s0 = warp; s0 < n; s0 += kWarps * kBatch) {
+    int s[kBatch];
+    float ws[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      s[u] = s0 + u * kWarps;
+      const float l = s[u] < n ? ld_f32(lse + s[u] * kMaxRows) : neg_inf();
+      ws[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+    }
+    mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
+  }
+  mla_combine_store<kHeads, kWarps>(p, part_sum, acc, wsum, tok0, row);
+}
+
+// 8 warps: lane l reads the lse of pieces l, l + 32, l + 64 once, so every weight is in a register
+// before any O load.
+template <int kHeads, int kMaxSeqLenQ, bool kPacked>
+__global__ void __launch_bounds__(kMlaCombineWideThreads, 2) mla_combine_wide_kernel(const __grid_constant__ MlaDecodeParams p) {
+  using namespace mla_detail;
+  constexpr int kWarps = kMlaCombineWideThreads / 32;
   static_assert(kWarps == 8 && kMlaDimV == 512, "eight warps, 16 columns per lane");
   // A request's blocks span at most kMlaMaxPieces + 1 parts (the width keeps blocks / width <=
   // kMlaMaxPieces; a start inside a part adds one).
@@ -175,37 +299,19 @@ __global__ void __launch_bounds__(kMlaCombineThreads, 2) mla_combine_kernel(cons
   __shared__ __align__(16) float part_sum[kWarps][kMlaDimV];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int row_warps = p.combine_row_warps;  // 1, 2, 4 or 8
-  const int k_in_row = warp & (row_warps - 1);
   const int b = blockIdx.y;
-  const int row = blockIdx.x * (kWarps / row_warps) + warp / row_warps;
-  int tok0, q_len;
-  if constexpr (kPacked) {
-    tok0 = load_i32(p.qo_indptr, b);
-    q_len = load_i32(p.qo_indptr, b + 1) - tok0;
-  } else {
-    tok0 = b * kMaxSeqLenQ;
-    q_len = kMaxSeqLenQ;
-  }
-  if (blockIdx.x * (kWarps / row_warps) >= q_len * kHeads) return;  // CTA-uniform: no row of this CTA exists
-  const bool live = row < q_len * kHeads;  // warp-uniform; a dead warp still meets the barrier below
-
-  pdl_wait();  // the decode kernel's pieces and split records are complete and visible
-  const int* meta = static_cast<const int*>(p.split_meta) + 2 * b;
-  const int first = ld_s32(meta);
-  const int n = ld_s32(meta + 1);
-  if (n <= 1) return;  // CTA-uniform
+  const int row = blockIdx.x;
+  int tok0, first, n;
+  if (!mla_combine_begin<kHeads, kMaxSeqLenQ, kPacked>(p, b, row, tok0, first, n)) return;  // CTA-uniform
 
   const long long slot0 = static_cast<long long>(b) + first;
   const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
-  constexpr long long kSlotStride = static_cast<long long>(kMaxRows) * kMlaDimV;
-  // Every warp of the row finds the weights of all its pieces: lane l holds those of pieces l + 32 k.
   float w[kLsePerLane];
   float mx = neg_inf();
 #pragma unroll
   for (int k = 0; k < kLsePerLane; ++k) {
     const int s = lane + 32 * k;
-    w[k] = live && s < n ? ld_f32(lse + s * kMaxRows) : neg_inf();
+    w[k] = s < n ? ld_f32(lse + s * kMaxRows) : neg_inf();
     mx = fmaxf(mx, w[k]);
   }
 #pragma unroll
@@ -219,56 +325,22 @@ __global__ void __launch_bounds__(kMlaCombineThreads, 2) mla_combine_kernel(cons
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
 
-  float acc[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+  float acc[16] = {};
   const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
   constexpr int kBatch = 4;
-  for (int s0 = k_in_row; s0 < n; s0 += row_warps * kBatch) {
+  for (int s0 = warp; s0 < n; s0 += kWarps * kBatch) {
+    int s[kBatch];
     float ws[kBatch];
-    U32x4 v[kBatch][4];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int s = s0 + u * row_warps;  // warp-uniform
-      const float mine = (s >> 5) == 0 ? w[0] : (s >> 5) == 1 ? w[1] : w[2];
-      const float wt = __shfl_sync(0xffffffffu, mine, s & 31);
-      ws[u] = s < n ? wt : 0.f;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) v[u][k] = ld128_if(o + s * kSlotStride + 128 * k, ws[u] > 0.f);
+      s[u] = s0 + u * kWarps;  // warp-uniform
+      const float mine = (s[u] >> 5) == 0 ? w[0] : (s[u] >> 5) == 1 ? w[1] : w[2];
+      const float wt = __shfl_sync(0xffffffffu, mine, s[u] & 31);
+      ws[u] = s[u] < n ? wt : 0.f;
     }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        acc[4 * k + 0] += ws[u] * __uint_as_float(v[u][k].x);
-        acc[4 * k + 1] += ws[u] * __uint_as_float(v[u][k].y);
-        acc[4 * k + 2] += ws[u] * __uint_as_float(v[u][k].z);
-        acc[4 * k + 3] += ws[u] * __uint_as_float(v[u][k].w);
-      }
-    }
+    mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
   }
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    *reinterpret_cast<float4*>(&part_sum[warp][128 * k + 4 * lane]) =
-        make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
-  }
-  __syncthreads();
-  if (!live) return;
-  // Thread t of the row's 32 W threads writes columns [t c, t c + c), c = 16 / W.
-  const int cols = 16 / row_warps;
-  const int col0 = (32 * k_in_row + lane) * cols;
-  const int warp0 = warp - k_in_row;
-  const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
-  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV;
-  for (int c = col0; c < col0 + cols; c += 2) {
-    float r0 = 0.f, r1 = 0.f;
-    for (int w2 = warp0; w2 < warp0 + row_warps; ++w2) {
-      const float2 x = *reinterpret_cast<const float2*>(&part_sum[w2][c]);
-      r0 += x.x;
-      r1 += x.y;
-    }
-    *reinterpret_cast<u32*>(out + c) = pack_bf16x2(r0 * inv, r1 * inv);
-  }
+  mla_combine_store<kHeads, kWarps>(p, part_sum, acc, wsum, tok0, row);
 }
 
 #endif  // __CUDACC__

@@ -46,8 +46,14 @@ constexpr int kMlaKernelMmaSync = 1;
 constexpr int kMlaKernelWgmma = 2;
 constexpr int kMlaKernelWgmmaKv = 3;
 
-// Combine: CTAs of eight warps, 8 / combine_row_warps output rows each (kernel.cuh).
-constexpr int kMlaCombineThreads = 256;
+// Combine: one CTA per output row, four warps, or eight where a request has many pieces (kernel.cuh).
+constexpr int kMlaCombineThreads = 128;
+constexpr int kMlaCombineWideThreads = 256;
+
+// Entry points of an mla_decode module, in KernelSource order.
+constexpr int kMlaDecodeEntry = 0;
+constexpr int kMlaCombineEntry = 1;
+constexpr int kMlaCombineWideEntry = 2;
 
 // One launch of either kernel takes this block by value (__grid_constant__).
 // Row index convention: within request b, row r = i * H + h (query position i, head h); the
@@ -66,7 +72,6 @@ struct MlaDecodeParams {
   int batch;
   int num_parts;             // grid x; 1 = every request in one piece: `out` written directly
   int piece_cost;            // scheduling units charged per piece (see "Scheduling")
-  int combine_row_warps;     // combine: warps per output row, 1, 2, 4 or 8 (kernel.cuh; the planner uses 4 and 8)
   float scale_log2;          // bmm1_scale * log2(e)
   float out_scale;           // bmm2_scale
 };

@@ -6,12 +6,13 @@ namespace kiln::mla {
 
 namespace {
 
-// One module, two entry points in a fixed order: 0 = decode, 1 = combine (the launcher relies on it).
+// One module, three entry points in a fixed order (kMlaDecodeEntry, kMlaCombineEntry,
+// kMlaCombineWideEntry; the launcher relies on it).
 // The kernel variant is a pure function of the policy and the target arch (the device code picks it
 // from the arch it is compiled for), so it needs no field of its own in the semantic key.
 KernelSource render(const MlaDecodePolicy& policy) {
   const MlaPolicy p = policy.planner_policy();
-  return KernelSource{"#include \"mla_decode/kernel.cuh\"\n", {decode_kernel_name(p), combine_kernel_name(p)}};
+  return KernelSource{"#include \"mla_decode/kernel.cuh\"\n", {decode_kernel_name(p), combine_kernel_name(p), combine_kernel_name(p, true)}};
 }
 
 std::string describe_dtype(std::int64_t v) { return std::string(dtype_name(static_cast<DType>(v))); }

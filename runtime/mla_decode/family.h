@@ -1,6 +1,6 @@
 #pragma once
 // The paged MLA decode family ("mla_decode"): the static policy an engine warms, its semantic key and
-// the Family that renders one module holding both kernels (decode, then the split-KV combine).
+// the Family that renders one module holding the decode kernel and the two forms of the split-KV combine.
 //
 // Policy JSON (canonical, every field present):
 //   {"heads": 1..128, "page_size": 16|32|64|128, "max_seq_len": 1..2^31-32768, "max_seq_len_q": 1..64,

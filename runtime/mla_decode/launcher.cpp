@@ -318,14 +318,13 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   params.batch = problem.batch;
   params.num_parts = p.num_parts;
   params.piece_cost = p.piece_cost;
-  params.combine_row_warps = p.combine_row_warps;
   // The kernel's softmax runs on exp2; callers give the natural-exponent scale (spec "Math").
   params.scale_log2 = static_cast<float>(bmm1_scale * 1.4426950408889634);
   params.out_scale = static_cast<float>(bmm2_scale);
 
   try {
-    launch(handle, p.decode, params, stream, 0);
-    if (p.needs_combine) launch(handle, p.combine, params, stream, 1);
+    launch(handle, p.decode, params, stream, kMlaDecodeEntry);
+    if (p.needs_combine) launch(handle, p.combine, params, stream, p.combine_entry);
   } catch (const Error&) {
     // A kernel that never launched cannot be using the buffer; don't leak it.
     if (allocated) d.cuMemFree(reinterpret_cast<CUdeviceptr>(problem.out.data));

@@ -37,10 +37,10 @@ int parts_for(const MlaPolicy& policy, const MlaVariant& v, const DeviceLimits& 
 // A request of one KV block lies in one part: it is never split, whatever the parts.
 bool can_split(const MlaPolicy& policy) { return policy.max_seq_len > kMlaMinBlockTokens; }
 
-// Warps per combine row: all 8 when a request is expected in >= 32 pieces (about parts / batch with
-// lengths alike), so its pieces load in two rounds at most; else 4 with two rows per CTA (on the H200
-// one or two warps per row, with 4-8 rows per CTA, ran 2-9% slower at B 8-64).
-int combine_row_warps(int parts, int batch) { return (parts + batch - 1) / batch >= 32 ? 8 : 4; }
+// The eight-warp combine where a request is expected in >= 32 pieces (about parts / batch with lengths
+// alike), the four-warp one otherwise: on the H200 the eight-warp form was 1.03-1.29x as fast at B 1
+// and 0.86-1.02x at B 8-128, where many small CTAs per SM do better.
+bool wide_combine(int parts, int batch) { return (parts + batch - 1) / batch >= 32; }
 
 MlaVariant variant_for(const MlaPolicy& policy, bool sm90a) {
   return mla_variant(policy.kernel, policy.heads, policy.max_seq_len_q, policy.fp8, sm90a);
@@ -119,11 +119,11 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
   p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant, policy.fp8));
   p.decode.smem_bytes = static_cast<unsigned>(mla_variant_smem(p.variant, policy.fp8));
 
-  p.combine_row_warps = combine_row_warps(p.num_parts, batch);
-  const int rows_per_cta = kMlaCombineThreads / 32 / p.combine_row_warps;
-  p.combine.grid[0] = static_cast<unsigned>((mla_max_rows(policy.heads, policy.max_seq_len_q) + rows_per_cta - 1) / rows_per_cta);
+  const bool wide = wide_combine(p.num_parts, batch);
+  p.combine_entry = wide ? kMlaCombineWideEntry : kMlaCombineEntry;
+  p.combine.grid[0] = static_cast<unsigned>(mla_max_rows(policy.heads, policy.max_seq_len_q));
   p.combine.grid[1] = static_cast<unsigned>(batch);
-  p.combine.block[0] = kMlaCombineThreads;
+  p.combine.block[0] = static_cast<unsigned>(wide ? kMlaCombineWideThreads : kMlaCombineThreads);
   // The combine's CTAs may start while the decode kernel runs; they wait for it before any read.
   p.combine.pdl = true;
   return p;
@@ -137,10 +137,10 @@ std::string decode_kernel_name(const MlaPolicy& policy) {
          b(policy.causal) + ", " + std::to_string(policy.kernel) + ">";
 }
 
-std::string combine_kernel_name(const MlaPolicy& policy) {
+std::string combine_kernel_name(const MlaPolicy& policy, bool wide) {
   validate_policy(policy);
-  return "kiln::mla_combine_kernel<" + std::to_string(policy.heads) + ", " + std::to_string(policy.max_seq_len_q) +
-         ", " + (policy.packed ? "true" : "false") + ">";
+  return std::string(wide ? "kiln::mla_combine_wide_kernel<" : "kiln::mla_combine_kernel<") + std::to_string(policy.heads) +
+         ", " + std::to_string(policy.max_seq_len_q) + ", " + (policy.packed ? "true" : "false") + ">";
 }
 
 }  // namespace kiln::mla

@@ -41,7 +41,7 @@ struct MlaPlan {
   int num_parts = 1;            // -> MlaDecodeParams::num_parts (grid x)
   int piece_cost = 1;           // -> MlaDecodeParams::piece_cost
   bool needs_combine = false;   // num_parts > 1: launch the combine kernel (PDL) after the decode kernel
-  int combine_row_warps = 4;    // -> MlaDecodeParams::combine_row_warps (combine grid x = rows / (8 / it))
+  int combine_entry = kMlaCombineEntry;  // the module's four- or eight-warp combine
   LaunchConfig decode;
   LaunchConfig combine;
   WorkspaceLayout workspace;
@@ -75,6 +75,6 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
 
 // NVRTC name expressions, e.g. "kiln::mla_decode_kernel<128, 64, 1, false, false, true, 0>".
 std::string decode_kernel_name(const MlaPolicy& policy);
-std::string combine_kernel_name(const MlaPolicy& policy);
+std::string combine_kernel_name(const MlaPolicy& policy, bool wide = false);
 
 }  // namespace kiln::mla

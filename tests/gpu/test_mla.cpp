@@ -408,9 +408,10 @@ void finish_case(PendingCase& pc) {
   const Comparison cmp = compare(pc.got, ref, c.fp8);
   const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy().planner_policy(), p.batch, device_limits(),
                                                   kiln::KernelService::global().device_arch(0));
-  std::printf("%s %-96s %s parts %3d  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu  scales %.3f/%.2f  gpu %.0f ms  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
+  const char* combine = !plan.needs_combine ? "-" : plan.combine_entry == kiln::kMlaCombineWideEntry ? "8w" : "4w";
+  std::printf("%s %-96s %s parts %3d combine %s  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu  scales %.3f/%.2f  gpu %.0f ms  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
               cmp.ok ? "PASS" : "FAIL", c.label().c_str(),
-              plan.variant.kv_rows > 0 ? "wgmma_kv" : plan.variant.wgmma ? "wgmma" : "mma", plan.num_parts,
+              plan.variant.kv_rows > 0 ? "wgmma_kv" : plan.variant.wgmma ? "wgmma" : "mma", plan.num_parts, combine,
               cmp.max_abs_err, cmp.rel_l2, cmp.bad, cmp.nan, p.bmm1, p.bmm2, pc.gpu_ms, ref_ms, oracle_gmacs(c),
               ms_since(pc.t0));
   std::fflush(stdout);
@@ -741,6 +742,14 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
       m.push_back(c);
     }
   }
+  // Both forms of the combine run here (eight warps where a request is expected in >= 32 pieces).
+  std::set<int> combines;
+  for (const MlaCase& c : m) {
+    const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy().planner_policy(), static_cast<int>(c.seq_lens.size()),
+                                                    device_limits(), kiln::KernelService::global().device_arch(0));
+    if (plan.needs_combine) combines.insert(plan.combine_entry);
+  }
+  CHECK(combines == std::set<int>{kiln::kMlaCombineEntry, kiln::kMlaCombineWideEntry});
   run_cases(m, base_seed() * 1000 + 900);
 }
 

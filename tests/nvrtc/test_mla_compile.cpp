@@ -1,4 +1,4 @@
-// The mla_decode family's rendered module (decode + combine) compiles under NVRTC for both target
+// The mla_decode family's rendered module (decode + both combines) compiles under NVRTC for both target
 // archs, through the kernel service as a prebuild would (no GPU). Five keys: the wgmma kernel
 // (sm_90a; bf16, and fp8 with its producer warpgroup), the mma.sync kernel's 16-row tile and sm_120's
 // configuration, bf16 and fp8, fixed and packed, both masks, four page sizes, query rows up to 64.
@@ -45,9 +45,10 @@ TEST_CASE("mla_decode compiles for sm_90a and sm_120a", "[nvrtc]") {
     const kiln::SemanticKey key = c.policy.key(c.arch);
     INFO(key.str());
     const nlohmann::json lowered = kiln::testing::expect_compiled(service, key);
-    REQUIRE(lowered.size() == 2u);
+    REQUIRE(lowered.size() == 3u);
     CHECK(lowered[0].get<std::string>().find("mla_decode_kernel") != std::string::npos);
     CHECK(lowered[1].get<std::string>().find("mla_combine_kernel") != std::string::npos);
+    CHECK(lowered[2].get<std::string>().find("mla_combine_wide_kernel") != std::string::npos);
   }
   CHECK(service.counters().compiles == cases.size());
 }

@@ -681,11 +681,13 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
 
   const kiln::KernelSource src = f.render(key.policy());
   CHECK_THAT(src.source, Catch::Contains("mla_decode/kernel.cuh"));
-  REQUIRE(src.name_expressions.size() == 2);
-  CHECK(src.name_expressions[0] == kiln::mla::decode_kernel_name(p.planner_policy()));
-  CHECK(src.name_expressions[1] == kiln::mla::combine_kernel_name(p.planner_policy()));
+  REQUIRE(src.name_expressions.size() == 3);
+  CHECK(src.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(p.planner_policy()));
+  CHECK(src.name_expressions[kiln::kMlaCombineEntry] == kiln::mla::combine_kernel_name(p.planner_policy()));
+  CHECK(src.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(p.planner_policy(), true));
   CHECK_THAT(src.name_expressions[0], Catch::StartsWith("kiln::mla_decode_kernel<64, 64, 2, false, true, false,"));
   CHECK(src.name_expressions[1] == "kiln::mla_combine_kernel<64, 2, false>");
+  CHECK(src.name_expressions[2] == "kiln::mla_combine_wide_kernel<64, 2, false>");
 
   // Every key field changes the fast-path fingerprint.
   kiln::mla::MlaDecodePolicy q = p;
@@ -732,19 +734,16 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.decode.smem_bytes <= 232448);
   CHECK(w.needs_combine);
   CHECK(w.combine.pdl);
-  // Batch 4 over 66 parts: ~17 pieces per request, 4 warps per combine row, 2 rows per CTA.
-  CHECK(w.combine_row_warps == 4);
-  CHECK(w.combine.grid[0] == 64);
+  // Batch 4 over 66 parts (~17 pieces per request): the four-warp combine, one CTA per row; one
+  // request (66 pieces): the eight-warp one.
+  CHECK(w.combine_entry == kiln::kMlaCombineEntry);
+  CHECK(w.combine.grid[0] == 128);
   CHECK(w.combine.grid[1] == 4);
-  CHECK(w.combine.block[0] == 256);
-  // One request (66 pieces): all 8 warps on each row; 128 requests: 4 warps per row again.
+  CHECK(w.combine.block[0] == 128);
   const kiln::mla::MlaPlan w1 = kiln::mla::plan(p, 1, h200, "sm_90a");
-  CHECK(w1.combine_row_warps == 8);
+  CHECK(w1.combine_entry == kiln::kMlaCombineWideEntry);
   CHECK(w1.combine.grid[0] == 128);
-  const kiln::mla::MlaPlan w128 = kiln::mla::plan(p, 128, h200, "sm_90a");
-  CHECK(w128.combine_row_warps == 4);
-  CHECK(w128.combine.grid[0] == 64);
-  CHECK(w128.combine.grid[1] == 128);
+  CHECK(w1.combine.block[0] == 256);
   CHECK(w.workspace.max_parts >= w.num_parts);
 
   // fp8 H 128: the wgmma kernel with its producer warpgroup (384 threads), within the opt-in limit.
