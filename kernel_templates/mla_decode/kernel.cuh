@@ -249,11 +249,25 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
   const int warp = threadIdx.x >> 5;
   const int b = blockIdx.y;
   const int row = blockIdx.x;
-  int tok0, first, n;
-  if (!mla_combine_begin<kHeads, kMaxSeqLenQ, kPacked>(p, b, row, tok0, first, n)) return;  // CTA-uniform
+  int tok0, q_len;
+  if constexpr (kPacked) {
+    tok0 = load_i32(p.qo_indptr, b);
+    q_len = load_i32(p.qo_indptr, b + 1) - tok0;
+  } else {
+    tok0 = b * kMaxSeqLenQ;
+    q_len = kMaxSeqLenQ;
+  }
+  if (row >= q_len * kHeads) return;  // CTA-uniform
+
+  pdl_wait();  // the decode kernel's pieces and split records are complete and visible
+  const int* meta = static_cast<const int*>(p.split_meta) + 2 * b;
+  const int first = ld_s32(meta);
+  const int n = ld_s32(meta + 1);
+  if (n <= 1) return;  // CTA-uniform
 
   const long long slot0 = static_cast<long long>(b) + first;
   const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
+  constexpr long long kSlotStride = static_cast<long long>(kMaxRows) * kMlaDimV;
   // Every warp finds the max and the weight sum over all pieces (n is small: one lse per piece).
   float mx = neg_inf();
   for (int s = lane; s < n; s += 32) mx = fmaxf(mx, ld_f32(lse + s * kMaxRows));
@@ -267,21 +281,56 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
 
-  float acc[16] = {};
+  float acc[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
   const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
   constexpr int kBatch = 4;
   for (int s0 = warp; s0 < n; s0 += kWarps * kBatch) {
-    int s[kBatch];
-    float ws[kBatch];
+    float w[kBatch];
+    U32x4 v[kBatch][4];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      s[u] = s0 + u * kWarps;
-      const float l = s[u] < n ? ld_f32(lse + s[u] * kMaxRows) : neg_inf();
-      ws[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+      const int s = s0 + u * kWarps;
+      const float l = s < n ? ld_f32(lse + s * kMaxRows) : neg_inf();
+      w[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[u][k] = ld128_if(o + s * kSlotStride + 128 * k, w[u] > 0.f);
     }
-    mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        acc[4 * k + 0] += w[u] * __uint_as_float(v[u][k].x);
+        acc[4 * k + 1] += w[u] * __uint_as_float(v[u][k].y);
+        acc[4 * k + 2] += w[u] * __uint_as_float(v[u][k].z);
+        acc[4 * k + 3] += w[u] * __uint_as_float(v[u][k].w);
+      }
+    }
   }
-  mla_combine_store<kHeads, kWarps>(p, part_sum, acc, wsum, tok0, row);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    *reinterpret_cast<float4*>(&part_sum[warp][128 * k + 4 * lane]) =
+        make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
+  }
+  __syncthreads();
+  // Thread t writes columns 4 t .. 4 t + 3.
+  const int col = 4 * threadIdx.x;
+  float r[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int w2 = 0; w2 < kWarps; ++w2) {
+    const float4 x = *reinterpret_cast<const float4*>(&part_sum[w2][col]);
+    r[0] += x.x;
+    r[1] += x.y;
+    r[2] += x.z;
+    r[3] += x.w;
+  }
+  const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
+  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col;
+  uint2 packed;
+  packed.x = pack_bf16x2(r[0] * inv, r[1] * inv);
+  packed.y = pack_bf16x2(r[2] * inv, r[3] * inv);
+  *reinterpret_cast<uint2*>(out) = packed;
 }
 
 // 8 warps: lane l reads the lse of pieces l, l + 32, l + 64 once, so every weight is in a register
