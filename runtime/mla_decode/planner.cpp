@@ -38,8 +38,8 @@ int parts_for(const MlaPolicy& policy, const MlaVariant& v, const DeviceLimits& 
 bool can_split(const MlaPolicy& policy) { return policy.max_seq_len > kMlaMinBlockTokens; }
 
 // The eight-warp combine where a request is expected in >= 32 pieces (about parts / batch with lengths
-// alike), the four-warp one otherwise: on the H200 the eight-warp form was 1.03-1.29x as fast at B 1
-// and 0.86-1.02x at B 8-128, where many small CTAs per SM do better.
+// alike), the four-warp one otherwise: on the H200 the eight-warp form made B = 1 calls 1.03-1.31x as
+// fast and, tried at B 8-128 too, 0.85-1.06x, where many small CTAs per SM do better (NOTES.md).
 bool wide_combine(int parts, int batch) { return (parts + batch - 1) / batch >= 32; }
 
 MlaVariant variant_for(const MlaPolicy& policy, bool sm90a) {
