@@ -160,7 +160,7 @@ __device__ __forceinline__ int ld_s32(const int* p) {
 // in shared memory. Requests in one piece were written by the decode kernel itself. Two forms, as
 // the planner picks from the pieces a request is expected to have: 4 warps (few pieces, many rows:
 // few registers, many CTAs per SM) and 8 warps with every piece's weight read into registers first
-// (a request in up to 65 pieces: its loads in two rounds).
+// (a request in up to 65 pieces: its loads in two rounds). The helpers below are the 8-warp form's.
 namespace mla_detail {
 
 // Where the combine of (row, request b) reads: the request's rows and its split record. Returns
@@ -205,12 +205,12 @@ __device__ __forceinline__ void mla_combine_accumulate(const float* o, long long
   }
 }
 
-// The warps' sums meet in shared memory; thread t writes columns [c t, c t + c), c = 512 / threads.
+// The warps' sums meet in shared memory; thread t writes columns 2 t and 2 t + 1.
 template <int kHeads, int kWarps>
 __device__ __forceinline__ void mla_combine_store(const MlaDecodeParams& p, float (&part_sum)[kWarps][kMlaDimV],
                                                   const float (&acc)[16], float wsum, int tok0, int row) {
   constexpr int kCols = kMlaDimV / (32 * kWarps);
-  static_assert(kCols == 2 || kCols == 4, "two or four columns per thread");
+  static_assert(kCols == 2, "eight warps: a column pair per thread");
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
 #pragma unroll
@@ -228,16 +228,13 @@ __device__ __forceinline__ void mla_combine_store(const MlaDecodeParams& p, floa
   }
   const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
   u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col;
-  if constexpr (kCols == 4) {
-    *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(r[0] * inv, r[1] * inv), pack_bf16x2(r[2] * inv, r[3] * inv));
-  } else {
-    *reinterpret_cast<u32*>(out) = pack_bf16x2(r[0] * inv, r[1] * inv);
-  }
+  *reinterpret_cast<u32*>(out) = pack_bf16x2(r[0] * inv, r[1] * inv);
 }
 
 }  // namespace mla_detail
 
-// 4 warps: each warp reads the lse it needs per batch of pieces (from L1 after the first pass).
+// 4 warps: each warp reads the lse it needs per batch of pieces (from L1 after the first pass). Not
+// built on the helpers above: in that form it ran 1.5-4% slower at B 8-64 on the H200 (NOTES.md).
 template <int kHeads, int kMaxSeqLenQ, bool kPacked>
 __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;

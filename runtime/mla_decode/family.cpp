@@ -12,7 +12,8 @@ namespace {
 // from the arch it is compiled for), so it needs no field of its own in the semantic key.
 KernelSource render(const MlaDecodePolicy& policy) {
   const MlaPolicy p = policy.planner_policy();
-  return KernelSource{"#include \"mla_decode/kernel.cuh\"\n", {decode_kernel_name(p), combine_kernel_name(p), combine_kernel_name(p, true)}};
+  return KernelSource{"#include \"mla_decode/kernel.cuh\"\n",
+                      {decode_kernel_name(p), combine_kernel_name(p), combine_kernel_name(p, true)}};
 }
 
 std::string describe_dtype(std::int64_t v) { return std::string(dtype_name(static_cast<DType>(v))); }
