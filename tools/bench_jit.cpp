@@ -133,7 +133,7 @@ json launch_overheads(const std::string& base) {
     lc.block[0] = kNvfp4WriterThreads;
     CUlaunchConfig bc = driver_launch_config(lc, stream);
     void* args[] = {&params};
-    const CUfunction fn = acquire(service, policy, stream, 0).entry(0).function;
+    const CUfunction fn = acquire(service, policy, stream, 0).entry(kNvfp4AppendScanEntry).function;
     out["writer_append"] = launch_overhead(
         stream, [&] { d.cuLaunchKernelEx(&bc, fn, args, nullptr); },
         [&] { nvfp4::append(v_rows, v_slots, v_cache, stream, service); }, "writer");
@@ -171,7 +171,7 @@ json launch_overheads(const std::string& base) {
     params.out_scale = 1.0f;
     CUlaunchConfig bc = driver_launch_config(plan.decode, stream);
     void* args[] = {&params};
-    const CUfunction fn = acquire(service, policy, stream, 0).entry(0).function;
+    const CUfunction fn = acquire(service, policy, stream, 0).entry(kMlaDecodeEntry).function;
     out["mla_decode"] = launch_overhead(
         stream, [&] { d.cuLaunchKernelEx(&bc, fn, args, nullptr); },
         [&] {
