@@ -13,10 +13,10 @@
 #include "kiln/runtime/families.h"
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/manifest.h"
-#include "tools/bench.h"
-#include "tools/bench_mla.h"
-#include "tools/bench_sparse.h"
-#include "tools/bench_writer.h"
+#include "tools/bench/options.h"
+#include "tools/bench/mla.h"
+#include "tools/bench/sparse.h"
+#include "tools/bench/writer.h"
 #include "tools/cache_ops.h"
 
 namespace kiln::tools {

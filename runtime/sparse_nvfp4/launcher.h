@@ -64,7 +64,7 @@ SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, in
 // The decode kernel the launcher runs for a call of T tokens and H heads resolved to `plan` on a
 // device of target `arch` with `sms` SMs (kernel = an override, checked: kSm90 needs sm_90a).
 // sm_120a (and any target but sm_90a): kMmaSmall, the one configuration that fits 99 KiB per block.
-// sm_90a: kSm90 where it was measured faster (tools/bench_results/sparse_h200.json): H a multiple
+// sm_90a: kSm90 where it was measured faster (tools/bench/results/sparse_h200.json): H a multiple
 // of 64 (no padded rows) or 32, and either a split dealt to several of its CTAs that still do >= 2
 // chunks each (>= 4 for H = 32; sparse_cluster_size for kSm90), or dealt one chunk each where the
 // kMma launch leaves its CTAs more (H a multiple of 64), or its 64-head blocks on at least a fifth of

@@ -1,4 +1,4 @@
-#include "tools/bench_remote.h"
+#include "tools/bench/remote.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -18,7 +18,7 @@
 #include "kiln/jit/build_request.h"
 #include "kiln/jit/error.h"
 #include "kiln/runtime/kernel_service.h"
-#include "tools/bench_ceilings.h"
+#include "tools/bench/ceilings.h"
 
 extern char** environ;
 

@@ -13,9 +13,9 @@
 // outputs are L2-hot too). One warm-up replay (outputs poisoned before it, checked finite after),
 // then 7 replays timed with driver events (>= 5 when replays are long); per-call time = median
 // replay / N. Ceilings: a 1 GiB cuMemcpyDtoDAsync (read + write) and the mma.sync bf16 peak kernel
-// (tools/bench_ceilings.h), each at the start and the end of the run, the larger used; on sm_90a
+// (tools/bench/ceilings.h), each at the start and the end of the run, the larger used; on sm_90a
 // also the wgmma bf16 peak, read with them.
-#include "tools/bench_sparse.h"
+#include "tools/bench/sparse.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -35,8 +35,8 @@
 #include "kiln/runtime/sparse_nvfp4/family.h"
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "kiln/runtime/sparse_nvfp4/planner.h"
-#include "tools/bench_ceilings.h"
-#include "tools/bench_report.h"
+#include "tools/bench/ceilings.h"
+#include "tools/bench/report.h"
 
 namespace kiln::tools {
 

@@ -6,7 +6,7 @@
 // >= 768 MiB of KV and the 50 MB L2 never holds what the next call reads. Replay once to warm, then
 // time >= 5 replays with driver events; per-call time = median replay / calls.
 // Ceilings: a 1 GiB cuMemcpyDtoDAsync (bytes read + written), an NVRTC-compiled mma.sync bf16 peak
-// kernel and, on sm_90a, an NVRTC-compiled wgmma bf16 peak kernel (tools/bench_ceilings.h), each
+// kernel and, on sm_90a, an NVRTC-compiled wgmma bf16 peak kernel (tools/bench/ceilings.h), each
 // measured at the start and the end of the run (the larger is used).
 //
 // "results" holds the 120-config uniform grid (bf16, page 64, fixed SQ, causal), the rows
@@ -14,7 +14,7 @@
 // batches (lengths log-uniform in [64, 32k]), fp8 (each config also with the mma.sync kernel
 // forced), packed query rows, page sizes 16 and 128, and the grid rows with H * SQ <= 64 again with
 // each kernel forced (what the planner's choices rest on). --only keeps one group or one config.
-#include "tools/bench_mla.h"
+#include "tools/bench/mla.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -33,8 +33,8 @@
 #include "kiln/runtime/mla_decode/family.h"
 #include "kiln/runtime/mla_decode/launcher.h"
 #include "kiln/runtime/mla_decode/planner.h"
-#include "tools/bench_ceilings.h"
-#include "tools/bench_report.h"
+#include "tools/bench/ceilings.h"
+#include "tools/bench/report.h"
 
 namespace kiln::tools {
 

@@ -1,4 +1,4 @@
-#include "tools/bench_ceilings.h"
+#include "tools/bench/ceilings.h"
 
 #include <fmt/format.h>
 

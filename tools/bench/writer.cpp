@@ -11,7 +11,7 @@
 // distinct slots, the lowest row writes), so half the rows only read. Bytes moved per call are
 // N x (1024 + 384) in both cases, the metric, against a 1 GiB cuMemcpyDtoDAsync (read +
 // write) at the start and the end of the run (the larger is used).
-#include "tools/bench_writer.h"
+#include "tools/bench/writer.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -29,8 +29,8 @@
 #include "kiln/runtime/driver.h"
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
-#include "tools/bench_ceilings.h"
-#include "tools/bench_report.h"
+#include "tools/bench/ceilings.h"
+#include "tools/bench/report.h"
 
 namespace kiln::tools {
 

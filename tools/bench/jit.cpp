@@ -21,10 +21,10 @@
 #include "kiln/runtime/mla_decode/launcher.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
-#include "tools/bench.h"
-#include "tools/bench_ceilings.h"
-#include "tools/bench_remote.h"
-#include "tools/bench_report.h"
+#include "tools/bench/options.h"
+#include "tools/bench/ceilings.h"
+#include "tools/bench/remote.h"
+#include "tools/bench/report.h"
 
 namespace kiln::tools {
 

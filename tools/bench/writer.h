@@ -1,5 +1,5 @@
 #pragma once
-#include "tools/bench.h"
+#include "tools/bench/options.h"
 
 namespace kiln::tools {
 
