@@ -83,8 +83,8 @@ std::string read_file(const std::filesystem::path& file) {
 
 }  // namespace
 
-std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view source,
-                                        const std::optional<std::vector<std::string>>& arch_override) {
+ManifestSelection select_manifest(std::string_view text, std::string_view source,
+                                  const std::optional<std::vector<std::string>>& only_archs) {
   register_builtin_families();  // manifests name families
   json doc;
   try {
@@ -103,9 +103,15 @@ std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view 
       throw manifest_error(source, fmt::format("unknown field '{}'; expected archs, keys, policies", field));
     }
   }
-  const std::vector<std::string> top_archs = arch_override ? *arch_override : archs_of(doc, source, "top", {});
+  // The top-level list is still validated when --arch replaces it.
+  const std::vector<std::string> manifest_archs = archs_of(doc, source, "top", {});
+  const std::vector<std::string>& top_archs = only_archs ? *only_archs : manifest_archs;
+  const auto requested = [&](const std::string& arch) {
+    return std::find(only_archs->begin(), only_archs->end(), arch) != only_archs->end();
+  };
 
-  std::vector<SemanticKey> keys;
+  ManifestSelection out;
+  std::vector<SemanticKey>& keys = out.keys;
   const auto add = [&](SemanticKey k) {
     if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(std::move(k));
   };
@@ -114,15 +120,17 @@ std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view 
     for (std::size_t i = 0; i < doc["keys"].size(); ++i) {
       const json& item = doc["keys"][i];
       if (!item.is_string()) throw manifest_error(source, fmt::format("keys[{}] is not a string", i));
-      try {
-        SemanticKey key = SemanticKey::parse(item.get<std::string>());
-        if (arch_override) {
-          for (const auto& arch : *arch_override) add(key.with_arch(arch));
-        } else {
-          add(std::move(key));
+      SemanticKey key = [&] {
+        try {
+          return SemanticKey::parse(item.get<std::string>());
+        } catch (const Error& e) {
+          throw manifest_error(source, fmt::format("keys[{}]: {}", i, e.what()));
         }
-      } catch (const Error& e) {
-        throw manifest_error(source, fmt::format("keys[{}]: {}", i, e.what()));
+      }();
+      if (only_archs && !requested(key.arch())) {
+        out.skipped.push_back({fmt::format("keys[{}]", i), key.family(), {key.arch()}, 1});
+      } else {
+        add(std::move(key));
       }
     }
   }
@@ -135,8 +143,12 @@ std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view 
           !entry.contains("policy") || !entry["policy"].is_object()) {
         throw manifest_error(source, fmt::format("{} needs \"family\" (string) and \"policy\" (object)", where));
       }
-      const std::vector<std::string> archs = arch_override ? *arch_override : archs_of(entry, source, where, top_archs);
-      if (archs.empty()) throw manifest_error(source, fmt::format("{} names no archs and the manifest has none", where));
+      const std::vector<std::string> allowed = archs_of(entry, source, where, top_archs);
+      std::vector<std::string> archs;
+      for (const auto& arch : allowed) {
+        if (!only_archs || !entry.contains("archs") || requested(arch)) archs.push_back(arch);
+      }
+      if (allowed.empty()) throw manifest_error(source, fmt::format("{} names no archs and the manifest has none", where));
       std::size_t combinations = 1;
       for (const auto& [field, value] : entry["policy"].items()) {
         if (value.is_array()) combinations *= std::max<std::size_t>(value.size(), 1);
@@ -148,23 +160,38 @@ std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view 
       std::vector<json> expanded;
       json current = json::object();
       expand(entry["policy"], entry["policy"].begin(), current, expanded);
+      const std::string family = entry["family"].get<std::string>();
+      // A skipped entry is still checked (family, fields, values) against the arch it names, so that a
+      // manifest that prebuilds for one target is not broken for another.
       for (const json& policy : expanded) {
-        for (const auto& arch : archs) {
+        for (const auto& arch : archs.empty() ? std::vector<std::string>{allowed.front()} : archs) {
           try {
-            add(SemanticKey(entry["family"].get<std::string>(), policy, arch));
+            SemanticKey key(family, policy, arch);
+            if (!archs.empty()) add(std::move(key));
           } catch (const Error& e) {
             throw manifest_error(source, fmt::format("{} ({}): {}", where, json_text(policy), e.what()));
           }
         }
       }
+      if (archs.empty()) out.skipped.push_back({where, family, allowed, expanded.size()});
     }
   }
-  return keys;
+  return out;
+}
+
+std::vector<SemanticKey> parse_manifest(std::string_view text, std::string_view source,
+                                        const std::optional<std::vector<std::string>>& only_archs) {
+  return select_manifest(text, source, only_archs).keys;
+}
+
+ManifestSelection select_manifest_file(const std::filesystem::path& file,
+                                       const std::optional<std::vector<std::string>>& only_archs) {
+  return select_manifest(read_file(file), file.string(), only_archs);
 }
 
 std::vector<SemanticKey> load_manifest(const std::filesystem::path& file,
-                                       const std::optional<std::vector<std::string>>& arch_override) {
-  return parse_manifest(read_file(file), file.string(), arch_override);
+                                       const std::optional<std::vector<std::string>>& only_archs) {
+  return select_manifest_file(file, only_archs).keys;
 }
 
 void append_to_manifest(const std::filesystem::path& file, const SemanticKey& key) {

@@ -20,11 +20,15 @@ namespace kiln::tools {
 
 using nlohmann::json;
 
+ManifestSelection manifest_selection(const std::string& manifest, const std::optional<std::string>& archs) {
+  std::optional<std::vector<std::string>> only_archs;
+  if (archs) only_archs = parse_arch_list(*archs);  // an empty --arch is an error, not "all"
+  if (manifest.empty()) return select_manifest(default_manifest(), "(embedded default)", only_archs);
+  return select_manifest_file(manifest, only_archs);
+}
+
 std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::optional<std::string>& archs) {
-  std::optional<std::vector<std::string>> override_archs;
-  if (archs) override_archs = parse_arch_list(*archs);  // an empty --arch is an error, not "all"
-  if (manifest.empty()) return parse_manifest(default_manifest(), "(embedded default)", override_archs);
-  return load_manifest(manifest, override_archs);
+  return manifest_selection(manifest, archs).keys;
 }
 
 std::vector<PrebuildOutcome> prebuild(
@@ -73,7 +77,8 @@ std::vector<PrebuildOutcome> prebuild(
 }
 
 json prebuild_report(KernelService& service, const std::vector<SemanticKey>& keys,
-                     const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push) {
+                     const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push,
+                     const std::vector<SkippedEntry>& skipped) {
   std::size_t compiled = 0, hits = 0, failed = 0, remote_hits = 0, uploaded = 0, present = 0, push_failed = 0;
   json list = json::array();
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -94,8 +99,15 @@ json prebuild_report(KernelService& service, const std::vector<SemanticKey>& key
     }
     list.push_back(item);
   }
+  json skipped_list = json::array();
+  std::size_t skipped_keys = 0;
+  for (const SkippedEntry& s : skipped) {
+    skipped_list.push_back({{"entry", s.entry}, {"family", s.family}, {"archs", s.archs}, {"keys", s.keys}});
+    skipped_keys += s.keys;
+  }
   json report = {{"keys", list},     {"compiled", compiled}, {"hits", hits},   {"remote_hits", remote_hits},
-                 {"failed", failed}, {"wall_ms", wall_ms},   {"jobs", jobs},
+                 {"failed", failed}, {"skipped", skipped_list}, {"skipped_keys", skipped_keys},
+                 {"wall_ms", wall_ms},   {"jobs", jobs},
                  {"cache_dir", service.config().cache_dir.string()}, {"writable", service.store().writable()}};
   if (RemoteStore* remote = service.remote()) report["remote"] = remote->counters().to_json();
   if (push) report["push"] = {{"uploaded", uploaded}, {"present", present}, {"failed", push_failed}};

@@ -10,11 +10,14 @@
 
 #include "kiln/jit/semantic_key.h"
 #include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/manifest.h"
 
 namespace kiln::tools {
 
 // The keys of a manifest file, or of the embedded default manifest when `manifest` is empty;
-// `archs` (comma-separated) replaces the manifest's targets.
+// `archs` (comma-separated) selects targets: only the entries that allow one of them are compiled,
+// for those of them they allow (select_manifest), and the others are listed as skipped.
+ManifestSelection manifest_selection(const std::string& manifest, const std::optional<std::string>& archs);
 std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::optional<std::string>& archs);
 
 struct PrebuildOutcome {
@@ -35,10 +38,11 @@ std::vector<PrebuildOutcome> prebuild(
     bool push = false);
 
 // {"keys": [{"key", "outcome", "ms"[, "source"][, "error"][, "pushed"[, "push_error"]]}], "compiled", "hits",
-//  "remote_hits", "failed", "wall_ms", "jobs", "cache_dir", "writable"[, "remote": counters][, "push":
-//  {"uploaded", "present", "failed"}]}
+//  "remote_hits", "failed", "skipped": [{"entry", "family", "archs", "keys"}], "skipped_keys", "wall_ms",
+//  "jobs", "cache_dir", "writable"[, "remote": counters][, "push": {"uploaded", "present", "failed"}]}
 nlohmann::json prebuild_report(KernelService& service, const std::vector<SemanticKey>& keys,
-                               const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push = false);
+                               const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push = false,
+                               const std::vector<SkippedEntry>& skipped = {});
 
 // {"layers": [{"root", "layer", "present", "entries", "bytes"}], "quarantined", "temp_files", "writable",
 //  "remote": null or {"endpoint", "reachable"[, "problem"], "entries", "locks", "counters"}}

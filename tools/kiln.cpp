@@ -1,6 +1,7 @@
 // The kiln CLI: prebuild, warm, ls, inspect, verify, prune, stats, bench.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -44,11 +45,16 @@ Config make_config(const CommonOptions& o) {
 int run_prebuild(const CommonOptions& common, const std::string& manifest, const std::optional<std::string>& archs, int jobs,
                  bool push) {
   if (jobs < 1) throw Error(ErrorCode::kInvalidArgument, fmt::format("-j must be >= 1, got {}", jobs));
-  const std::vector<SemanticKey> keys = manifest_keys(manifest, archs);
+  const ManifestSelection selection = manifest_selection(manifest, archs);
+  const std::vector<SemanticKey>& keys = selection.keys;
   KernelService service(make_config(common));
   if (push && service.remote() == nullptr) {
     throw Error(ErrorCode::kInvalidArgument,
                 "prebuild --push needs a remote cache: set KILN_REMOTE_CACHE=redis://host:port (README: the remote tier)");
+  }
+  for (const SkippedEntry& s : selection.skipped) {
+    std::fprintf(stderr, "skipped  manifest %s (%s, %zu key%s): it allows %s only\n", s.entry.c_str(), s.family.c_str(), s.keys,
+                 s.keys == 1 ? "" : "s", fmt::format("{}", fmt::join(s.archs, ", ")).c_str());
   }
   const auto start = Clock::now();
   const auto print = [](std::size_t done, std::size_t total, const SemanticKey& key, const PrebuildOutcome& out) {
@@ -60,13 +66,17 @@ int run_prebuild(const CommonOptions& common, const std::string& manifest, const
   };
   const std::vector<PrebuildOutcome> outcomes = prebuild(service, keys, jobs, print, push);
   const double wall = ms_since(start);
-  const json report = prebuild_report(service, keys, outcomes, wall, jobs, push);
+  const json report = prebuild_report(service, keys, outcomes, wall, jobs, push, selection.skipped);
   if (common.json) std::printf("%s\n", report.dump(2).c_str());
   const std::string remote_hits =
       service.remote() ? fmt::format(" ({} from the remote cache)", report["remote_hits"].get<std::size_t>()) : "";
-  std::fprintf(stderr, "prebuild: %zu keys: %zu compiled, %zu hit%s, %zu failed in %.1f s (-j %d, cache %s)\n", keys.size(),
+  const std::string skipped =
+      selection.skipped.empty() ? ""
+                                : fmt::format(", {} skipped ({} manifest entries allow none of --arch)",
+                                              report["skipped_keys"].get<std::size_t>(), selection.skipped.size());
+  std::fprintf(stderr, "prebuild: %zu keys: %zu compiled, %zu hit%s, %zu failed%s in %.1f s (-j %d, cache %s)\n", keys.size(),
                report["compiled"].get<std::size_t>(), report["hits"].get<std::size_t>(), remote_hits.c_str(),
-               report["failed"].get<std::size_t>(), wall / 1000.0, jobs, service.config().cache_dir.c_str());
+               report["failed"].get<std::size_t>(), skipped.c_str(), wall / 1000.0, jobs, service.config().cache_dir.c_str());
   std::size_t push_failed = 0;
   if (push) {
     const json& p = report["push"];
@@ -225,7 +235,7 @@ int main_impl(int argc, char** argv) {
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto* prebuild = app.add_subcommand("prebuild", "compile every key of a manifest into the cache (no GPU needed)");
   prebuild->add_option("--manifest", manifest, "manifest JSON (default: the embedded default manifest)");
-  prebuild->add_option("--arch", archs, "comma-separated targets that replace the manifest's (e.g. sm_90a,sm_120a)");
+  prebuild->add_option("--arch", archs, "comma-separated targets (e.g. sm_90a,sm_120a): only the manifest entries that allow one of them are compiled (an entry without archs allows every arch); the others are reported as skipped");
   prebuild->add_option("-j,--jobs", jobs, "parallel compiles");
   bool push = false;
   prebuild->add_flag("--push", push, "also upload every key to the remote cache (KILN_REMOTE_CACHE); fails if it cannot");

@@ -110,6 +110,28 @@ TEST_CASE("cli: unknown arch is bad input", "[unit]") {
   expect_bad_input(run_cli({"prebuild", "-j", "0", "--cache", cache}, dir), {"-j"});
 }
 
+TEST_CASE("cli: prebuild --arch reports the entries that do not allow it as skipped", "[unit]") {
+  TempDir dir;
+  const fs::path manifest = dir.path() / "other_arch.json";
+  std::ofstream(manifest) << R"({"archs": ["sm_90a"], "keys": ["nvfp4_writer:sm_90a:op=append,page_size=64:47bd5efb86be5103"],
+    "policies": [{"family": "nvfp4_writer", "archs": ["sm_90a"], "policy": {"op": ["pack", "append"], "page_size": [2, 32]}}]})";
+  const fs::path cache = dir.path() / "cache";
+  const CliResult r = run_cli({"prebuild", "--manifest", manifest.string(), "--arch", "sm_120a", "--cache", cache.string(), "--json"}, dir);
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 0);
+  const json report = json::parse(r.out);
+  CHECK(report.at("keys").empty());  // nothing compiled for an arch no entry allows
+  CHECK(report.at("compiled") == 0);
+  CHECK(report.at("skipped_keys") == 5);
+  REQUIRE(report.at("skipped").size() == 2);
+  CHECK(report.at("skipped")[0].at("entry") == "keys[0]");
+  CHECK(report.at("skipped")[1].at("entry") == "policies[0]");
+  CHECK(report.at("skipped")[1].at("keys") == 4);
+  CHECK(report.at("skipped")[1].at("archs") == json::array({"sm_90a"}));
+  CHECK_THAT(r.err, Contains("skipped  manifest policies[0] (nvfp4_writer, 4 keys): it allows sm_90a only"));
+  CHECK_THAT(r.err, Contains("5 skipped (2 manifest entries allow none of --arch)"));
+}
+
 TEST_CASE("cli: missing manifest file is bad input naming the path", "[unit]") {
   TempDir dir;
   const fs::path missing = dir.path() / "no_such_manifest.json";

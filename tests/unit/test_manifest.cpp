@@ -9,6 +9,7 @@
 #include "kiln/jit/error.h"
 #include "kiln/jit/semantic_key.h"
 #include "kiln/runtime/manifest.h"
+#include "tools/default_manifest.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/files.h"
 #include "tests/support/temp_dir.h"
@@ -83,22 +84,96 @@ TEST_CASE("manifest: keys, policies and ranges expand (cartesian), duplicates re
   CHECK(got[1] == own_arch);
 }
 
-TEST_CASE("manifest: arch override replaces every entry's targets", "[unit]") {
+TEST_CASE("manifest: --arch selects the entries that allow it and skips the others", "[unit]") {
   const json doc = {{"archs", {"sm_90a"}},
-                    {"keys", {writer("pack", 64, "sm_90a").str()}},
-                    {"policies", {{{"family", "nvfp4_writer"}, {"archs", {"sm_90a"}}, {"policy", {{"op", {"pack", "append"}}}}}}}};
-  const auto keys = kiln::parse_manifest(doc.dump(), "test.json", std::vector<std::string>{"sm_120a"});
-  const std::vector<std::string> expected = {writer("pack", 64, "sm_120a").str(), writer("append", 64, "sm_120a").str()};
-  CHECK(strs(keys) == expected);  // pack/64 from the key and from the policy is one key
+                    {"keys", {writer("pack", 64, "sm_90a").str(), writer("pack", 2, "sm_120a").str()}},
+                    {"policies",
+                     {{{"family", "nvfp4_writer"}, {"archs", {"sm_90a"}}, {"policy", {{"op", {"pack", "append"}}}}},
+                      {{"family", "nvfp4_writer"}, {"archs", {"sm_90a", "sm_120a"}}, {"policy", {{"page_size", {32, 128}}}}},
+                      // No archs of its own: allowed on every arch, the requested ones replace the top level's.
+                      {{"family", "nvfp4_writer"}, {"policy", {{"op", "pack"}, {"page_size", 8}}}}}}};
 
-  const auto both = kiln::parse_manifest(doc.dump(), "test.json", std::vector<std::string>{"sm_90a", "sm_120a"});
-  CHECK(both.size() == 4);
-  for (const auto& k : both) CHECK((k.arch() == "sm_90a" || k.arch() == "sm_120a"));
+  const kiln::ManifestSelection only_120 = kiln::select_manifest(doc.dump(), "test.json", std::vector<std::string>{"sm_120a"});
+  const std::vector<std::string> expected_120 = {writer("pack", 2, "sm_120a").str(), writer("append", 32, "sm_120a").str(),
+                                                 writer("append", 128, "sm_120a").str(), writer("pack", 8, "sm_120a").str()};
+  CHECK(strs(only_120.keys) == expected_120);
+  // keys[0] names sm_90a only, policies[0] allows sm_90a only: nothing of theirs is compiled for sm_120a.
+  REQUIRE(only_120.skipped.size() == 2);
+  CHECK(only_120.skipped[0].entry == "keys[0]");
+  CHECK(only_120.skipped[0].keys == 1);
+  CHECK(only_120.skipped[0].archs == std::vector<std::string>{"sm_90a"});
+  CHECK(only_120.skipped[1].entry == "policies[0]");
+  CHECK(only_120.skipped[1].family == "nvfp4_writer");
+  CHECK(only_120.skipped[1].keys == 2);
+  CHECK(only_120.skipped[1].archs == std::vector<std::string>{"sm_90a"});
+  CHECK(kiln::parse_manifest(doc.dump(), "test.json", std::vector<std::string>{"sm_120a"}) == only_120.keys);
 
-  // An override makes a manifest without archs usable.
+  const kiln::ManifestSelection only_90 = kiln::select_manifest(doc.dump(), "test.json", std::vector<std::string>{"sm_90a"});
+  const std::vector<std::string> expected_90 = {writer("pack", 64, "sm_90a").str(), writer("append", 64, "sm_90a").str(),
+                                                writer("append", 32, "sm_90a").str(), writer("append", 128, "sm_90a").str(),
+                                                writer("pack", 8, "sm_90a").str()};
+  CHECK(strs(only_90.keys) == expected_90);  // pack/64 from keys[0] and from policies[0] is one key
+  REQUIRE(only_90.skipped.size() == 1);
+  CHECK(only_90.skipped[0].entry == "keys[1]");
+
+  // Both archs: every entry keeps the archs it allows; nothing is skipped. Without --arch, the
+  // arch-less entry takes the top-level list.
+  const kiln::ManifestSelection both =
+      kiln::select_manifest(doc.dump(), "test.json", std::vector<std::string>{"sm_90a", "sm_120a"});
+  CHECK(both.skipped.empty());
+  CHECK(both.keys.size() == 9);
+  const kiln::ManifestSelection plain = kiln::select_manifest(doc.dump(), "test.json");
+  CHECK(plain.skipped.empty());
+  CHECK(plain.keys.size() == 8);  // pack/8 for sm_90a only
+
+  // --arch makes a manifest without archs usable.
   const json no_archs = {{"policies", {{{"family", "nvfp4_writer"}, {"policy", json::object()}}}}};
   CHECK(strs(kiln::parse_manifest(no_archs.dump(), "t", std::vector<std::string>{"sm_90a"})) ==
         std::vector<std::string>{SemanticKey("nvfp4_writer", json::object(), "sm_90a").str()});
+
+  // A skipped entry is still validated.
+  const json bad = {{"policies", {{{"family", "nvfp4_writer"}, {"archs", {"sm_90a"}}, {"policy", {{"page_size", 0}}}}}}};
+  const kiln::Error e = expect_error([&] { kiln::select_manifest(bad.dump(), "t", std::vector<std::string>{"sm_120a"}); });
+  CHECK(e.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(e.what(), Contains("page_size"));
+}
+
+TEST_CASE("manifest: the default manifest's sm_120a-only policies are skipped for sm_90a", "[unit]") {
+  const std::string_view text = kiln::tools::default_manifest();
+  const kiln::ManifestSelection all = kiln::select_manifest(text, "(default)");
+  const kiln::ManifestSelection sm90 = kiln::select_manifest(text, "(default)", std::vector<std::string>{"sm_90a"});
+  const kiln::ManifestSelection sm120 = kiln::select_manifest(text, "(default)", std::vector<std::string>{"sm_120a"});
+  CHECK(all.skipped.empty());
+  // Each arch gets exactly the keys the plain manifest lists for it, and the skipped entries account
+  // for every key the plain manifest lists for the other arch only.
+  std::vector<std::string> all_90, all_120;
+  for (const SemanticKey& k : all.keys) (k.arch() == "sm_90a" ? all_90 : all_120).push_back(k.str());
+  std::set<std::string> got_90, got_120;
+  for (const SemanticKey& k : sm90.keys) got_90.insert(k.str());
+  for (const SemanticKey& k : sm120.keys) got_120.insert(k.str());
+  CHECK(got_90 == std::set<std::string>(all_90.begin(), all_90.end()));
+  CHECK(got_120 == std::set<std::string>(all_120.begin(), all_120.end()));
+  CHECK(sm90.keys.size() == all_90.size());
+  std::size_t skipped_90 = 0, skipped_120 = 0;
+  for (const auto& s : sm90.skipped) {
+    CHECK(s.archs == std::vector<std::string>{"sm_120a"});
+    skipped_90 += s.keys;
+  }
+  for (const auto& s : sm120.skipped) {
+    CHECK(s.archs == std::vector<std::string>{"sm_90a"});
+    skipped_120 += s.keys;
+  }
+  // Here no sm_120a-only policy has an sm_90a twin (and the other way round), so the skipped keys are
+  // exactly the keys without a twin on the other arch.
+  const auto without_twin = [](const std::vector<std::string>& keys, const std::set<std::string>& other, const char* arch) {
+    std::size_t n = 0;
+    for (const auto& k : keys) n += other.count(SemanticKey::parse(k).with_arch(arch).str()) == 0;
+    return n;
+  };
+  CHECK(skipped_90 == without_twin(all_120, got_90, "sm_90a"));
+  CHECK(skipped_120 == without_twin(all_90, got_120, "sm_120a"));
+  CHECK(skipped_90 > 0);
+  CHECK(skipped_120 > 0);
 }
 
 TEST_CASE("manifest: an empty manifest gives no keys", "[unit]") {

@@ -53,7 +53,8 @@ def warm_manifest(manifest: Union[str, os.PathLike, None] = None, devices: Devic
 
 def manifest_keys(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str, Sequence[str], None] = None) -> List[str]:
     """The printable semantic keys of a manifest file (default: kiln's embedded manifest); ``archs``
-    replaces its targets."""
+    selects targets: only the entries that allow one of them give keys (an entry without archs allows
+    every arch)."""
     return _native.manifest_keys("" if manifest is None else os.fspath(manifest), _archs(archs))
 
 
