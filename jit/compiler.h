@@ -8,11 +8,21 @@
 
 namespace kiln {
 
+// Where a compile's time went, as NVRTC reports it (whole milliseconds): the C++ front end, the NVVM
+// optimizer and code generation (LLVM IR -> PTX), and ptxas (PTX -> SASS). All zero when NVRTC
+// reported no table.
+struct CompilePhases {
+  double front_end_ms = 0;
+  double nvvm_ms = 0;
+  double ptxas_ms = 0;
+};
+
 struct CompileResult {
   std::string cubin;
   std::vector<std::string> lowered_names;  // parallel to KernelSource::name_expressions
-  std::string log;
+  std::string log;                          // NVRTC's diagnostics (the timing table removed)
   double compile_ms = 0;
+  CompilePhases phases;
 };
 
 struct NvrtcVersion {
@@ -24,9 +34,13 @@ class Compiler {
  public:
   static NvrtcVersion nvrtc_version();
 
-  // Options every compile uses, arch excluded (the arch is added as --gpu-architecture=<arch>).
-  // Deterministic by construction: no line info, no debug, no paths.
+  // Every option a compile passes, arch excluded (the arch is added as --gpu-architecture=<arch>).
+  // Deterministic by construction: no line info, no debug, no paths. All of them are hashed into the
+  // cache key, including those that do not change the cubin.
   static const std::vector<std::string>& canonical_options();
+
+  // Reads NVRTC's timing table (--time=-) out of `log` and removes it; other lines stay.
+  static CompilePhases take_phases(std::string& log);
 
   // Throws Error(kCompileFailed) with the full NVRTC log in details().log and `key_for_errors` as key.
   CompileResult compile(const KernelSource& source, const std::string& arch, const std::string& key_for_errors) const;

@@ -138,6 +138,8 @@ Artifact KernelService::build_uncached(const SemanticKey& key) {
                            {"arch", key.arch()},
                            {"options", request.options},
                            {"compile_ms", ms},
+                           {"compile_phases_ms",
+                            {{"front_end", result.phases.front_end_ms}, {"nvvm", result.phases.nvvm_ms}, {"ptxas", result.phases.ptxas_ms}}},
                            {"source", request.source.source},
                            {"name_expressions", request.source.name_expressions},
                            {"lowered_names", result.lowered_names}};

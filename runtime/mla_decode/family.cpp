@@ -10,8 +10,12 @@ namespace {
 // kMlaCombineWideEntry; the launcher relies on it).
 // The kernel variant is a pure function of the policy and the target arch (the device code picks it
 // from the arch it is compiled for), so it needs no field of its own in the semantic key.
+// With one query row per request the causal limit is the request's last key, which is where the
+// dense mask stops too: a causal key names the dense kernel, so both keys share one cubin (one
+// compile, one cache entry) and skip the limit arithmetic.
 KernelSource render(const MlaDecodePolicy& policy) {
-  const MlaPolicy p = policy.planner_policy();
+  MlaPolicy p = policy.planner_policy();
+  if (p.max_seq_len_q == 1) p.causal = false;
   return KernelSource{"#include \"mla_decode/kernel.cuh\"\n",
                       {decode_kernel_name(p), combine_kernel_name(p), combine_kernel_name(p, true)}};
 }

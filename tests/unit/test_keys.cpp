@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdlib>
@@ -433,4 +434,32 @@ TEST_CASE("cache key: no absolute path of this machine in the rendered source or
       }
     }
   }
+}
+
+TEST_CASE("compiler: NVRTC's timing table is read out of the log and removed from it", "[unit]") {
+  std::string log =
+      "kiln_kernel.cu(3): warning #177-D: variable \"x\" was declared but never referenced\n\n"
+      "File name, phase name, metric, unit\n"
+      "kiln_kernel.cu, CUDA C++ Frontend, 383, ms\n"
+      "kiln_kernel.cu, NVVM Optimizer, 3204, ms\n"
+      "kiln_kernel.cu, PTX Translation, 2789, ms\n";
+  const kiln::CompilePhases p = kiln::Compiler::take_phases(log);
+  CHECK(p.front_end_ms == 383);
+  CHECK(p.nvvm_ms == 3204);
+  CHECK(p.ptxas_ms == 2789);
+  CHECK(log == "kiln_kernel.cu(3): warning #177-D: variable \"x\" was declared but never referenced");
+
+  std::string only_table = "\nFile name, phase name, metric, unit\nkiln_kernel.cu, CUDA C++ Frontend, 7, ms\n";
+  CHECK(kiln::Compiler::take_phases(only_table).front_end_ms == 7);
+  CHECK(only_table.empty());
+
+  std::string no_table = "kiln_kernel.cu(1): error: identifier \"y\" is undefined\n1 error detected";
+  const std::string before = no_table;
+  const kiln::CompilePhases none = kiln::Compiler::take_phases(no_table);
+  CHECK(none.front_end_ms + none.nvvm_ms + none.ptxas_ms == 0);
+  CHECK(no_table == before);
+
+  // Every option a compile passes is hashed into the cache key (make_build_request uses this list).
+  const auto& options = kiln::Compiler::canonical_options();
+  for (const char* o : {"--no-cache", "--time=-"}) CHECK(std::find(options.begin(), options.end(), o) != options.end());
 }

@@ -9,9 +9,11 @@
 #include <optional>
 #include <string>
 
+#include "kiln/jit/build_request.h"
 #include "kiln/jit/error.h"
 #include "kiln/jit/family.h"
 #include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/families.h"
 #include "kiln/runtime/mla_decode/family.h"
 #include "kiln/runtime/mla_decode/launcher.h"
 #include "kiln/runtime/mla_decode/planner.h"
@@ -833,4 +835,31 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(ws.lse_bytes == static_cast<std::size_t>(4 + ws.max_parts - 1) * 128 * 4);
   CHECK(ws.o_bytes == ws.lse_bytes * 512);
   CHECK(ws.total_bytes >= ws.o_offset + ws.o_bytes);
+}
+
+TEST_CASE("mla family: a causal key with one query row compiles the dense kernel (one cubin for both)", "[unit]") {
+  kiln::register_builtin_families();
+  kiln::mla::MlaDecodePolicy dense;
+  dense.heads = 128;
+  dense.page_size = 64;
+  dense.max_seq_len = 163840;
+  dense.max_seq_len_q = 1;
+  dense.mask = MaskType::kDense;
+  kiln::mla::MlaDecodePolicy causal = dense;
+  causal.mask = MaskType::kCausal;
+  for (const bool packed : {false, true}) {
+    dense.packed = causal.packed = packed;
+    CHECK(causal.key("sm_90a") != dense.key("sm_90a"));  // the keys stay what the engine asked for
+    CHECK(causal.fingerprint() != dense.fingerprint());
+    const kiln::BuildRequest a = kiln::make_build_request(dense.key("sm_90a"));
+    const kiln::BuildRequest b = kiln::make_build_request(causal.key("sm_90a"));
+    CHECK(a.source.name_expressions == b.source.name_expressions);
+    CHECK(a.cache_key == b.cache_key);
+  }
+  // From two query rows on, the causal limit cuts rows off: its own kernel.
+  dense.max_seq_len_q = causal.max_seq_len_q = 2;
+  const kiln::BuildRequest a = kiln::make_build_request(dense.key("sm_90a"));
+  const kiln::BuildRequest b = kiln::make_build_request(causal.key("sm_90a"));
+  CHECK_THAT(b.source.name_expressions[kiln::kMlaDecodeEntry], Catch::Contains(", true, 0>"));
+  CHECK(a.cache_key != b.cache_key);
 }
