@@ -9,9 +9,11 @@
 #include <chrono>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "kiln/jit/arch.h"
+#include "kiln/jit/build_request.h"
 #include "kiln/jit/error.h"
 #include "kiln/runtime/manifest.h"
 #include "tools/default_manifest.h"
@@ -41,6 +43,23 @@ std::vector<PrebuildOutcome> prebuild(
   std::vector<std::size_t> order(keys.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), std::minstd_rand(static_cast<unsigned>(::getpid())));
+  // Keys that render the same kernel share one cache entry: the first of each compiles it, and the
+  // others go last, so that no worker sits waiting on the entry's lock while another compiles it.
+  {
+    std::set<std::string> seen;
+    std::vector<std::size_t> firsts, repeats;
+    for (const std::size_t i : order) {
+      std::string cache_key;
+      try {
+        cache_key = make_build_request(keys[i]).cache_key.hex();
+      } catch (const Error&) {
+        cache_key = keys[i].str();  // the build reports the problem
+      }
+      (seen.insert(cache_key).second ? firsts : repeats).push_back(i);
+    }
+    firsts.insert(firsts.end(), repeats.begin(), repeats.end());
+    order = std::move(firsts);
+  }
   std::atomic<std::size_t> next{0};
   std::size_t done = 0;
   std::mutex progress_mutex;

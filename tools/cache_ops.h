@@ -29,7 +29,8 @@ struct PrebuildOutcome {
 };
 
 // Builds every key into `service`'s cache on `jobs` threads, in a per-process random order (so that
-// processes prebuilding one manifest together compile different keys first). With `push`, also
+// processes prebuilding one manifest together compile different keys first), keys that share another
+// key's cache entry after all the others. With `push`, also
 // uploads each key to the service's remote tier (which it must have). `progress` (optional) is
 // called under a lock after each key with (done, total, key, outcome).
 std::vector<PrebuildOutcome> prebuild(

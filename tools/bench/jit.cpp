@@ -1,10 +1,14 @@
-// kiln bench jit: cold NVRTC compile (writer, MLA and sparse keys), disk-hit warm (first and median),
-// remote-hit warm and a fleet start (with KILN_REMOTE_CACHE), in-memory lookup, host time per launch
-// of each launcher beside a bare cuLaunchKernelEx, prebuild -j.
+// kiln bench jit: cold NVRTC compile (writer, MLA and sparse keys; every default-manifest key of the
+// arch with its phases: front end, NVVM, ptxas, and module load with a GPU; medians per family),
+// disk-hit warm (first and median), remote-hit warm and a fleet start (with KILN_REMOTE_CACHE),
+// in-memory lookup, host time per launch of each launcher beside a bare cuLaunchKernelEx, prebuild -j
+// (writer keys; the whole default manifest on every hardware thread).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +29,7 @@
 #include "tools/bench/ceilings.h"
 #include "tools/bench/remote.h"
 #include "tools/bench/report.h"
+#include "tools/cache_ops.h"
 
 namespace kiln::tools {
 
@@ -60,17 +65,112 @@ std::vector<SemanticKey> writer_keys(const std::string& arch) {
 mla::MlaDecodePolicy mla_bench_policy() { return mla::MlaDecodePolicy{128, 64, 163840, 1, false, DType::kBf16, DType::kBf16, mla::MaskType::kCausal}; }
 sparse::SparsePolicy sparse_bench_policy() { return sparse::SparsePolicy{64, 1, true, false}; }
 
+// The phases NVRTC reported for a compiled artifact (KernelService records them in the metadata).
+struct Phases {
+  double front_end = 0, nvvm = 0, ptxas = 0;
+};
+
+Phases phases_of(const Artifact& a) {
+  const json& m = a.entry->metadata;
+  if (!m.contains("compile_phases_ms")) return {};
+  const json& p = m["compile_phases_ms"];
+  return {p.value("front_end", 0.0), p.value("nvvm", 0.0), p.value("ptxas", 0.0)};
+}
+
+json phases_json(const Phases& p) { return {{"front_end_ms", p.front_end}, {"nvvm_ms", p.nvvm}, {"ptxas_ms", p.ptxas}}; }
+
 // Cold compiles of one key, each into a fresh cache (so each is one NVRTC run plus publish).
 json cold_compile(const SemanticKey& key, const std::string& base, int runs) {
-  std::vector<double> ms;
+  std::vector<double> ms, fe, nvvm, ptxas;
   for (int i = 0; i < runs; ++i) {
     KernelService service(bench_config(fresh_dir(base, fmt::format("cold-{}-{}", key.family(), i))));
     const auto t0 = BenchClock::now();
-    service.build(key);
+    const Artifact a = service.build(key);
     ms.push_back(bench_ms_since(t0));
+    const Phases p = phases_of(a);
+    fe.push_back(p.front_end);
+    nvvm.push_back(p.nvvm);
+    ptxas.push_back(p.ptxas);
   }
-  std::fprintf(stderr, "cold compile %-60s median %8.1f ms of %d\n", key.str().c_str(), bench_median(ms), runs);
-  return {{"key", key.str()}, {"runs_ms", ms}, {"median_ms", bench_median(ms)}};
+  std::fprintf(stderr, "cold compile %-60s median %8.1f ms of %d (front end %.0f, NVVM %.0f, ptxas %.0f ms)\n", key.str().c_str(),
+               bench_median(ms), runs, bench_median(fe), bench_median(nvvm), bench_median(ptxas));
+  return {{"key", key.str()},
+          {"runs_ms", ms},
+          {"median_ms", bench_median(ms)},
+          {"median_phases", {{"front_end_ms", bench_median(fe)}, {"nvvm_ms", bench_median(nvvm)}, {"ptxas_ms", bench_median(ptxas)}}}};
+}
+
+// The medians a family's compile times are held to on the H200 (ms per key).
+double family_target_ms(const std::string& family) { return family == "nvfp4_writer" ? 250 : 500; }
+
+// Every key of the default manifest for `arch`, compiled one at a time into one fresh cache, with
+// NVRTC's phases and (with a GPU) the module load; medians per family over the keys compiled (a key
+// that renders another key's kernel is a disk hit and counts as shared).
+json cold_compile_manifest(const std::string& arch, const std::string& base, bool gpu) {
+  const std::vector<SemanticKey> keys = manifest_keys("", arch);
+  std::optional<ScopedDeviceContext> context;
+  if (gpu) context.emplace(0);
+  KernelService service(bench_config(fresh_dir(base, "cold-manifest")));
+  struct Family {
+    std::vector<double> ms, fe, nvvm, ptxas, load;
+    std::size_t shared = 0;
+  };
+  std::map<std::string, Family> families;
+  json per_key = json::array();
+  for (const SemanticKey& key : keys) {
+    const auto t0 = BenchClock::now();
+    const Artifact a = service.build(key);
+    const double ms = bench_ms_since(t0);
+    Family& f = families[key.family()];
+    json item = {{"key", key.str()}, {"ms", ms}};
+    if (a.source != ArtifactSource::kCompiled) {
+      ++f.shared;
+      item["source"] = std::string(artifact_source_name(a.source));
+    } else {
+      const Phases p = phases_of(a);
+      f.ms.push_back(ms);
+      f.fe.push_back(p.front_end);
+      f.nvvm.push_back(p.nvvm);
+      f.ptxas.push_back(p.ptxas);
+      item.update(phases_json(p));
+    }
+    if (gpu) {
+      const auto t1 = BenchClock::now();
+      service.warm(key, 0);
+      f.load.push_back(bench_ms_since(t1));
+      item["load_ms"] = f.load.back();
+    }
+    std::fprintf(stderr, "cold compile %-100s %8.1f ms%s\n", key.str().c_str(), ms,
+                 a.source == ArtifactSource::kCompiled ? "" : " (shares another key's cubin)");
+    per_key.push_back(std::move(item));
+  }
+  json summary = json::object();
+  for (const auto& [name, f] : families) {
+    const auto sum = [](const std::vector<double>& v) { double s = 0; for (double x : v) s += x; return s; };
+    json fam = {{"keys_compiled", f.ms.size()},
+                {"keys_sharing_a_cubin", f.shared},
+                {"median_ms", f.ms.empty() ? 0.0 : bench_median(f.ms)},
+                {"max_ms", f.ms.empty() ? 0.0 : *std::max_element(f.ms.begin(), f.ms.end())},
+                {"total_ms", sum(f.ms)},
+                {"target_median_ms", family_target_ms(name)}};
+    if (!f.ms.empty()) {
+      fam["median_phases"] = {{"front_end_ms", bench_median(f.fe)}, {"nvvm_ms", bench_median(f.nvvm)}, {"ptxas_ms", bench_median(f.ptxas)}};
+      fam["total_phases"] = {{"front_end_ms", sum(f.fe)}, {"nvvm_ms", sum(f.nvvm)}, {"ptxas_ms", sum(f.ptxas)}};
+    }
+    if (!f.load.empty()) fam["median_load_ms"] = bench_median(f.load);
+    std::fprintf(stderr, "cold compile %s on %s: %zu keys, median %.0f ms (front end %.0f, NVVM %.0f, ptxas %.0f ms)%s\n",
+                 name.c_str(), arch.c_str(), f.ms.size(), fam["median_ms"].get<double>(),
+                 f.ms.empty() ? 0.0 : bench_median(f.fe), f.ms.empty() ? 0.0 : bench_median(f.nvvm),
+                 f.ms.empty() ? 0.0 : bench_median(f.ptxas),
+                 f.load.empty() ? "" : fmt::format(", load {:.2f} ms", bench_median(f.load)).c_str());
+    summary[name] = std::move(fam);
+  }
+  return {{"arch", arch},
+          {"per_family", summary},
+          {"per_key", per_key},
+          {"method", "the default manifest's keys for the arch, one at a time into one fresh cache; phases as NVRTC reports "
+                     "them (--time, whole ms): front end, NVVM optimizer + code generation, ptxas; load = cuModuleLoadData "
+                     "and attributes after the compile"}};
 }
 
 CUdeviceptr device_zeros(std::size_t bytes) {
@@ -277,6 +377,7 @@ int run_bench(const BenchOptions& options) {
   }
   results["cold_compile_mla"] = cold_compile(mla_bench_policy().key(arch), base, 3);
   results["cold_compile_sparse"] = cold_compile(sparse_bench_policy().key(arch), base, 3);
+  results["cold_compile_manifest"] = cold_compile_manifest(arch, base, gpu);
 
   // Disk hits: a new service (empty memory) over the cache just filled. With a GPU this is the whole
   // warm-up (read + checksum + module load + attributes); without one, read + checksum only. The
@@ -339,6 +440,21 @@ int run_bench(const BenchOptions& options) {
     const double wall = prebuild_wall_ms(all, fresh_dir(base, fmt::format("prebuild-j{}", jobs)), jobs);
     prebuild[fmt::format("j{}", jobs)] = {{"keys", all.size()}, {"wall_ms", wall}};
     std::fprintf(stderr, "prebuild -j %d: %zu keys in %.0f ms\n", jobs, all.size(), wall);
+  }
+  // The whole default manifest (every arch) into an empty cache on every hardware thread, the way
+  // `kiln prebuild -j N` runs it.
+  {
+    const std::vector<SemanticKey> manifest = manifest_keys("", std::nullopt);
+    const int jobs = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    KernelService service(bench_config(fresh_dir(base, "prebuild-manifest")));
+    const auto start = BenchClock::now();
+    const std::vector<PrebuildOutcome> outcomes = tools::prebuild(service, manifest, jobs);
+    const double wall = bench_ms_since(start);
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+      if (outcomes[i].status == "failed") throw Error(ErrorCode::kCompileFailed, fmt::format("bench jit: {}: {}", manifest[i].str(), outcomes[i].detail));
+    }
+    prebuild["default_manifest"] = {{"keys", manifest.size()}, {"jobs", jobs}, {"wall_ms", wall}};
+    std::fprintf(stderr, "prebuild -j %d: the default manifest's %zu keys in %.1f s\n", jobs, manifest.size(), wall / 1000);
   }
   results["prebuild"] = prebuild;
   report["results"] = results;
