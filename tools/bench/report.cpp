@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -41,6 +42,10 @@ nlohmann::json bench_header(const std::string& what) {
                       {"host", host},
                       {"cpu_threads", std::thread::hardware_concurrency()},
                       {"nvrtc", std::to_string(nvrtc.major) + "." + std::to_string(nvrtc.minor)}};
+  // Compile and host-time figures scale with whatever else the machine runs: the 1, 5 and 15 minute
+  // load averages when the bench starts say how loaded it was.
+  double load[3] = {};
+  if (getloadavg(load, 3) == 3) h["load_average"] = {load[0], load[1], load[2]};
   const Driver& d = Driver::get();
   if (d.available()) {
     int version = 0;
