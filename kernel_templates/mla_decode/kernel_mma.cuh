@@ -9,7 +9,8 @@
 // 128 fp32 registers per thread.
 //
 // fp8 (e4m3) inputs are widened to f16 in shared memory (exact: every e4m3 value is an f16) and run
-// on the f16 MMA with P in f16. The bf16 path splits P into bf16 hi + lo (two MMAs per V fragment).
+// on the f16 MMA with P in f16. The bf16 path splits P into bf16 hi + lo (two MMAs per V fragment),
+// or with kSplitP false keeps the one bf16 P (kMlaPrecisionBf16).
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
@@ -55,9 +56,10 @@ __device__ __forceinline__ u32 pack_p(float lo, float hi) {
 // Rows [row0, row0 + 16 * kRowGroups) of `piece`; slot < 0: the piece is the whole request, write
 // `out`; else write the normalised partial O and its LSE to `slot`.
 template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kFp8, bool kCausal, int kRowGroups, int kColGroups,
-          int kTileTokens, int kStages>
+          int kTileTokens, int kStages, bool kSplitP>
 __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned char* smem, const MlaPiece& piece,
                                               int row0, int slot) {
+  static_assert(!(kFp8 && kSplitP), "fp8 pages run on one f16 P");
   constexpr MlaTileConfig kCfg{kRowGroups, kColGroups, kTileTokens, kStages};
   constexpr MlaSmemLayout kLayout = mla_smem_layout(kCfg, kFp8);
   constexpr int kThreads = mla_threads(kCfg);
@@ -301,7 +303,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
       const u32 hi23 = pack_p<kFp8>(p2, p3);
       sts32(p_store + j * 16, hi01);
       sts32(p_store + 8 * kPPitchBytes + j * 16, hi23);
-      if constexpr (!kFp8) {
+      if constexpr (kSplitP) {
         // Residual of the bf16 rounding: P = hi + lo to ~16 bits.
         sts32(p_store + kPLoBytes + j * 16, pack_bf16x2(p0 - bf16x2_lo(hi01), p1 - bf16x2_hi(hi01)));
         sts32(p_store + kPLoBytes + 8 * kPPitchBytes + j * 16, pack_bf16x2(p2 - bf16x2_lo(hi23), p3 - bf16x2_hi(hi23)));
@@ -323,7 +325,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
     for (int ks = 0; ks < kTileTokens / 16; ++ks) {
       u32 a[4], a_lo[4];
       ldsm_x4(a, p_lane + ks * 32);
-      if constexpr (!kFp8) ldsm_x4(a_lo, p_lane + kPLoBytes + ks * 32);
+      if constexpr (kSplitP) ldsm_x4(a_lo, p_lane + kPLoBytes + ks * 32);
 #pragma unroll
       for (int jn = 0; jn < kOT / 2; ++jn) {
         u32 bv[4];
@@ -332,7 +334,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
         const u32 b1[2] = {bv[2], bv[3]};
         mma_16816<kFp8>(o[2 * jn], a, b0);
         mma_16816<kFp8>(o[2 * jn + 1], a, b1);
-        if constexpr (!kFp8) {
+        if constexpr (kSplitP) {
           mma_16816<kFp8>(o[2 * jn], a_lo, b0);
           mma_16816<kFp8>(o[2 * jn + 1], a_lo, b1);
         }

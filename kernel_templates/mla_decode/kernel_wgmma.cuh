@@ -6,10 +6,11 @@
 //     Q's 512 latent columns and K both from shared memory, 4 more with Q's 64 RoPE columns from
 //     registers;
 //   the row max crosses the two warpgroups through shared memory (one named barrier);
-//   P = exp2(S - m) is stored as bf16 hi + lo (P - hi) in shared memory (a single bf16 P misses the
-//     contract's 1e-2 / 5e-4 tolerances), a second named barrier;
+//   P = exp2(S - m) is stored as bf16 hi + lo (P - hi) in shared memory (kMlaPrecisionExact: a
+//     single bf16 P misses the contract's 1e-2 / 5e-4 tolerances) or as one bf16 P
+//     (kMlaPrecisionBf16), a second named barrier;
 //   O += P V: warpgroup w owns output columns [256 w, 256 w + 256): 8 m64n256k16 wgmmas (4 token
-//     steps x hi, lo) whose B operand is the same shared K tile read MN-major: V is never loaded twice.
+//     steps x hi, lo; 4 with one P) whose B operand is the same shared K tile read MN-major: V is never loaded twice.
 // Loads are cp.async into 128-byte-swizzled tiles (any page size works; zero-fill past the range),
 // completing on one mbarrier per stage. Two stages: warpgroup w refills exactly the columns only its
 // own P V reads (w = 0: 0-255, w = 1: 256-575), so a refill needs no cross-warpgroup handshake
@@ -203,7 +204,7 @@ __device__ __forceinline__ void mla_wg_epilogue(const MlaDecodeParams& p, const 
 
 // Rows [row0, row0 + 64) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
 // `base`: the 1024-byte-aligned shared-memory base.
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal>
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, bool kSplitP>
 __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                                 int slot, MlaWgState& st) {
   constexpr int kRowBytes = kMlaDimQk * 2;
@@ -332,7 +333,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       mla_wg_row_max<kCausal>(s, pv.t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, pv.t1, lim_lo, lim_hi, scale, red, wg, r_lo,
                               r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
-      // ---- P = exp2(S - m) as bf16 hi + lo, into the shared P tiles ----
+      // ---- P = exp2(S - m) as bf16 hi (+ lo), into the shared P tiles ----
       float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
       for (int n = 0; n < 4; ++n) {
@@ -349,8 +350,10 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         const u32 off_hi = p_row_hi + ((chunk ^ static_cast<u32>(g)) << 4);
         sts32(p_hi + off_lo, h01);
         sts32(p_hi + off_hi, h23);
-        sts32(p_lo + off_lo, pack_bf16x2(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
-        sts32(p_lo + off_hi, pack_bf16x2(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
+        if constexpr (kSplitP) {
+          sts32(p_lo + off_lo, pack_bf16x2(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
+          sts32(p_lo + off_hi, pack_bf16x2(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
+        }
       }
       mla_wg_rescale(o, l_lo, l_hi, alpha_lo, alpha_hi, sum_lo, sum_hi);
       // P was written through the generic proxy; both warpgroups' wgmmas read it.
@@ -363,7 +366,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       for (int ks = 0; ks < 4; ++ks) {
         const u64 dvk = wgmma_desc_advance(dv, ks * 2048);
         WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_hi, ks * 32), dvk, true);
-        WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
+        if constexpr (kSplitP) WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
       }
       wgmma_commit();
       wgmma_wait<0>();

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "kiln/runtime/mla_decode/planner.h"
+
 namespace kiln::mla {
 
 namespace {
@@ -11,9 +13,8 @@ namespace {
 // The kernel variant is a pure function of the policy and the target arch (the device code picks it
 // from the arch it is compiled for), so it needs no field of its own in the semantic key.
 KernelSource render(const MlaDecodePolicy& policy) {
-  const MlaPolicy p = policy.planner_policy();
   return KernelSource{"#include \"mla_decode/kernel.cuh\"\n",
-                      {decode_kernel_name(p), combine_kernel_name(p), combine_kernel_name(p, true)}};
+                      {decode_kernel_name(policy), combine_kernel_name(policy), combine_kernel_name(policy, true)}};
 }
 
 std::string describe_dtype(std::int64_t v) { return std::string(dtype_name(static_cast<DType>(v))); }
@@ -21,11 +22,16 @@ std::string describe_dtype(std::int64_t v) { return std::string(dtype_name(stati
 constexpr std::int64_t value(DType t) { return static_cast<std::int64_t>(t); }
 constexpr std::int64_t value(MaskType m) { return static_cast<std::int64_t>(m); }
 constexpr std::int64_t value(MlaKernel k) { return static_cast<std::int64_t>(k); }
+constexpr std::int64_t value(MlaPrecision p) { return static_cast<std::int64_t>(p); }
 
 void cross_check(const MlaDecodePolicy& p) {
   if (p.kernel == MlaKernel::kWgmmaKv && p.dtype != DType::kBf16) {
     throw Error(ErrorCode::kUnsupported, "argument 'kernel': \"wgmma_kv\" takes dtype bf16 only; use \"auto\", "
                                          "\"mma_sync\" or \"wgmma\" for fp8_e4m3");
+  }
+  if (p.precision == MlaPrecision::kBf16 && p.dtype != DType::kBf16) {
+    throw Error(ErrorCode::kUnsupported, "argument 'precision': \"bf16\" applies to bf16 pages only (fp8_e4m3 pages "
+                                         "always run on one f16 P); use \"exact\" with dtype fp8_e4m3");
   }
 }
 
@@ -52,7 +58,11 @@ const PolicySchema<MlaDecodePolicy>& schema() {
                                              {"wgmma", value(MlaKernel::kWgmma)},
                                              {"wgmma_kv", value(MlaKernel::kWgmmaKv)}},
                                             value(MlaKernel::kAuto), ErrorCode::kInvalidArgument,
-                                            "kAuto, kMmaSync, kWgmma or kWgmmaKv")},
+                                            "kAuto, kMmaSync, kWgmma or kWgmmaKv"),
+       enum_field<&MlaDecodePolicy::precision>("precision",
+                                               {{"exact", value(MlaPrecision::kExact)}, {"bf16", value(MlaPrecision::kBf16)}},
+                                               value(MlaPrecision::kExact), ErrorCode::kInvalidArgument,
+                                               "kExact or kBf16")},
       &render, &cross_check);
   return s;
 }
@@ -62,19 +72,6 @@ const PolicySchema<MlaDecodePolicy>& schema() {
 std::string_view mask_name(MaskType mask) { return mask == MaskType::kDense ? "dense" : "causal"; }
 
 void MlaDecodePolicy::validate() const { schema().validate(*this); }
-
-MlaPolicy MlaDecodePolicy::planner_policy() const {
-  MlaPolicy p;
-  p.heads = heads;
-  p.page_size = page_size;
-  p.max_seq_len = max_seq_len;
-  p.max_seq_len_q = max_seq_len_q;
-  p.packed = packed;
-  p.fp8 = dtype == DType::kE4m3;
-  p.causal = mask == MaskType::kCausal;
-  p.kernel = static_cast<int>(kernel);
-  return p;
-}
 
 SemanticKey MlaDecodePolicy::key(std::string_view arch) const { return schema().key(*this, arch); }
 
