@@ -8,6 +8,7 @@
 // launch) only when a request can split.
 #include "common/mbarrier.cuh"
 #include "common/pdl.cuh"
+#include "common/softmax.cuh"
 #include "mla_decode/kernel_kv.cuh"
 #include "mla_decode/kernel_mma.cuh"
 #include "mla_decode/kernel_wgmma.cuh"

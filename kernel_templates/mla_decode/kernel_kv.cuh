@@ -104,7 +104,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   }
 
   // Every thread is done with the previous piece's Q, stages, P and exchange slots.
-  named_barrier_sync(1, kMlaKvThreads);
+  named_barrier_sync(kMlaKvBar, kMlaKvThreads);
   if (pv.n_tiles > 0) {
     const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
     const unsigned char* q_rows =
@@ -197,7 +197,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
           sts_f32(a + 4, mx[2 * n + 1]);
         }
       }
-      named_barrier_sync(1, kMlaKvThreads);
+      named_barrier_sync(kMlaKvBar, kMlaKvThreads);
       float alpha[kCols], muse[kCols];
 #pragma unroll
       for (int n = 0; n < kCols / 2; ++n) {
@@ -210,11 +210,9 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       }
 #pragma unroll
       for (int k = 0; k < kCols; ++k) {
-        const float mnew = fmaxf(m[k], mx[k]);
-        // A column that has seen nothing yet keeps max -inf; subtract 0 instead so exp2 gives 0, not NaN.
-        muse[k] = mnew == neg_inf() ? 0.f : mnew;
-        alpha[k] = fast_exp2(m[k] - muse[k]);
-        m[k] = mnew;
+        const OnlineSoftmaxStep step = online_softmax_step(m[k], mx[k]);
+        muse[k] = step.m_use;
+        alpha[k] = step.alpha;
         l[k] *= alpha[k];
       }
 
@@ -247,7 +245,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       }
       // P^T was written through the generic proxy; every warp's wgmmas read all of it.
       fence_proxy_async_smem();
-      named_barrier_sync(1, kMlaKvThreads);
+      named_barrier_sync(kMlaKvBar, kMlaKvThreads);
 
       // ---- O^T += V^T P^T ----
       wgmma_fence();
@@ -267,7 +265,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
 #pragma unroll
       for (int mb = 0; mb < 8; ++mb) wgmma_fence_operand(o[mb]);
       // Every warp's P V of tile j has retired: its stage takes tile j + 2 (and P^T the next tile's).
-      named_barrier_sync(1, kMlaKvThreads);
+      named_barrier_sync(kMlaKvBar, kMlaKvThreads);
       if (j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
     }
     st.tiles = tile0 + static_cast<u32>(pv.n_tiles);
@@ -285,7 +283,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       sts_f32(a + 4, l[2 * n + 1]);
     }
   }
-  named_barrier_sync(1, kMlaKvThreads);
+  named_barrier_sync(kMlaKvBar, kMlaKvThreads);
   float lt[kCols];
 #pragma unroll
   for (int n = 0; n < kCols / 2; ++n) {

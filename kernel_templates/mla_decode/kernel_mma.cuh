@@ -281,15 +281,8 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
       tmax_lo = fmaxf(tmax_lo, lds_f32(red_max + (c * kRows + row_lo) * 4));
       tmax_hi = fmaxf(tmax_hi, lds_f32(red_max + (c * kRows + row_lo + 8) * 4));
     }
-    const float mnew_lo = fmaxf(m_lo, tmax_lo);
-    const float mnew_hi = fmaxf(m_hi, tmax_hi);
-    // A row that has seen nothing yet keeps max -inf; subtract 0 instead so exp2 gives 0, not NaN.
-    const float muse_lo = mnew_lo == neg_inf() ? 0.f : mnew_lo;
-    const float muse_hi = mnew_hi == neg_inf() ? 0.f : mnew_hi;
-    const float alpha_lo = fast_exp2(m_lo - muse_lo);
-    const float alpha_hi = fast_exp2(m_hi - muse_hi);
-    m_lo = mnew_lo;
-    m_hi = mnew_hi;
+    const auto [muse_lo, alpha_lo] = online_softmax_step(m_lo, tmax_lo);
+    const auto [muse_hi, alpha_hi] = online_softmax_step(m_hi, tmax_hi);
     float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
     for (int j = 0; j < kNT; ++j) {

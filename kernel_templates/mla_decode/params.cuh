@@ -181,6 +181,15 @@ KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
   return l;
 }
 
+// Named barriers of the wgmma kernels (id 0 is __syncthreads). Heads-on-M kernels: the piece
+// boundary (every thread is done with the previous piece's shared memory), the two consumer
+// warpgroups' row exchange through shared memory (row max, then row sums; in the fp8 kernel also Q
+// staged), and the P tile complete. The KV-on-M kernel is one warpgroup: one barrier for all of it.
+constexpr int kMlaBarPiece = 1;
+constexpr int kMlaBarRowExchange = 2;
+constexpr int kMlaBarP = 3;
+constexpr int kMlaKvBar = 1;
+
 // ---- wgmma kernel (sm_90a) geometry ----
 // 64 query rows per CTA, KV tiles of 64 tokens, two consumer warpgroups (output columns 0-255 and
 // 256-511). Shared memory, each tile in the 128-byte swizzle layout (8 KB per 64 columns):

@@ -33,7 +33,6 @@ constexpr int kKScaleExp = 7;                       // decoded NoPE = value * 2^
 constexpr float kKScaleUndo = 128.0f;
 constexpr unsigned kDataBytes = 352u;               // per token, before the page's scale block
 constexpr unsigned kTileRow = 1024u;
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }  // no host math headers
 
 // Programmatic dependent launch: every kernel of the family is launched as a dependent of the
 // kernel before it in the stream and reads no input before griddepcontrol.wait, which returns once
@@ -640,12 +639,10 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int row = mt * 16 + hr * 8 + g;
-        float m_new = m_run[mt][hr];
+        float tile_max = rmax[row0 + row];
 #pragma unroll
-        for (int w = 0; w < 4; ++w) m_new = fmaxf(m_new, rmax[w * 32 + row0 + row]);
-        const float m_use = m_new == neg_inf() ? 0.0f : m_new;
-        const float alpha = fast_exp2(m_run[mt][hr] - m_use);
-        m_run[mt][hr] = m_new;
+        for (int w = 1; w < 4; ++w) tile_max = fmaxf(tile_max, rmax[w * 32 + row0 + row]);
+        const auto [m_use, alpha] = online_softmax_step(m_run[mt][hr], tile_max);
         float psum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {

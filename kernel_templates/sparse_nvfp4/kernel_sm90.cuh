@@ -629,10 +629,9 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         float alpha[2], m_use[2];
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const float m_new = fmaxf(m_run[hr], quad_max(mx[hr]));
-          m_use[hr] = m_new == neg_inf() ? 0.0f : m_new;
-          alpha[hr] = fast_exp2(m_run[hr] - m_use[hr]);
-          m_run[hr] = m_new;
+          const OnlineSoftmaxStep step = online_softmax_step(m_run[hr], quad_max(mx[hr]));
+          m_use[hr] = step.m_use;
+          alpha[hr] = step.alpha;
         }
         float psum[2] = {0.0f, 0.0f};
 #pragma unroll
