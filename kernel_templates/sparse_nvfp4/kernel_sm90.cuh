@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   // its word of the tile mask.
   constexpr u32 kPeerBytes = 32u * 1024u + 4u;
 
-  allow_dependent_grid();  // programmatic dependent launch: sparse_detail
+  pdl_launch_dependents();  // programmatic dependent launch: sparse_detail
   extern __shared__ __align__(1024) u8 smem[];
   const u32 sbase = smem_addr(smem);
   const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;  // + 8 * buffer
@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     mbar_init(bar_q, 1);
     mbar_fence_init();
   }
-  wait_for_prior_grid();  // the first read of an input
+  pdl_wait();  // the first read of an input
   const TokenWork work = token_work<kHasExtra>(p, t);
   // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
   const int per_cta = (p.chunks_per_block + shape.deal - 1) / shape.deal;
