@@ -228,14 +228,12 @@ __device__ __forceinline__ void decode_candidate(const u8* stage_row, u8* tile_r
     const int u = 2 * k + half;  // 16 B code unit: dims 32u .. 32u+31, scale groups 2u, 2u+1
     const uint4 codes = *reinterpret_cast<const uint4*>(stage_row + u * 16);
     const u16 sc = *reinterpret_cast<const u16*>(stage_row + kDataBytes + 2 * u);
-    const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - kKScaleExp>(sc);
-    const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
     const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
+    u32 o[4][4];
+    e2m1x32_to_f16_scaled<kE2m1RawExponent - kKScaleExp>(words, sc, o);
 #pragma unroll
     for (int wi = 0; wi < 4; ++wi) {
-      u32 o[4];
-      e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
-      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
     }
   }
 #pragma unroll
@@ -272,14 +270,12 @@ __device__ __forceinline__ void decode_candidate_regs(const RecordHalf& rec, u8*
 #pragma unroll
   for (int k = 0; k < 7; ++k) {
     const int u = 2 * k + half;  // 16 B code unit: dims 32u .. 32u+31, scale groups 2u, 2u+1 (word k)
-    const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - kKScaleExp>(u16(scale_words[k] >> (16 * half)));
-    const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
     const u32 words[4] = {rec.data[k].x, rec.data[k].y, rec.data[k].z, rec.data[k].w};
+    u32 o[4][4];
+    e2m1x32_to_f16_scaled<kE2m1RawExponent - kKScaleExp>(words, u16(scale_words[k] >> (16 * half)), o);
 #pragma unroll
     for (int wi = 0; wi < 4; ++wi) {
-      u32 o[4];
-      e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
-      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
     }
   }
 #pragma unroll

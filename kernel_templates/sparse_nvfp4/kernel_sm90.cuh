@@ -243,14 +243,12 @@ __device__ __forceinline__ void put_tile16(u32 addr, U32x4 v, u32 peer, u32 peer
 // candidate's 16-byte column of the tile).
 template <bool kCross>
 __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col, int u, u32 peer, u32 peer_bar) {
-  const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - sparse_detail::kKScaleExp>(u16(scale_pair));
-  const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
   const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
+  u32 o[4][4];
+  e2m1x32_to_f16_scaled<kE2m1RawExponent - sparse_detail::kKScaleExp>(words, u16(scale_pair), o);
 #pragma unroll
   for (int wi = 0; wi < 4; ++wi) {
-    u32 o[4];
-    e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
-    put_tile16<kCross>(col + (4 * u + wi) * 1024, U32x4{o[0], o[1], o[2], o[3]}, peer, peer_bar);
+    put_tile16<kCross>(col + (4 * u + wi) * 1024, U32x4{o[wi][0], o[wi][1], o[wi][2], o[wi][3]}, peer, peer_bar);
   }
 }
 
