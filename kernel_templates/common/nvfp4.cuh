@@ -64,6 +64,16 @@ __device__ __forceinline__ void e2m1x8_to_f16_scaled(u32 w, u32 scale2, u32 (&ou
   for (int i = 0; i < 4; ++i) out[i] = hmul2_f16(out[i], scale2);
 }
 
+// One 16-byte unit of 32 codes, two scale groups of 16 (words 0-1 and 2-3), with the groups' two E4M3
+// scales (low byte first): four 16-byte pieces of 8 f16 values, value * 2^(kExtraExp - 14).
+template <int kExtraExp>
+__device__ __forceinline__ void e2m1x32_to_f16_scaled(const u32 (&codes)[4], u16 two_scales, u32 (&out)[4][4]) {
+  const u32 s2 = e4m3x2_scale_f16x2<kExtraExp>(two_scales);
+  const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
+#pragma unroll
+  for (int wi = 0; wi < 4; ++wi) e2m1x8_to_f16_scaled(codes[wi], wi < 2 ? s_lo : s_hi, out[wi]);
+}
+
 #endif  // __CUDACC__
 
 }  // namespace kiln

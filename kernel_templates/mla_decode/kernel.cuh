@@ -8,6 +8,7 @@
 // launch) only when a request can split.
 #include "common/mbarrier.cuh"
 #include "common/pdl.cuh"
+#include "common/softmax.cuh"
 #include "mla_decode/kernel_kv.cuh"
 #include "mla_decode/kernel_mma.cuh"
 #include "mla_decode/kernel_wgmma.cuh"
@@ -30,7 +31,7 @@ constexpr bool kMlaSm90a = false;
 template <int kHeads, int kMaxSeqLenQ, bool kFp8, int kKernel>
 constexpr MlaVariant kMlaCompiledVariant = mla_variant(kKernel, kHeads, kMaxSeqLenQ, kFp8, kMlaSm90a);
 
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kPacked, bool kFp8, bool kCausal, int kKernel>
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kPacked, bool kFp8, bool kCausal, int kKernel, int kPrecision>
 __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel>, kFp8), 1)
     mla_decode_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
@@ -38,6 +39,10 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
   constexpr int kThreads = mla_variant_threads(kV, kFp8);
   constexpr int kRows = mla_variant_rows(kV);
   static_assert(kMaxSeqLenQ >= 1 && kMaxSeqLenQ <= kMlaMaxSeqLenQ, "kMaxSeqLenQ must be in 1..64");
+  static_assert(kPrecision == kMlaPrecisionExact || (kPrecision == kMlaPrecisionBf16 && !kFp8),
+                "kPrecision must be kMlaPrecisionExact, or kMlaPrecisionBf16 with bf16 pages");
+  // P as bf16 hi + lo (two MMAs per V fragment); fp8 pages and the bf16 precision keep one P.
+  constexpr bool kSplitP = !kFp8 && kPrecision == kMlaPrecisionExact;
 
   extern __shared__ __align__(16) unsigned char smem[];
   const int part = blockIdx.x;
@@ -68,7 +73,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     mla_for_each_piece<kThreads, kMlaKvTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
       if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-      mla_kv_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kV.kv_rows>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+      mla_kv_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kV.kv_rows, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
     });
   } else if constexpr (kV.wgmma && kFp8) {
     static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
@@ -110,7 +115,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
       record(pc);
       // CTA-uniform. A split piece without scratch only follows a length above max_seq_len.
       if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;
-      mla_wgmma_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+      mla_wgmma_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
     });
   } else {
     constexpr MlaSmemLayout kLayout = mla_smem_layout(kV.tile, kFp8);
@@ -120,7 +125,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
       if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as above
       __syncthreads();                          // the previous piece is done with shared memory
       mla_mma_piece<kHeads, kPageSize, kMaxSeqLenQ, kFp8, kCausal, kV.tile.row_groups, kV.tile.col_groups,
-                    kV.tile.tile_tokens, kV.tile.stages>(p, smem, pc, row0, pc.whole ? -1 : pc.b + part);
+                    kV.tile.tile_tokens, kV.tile.stages, kSplitP>(p, smem, pc, row0, pc.whole ? -1 : pc.b + part);
     });
   }
   // Lets the combine launch; it waits for this grid's completion before reading anything.

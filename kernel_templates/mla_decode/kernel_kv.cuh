@@ -9,8 +9,9 @@
 //   softmax over the tokens = over the M side: the column max over the lanes of a warp (shuffles), then
 //     over the four warps through shared memory (one barrier); every thread then holds the same max and
 //     keeps per-column partial sums over its own tokens, reduced once at the end;
-//   P^T is stored as bf16 hi + lo (P - hi), N rows x 64 tokens, K-major (a single bf16 P misses the
-//     contract's 1e-2 / 5e-4 tolerances);
+//   P^T is stored as bf16 hi + lo (P - hi), N rows x 64 tokens, K-major (kMlaPrecisionExact: a single
+//     bf16 P misses the contract's 1e-2 / 5e-4 tolerances); kMlaPrecisionBf16 keeps hi alone (N = 16:
+//     lo is stored as zeros, so the step below keeps its shape);
 //   O^T += V^T P^T: for each of the 8 64-column blocks of V, 4 token steps of m64n32k16 wgmmas with
 //     A = V^T read from the same K tile through the transpose bit (64 dims along M are contiguous in
 //     each 128-byte token row) and B = P^T; V is never loaded twice. N = 32: two per step (hi, lo).
@@ -57,7 +58,7 @@ __device__ __forceinline__ float column_sum8(float v) {
 
 // Rows [row0, row0 + kN) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
 // `base`: the 1024-byte-aligned shared-memory base.
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, int kN>
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, int kN, bool kSplitP>
 __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                              int slot, MlaWgState& st) {
   static_assert(kN == 16 || kN == 32, "the KV-on-M kernel takes 16 or 32 query rows");
@@ -103,7 +104,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   }
 
   // Every thread is done with the previous piece's Q, stages, P and exchange slots.
-  named_barrier_sync(1, kMlaKvThreads);
+  named_barrier_sync(kMlaKvBar, kMlaKvThreads);
   if (pv.n_tiles > 0) {
     const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
     const unsigned char* q_rows =
@@ -196,7 +197,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
           sts_f32(a + 4, mx[2 * n + 1]);
         }
       }
-      named_barrier_sync(1, kMlaKvThreads);
+      named_barrier_sync(kMlaKvBar, kMlaKvThreads);
       float alpha[kCols], muse[kCols];
 #pragma unroll
       for (int n = 0; n < kCols / 2; ++n) {
@@ -209,15 +210,13 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       }
 #pragma unroll
       for (int k = 0; k < kCols; ++k) {
-        const float mnew = fmaxf(m[k], mx[k]);
-        // A column that has seen nothing yet keeps max -inf; subtract 0 instead so exp2 gives 0, not NaN.
-        muse[k] = mnew == neg_inf() ? 0.f : mnew;
-        alpha[k] = fast_exp2(m[k] - muse[k]);
-        m[k] = mnew;
+        const OnlineSoftmaxStep step = online_softmax_step(m[k], mx[k]);
+        muse[k] = step.m_use;
+        alpha[k] = step.alpha;
         l[k] *= alpha[k];
       }
 
-      // ---- P^T = exp2(S^T - m) as bf16 hi + lo ----
+      // ---- P^T = exp2(S^T - m) as bf16 hi (+ lo) ----
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) {
         const int k = 2 * (i >> 2) + (i & 1);
@@ -228,7 +227,11 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
         const u32 chunk = static_cast<u32>(2 * warp + ((i >> 1) & 1));
         const u32 off = static_cast<u32>(col * 128) + ((chunk ^ static_cast<u32>(col & 7)) << 4) + p_tok_lo;
         sts16(p_hi + off, h);
-        sts16(p_lo + off, float_to_bf16(pv - bf16_to_float(h)));
+        if constexpr (kSplitP) {
+          sts16(p_lo + off, float_to_bf16(pv - bf16_to_float(h)));
+        } else if constexpr (kN == 16) {
+          sts16(p_lo + off, u16(0));
+        }
       }
       // Once a column's max settles its alpha is exactly 1: skip the multiplies when the whole warp's are.
       bool rescale = false;
@@ -242,7 +245,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       }
       // P^T was written through the generic proxy; every warp's wgmmas read all of it.
       fence_proxy_async_smem();
-      named_barrier_sync(1, kMlaKvThreads);
+      named_barrier_sync(kMlaKvBar, kMlaKvThreads);
 
       // ---- O^T += V^T P^T ----
       wgmma_fence();
@@ -252,7 +255,9 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
         for (int ks = 0; ks < 4; ++ks) {
           const u64 dvk = wgmma_desc_advance(dv, mb * 8192 + ks * 2048);
           WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_hi, ks * 32), true);
-          if constexpr (kN == 32) WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_lo, ks * 32), true);
+          if constexpr (kN == 32 && kSplitP) {
+            WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_lo, ks * 32), true);
+          }
         }
       }
       wgmma_commit();
@@ -260,7 +265,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
 #pragma unroll
       for (int mb = 0; mb < 8; ++mb) wgmma_fence_operand(o[mb]);
       // Every warp's P V of tile j has retired: its stage takes tile j + 2 (and P^T the next tile's).
-      named_barrier_sync(1, kMlaKvThreads);
+      named_barrier_sync(kMlaKvBar, kMlaKvThreads);
       if (j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
     }
     st.tiles = tile0 + static_cast<u32>(pv.n_tiles);
@@ -278,7 +283,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       sts_f32(a + 4, l[2 * n + 1]);
     }
   }
-  named_barrier_sync(1, kMlaKvThreads);
+  named_barrier_sync(kMlaKvBar, kMlaKvThreads);
   float lt[kCols];
 #pragma unroll
   for (int n = 0; n < kCols / 2; ++n) {

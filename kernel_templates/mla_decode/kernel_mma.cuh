@@ -9,7 +9,8 @@
 // 128 fp32 registers per thread.
 //
 // fp8 (e4m3) inputs are widened to f16 in shared memory (exact: every e4m3 value is an f16) and run
-// on the f16 MMA with P in f16. The bf16 path splits P into bf16 hi + lo (two MMAs per V fragment).
+// on the f16 MMA with P in f16. The bf16 path splits P into bf16 hi + lo (two MMAs per V fragment),
+// or with kSplitP false keeps the one bf16 P (kMlaPrecisionBf16).
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
@@ -55,9 +56,10 @@ __device__ __forceinline__ u32 pack_p(float lo, float hi) {
 // Rows [row0, row0 + 16 * kRowGroups) of `piece`; slot < 0: the piece is the whole request, write
 // `out`; else write the normalised partial O and its LSE to `slot`.
 template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kFp8, bool kCausal, int kRowGroups, int kColGroups,
-          int kTileTokens, int kStages>
+          int kTileTokens, int kStages, bool kSplitP>
 __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned char* smem, const MlaPiece& piece,
                                               int row0, int slot) {
+  static_assert(!(kFp8 && kSplitP), "fp8 pages run on one f16 P");
   constexpr MlaTileConfig kCfg{kRowGroups, kColGroups, kTileTokens, kStages};
   constexpr MlaSmemLayout kLayout = mla_smem_layout(kCfg, kFp8);
   constexpr int kThreads = mla_threads(kCfg);
@@ -279,15 +281,8 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
       tmax_lo = fmaxf(tmax_lo, lds_f32(red_max + (c * kRows + row_lo) * 4));
       tmax_hi = fmaxf(tmax_hi, lds_f32(red_max + (c * kRows + row_lo + 8) * 4));
     }
-    const float mnew_lo = fmaxf(m_lo, tmax_lo);
-    const float mnew_hi = fmaxf(m_hi, tmax_hi);
-    // A row that has seen nothing yet keeps max -inf; subtract 0 instead so exp2 gives 0, not NaN.
-    const float muse_lo = mnew_lo == neg_inf() ? 0.f : mnew_lo;
-    const float muse_hi = mnew_hi == neg_inf() ? 0.f : mnew_hi;
-    const float alpha_lo = fast_exp2(m_lo - muse_lo);
-    const float alpha_hi = fast_exp2(m_hi - muse_hi);
-    m_lo = mnew_lo;
-    m_hi = mnew_hi;
+    const auto [muse_lo, alpha_lo] = online_softmax_step(m_lo, tmax_lo);
+    const auto [muse_hi, alpha_hi] = online_softmax_step(m_hi, tmax_hi);
     float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
     for (int j = 0; j < kNT; ++j) {
@@ -301,7 +296,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
       const u32 hi23 = pack_p<kFp8>(p2, p3);
       sts32(p_store + j * 16, hi01);
       sts32(p_store + 8 * kPPitchBytes + j * 16, hi23);
-      if constexpr (!kFp8) {
+      if constexpr (kSplitP) {
         // Residual of the bf16 rounding: P = hi + lo to ~16 bits.
         sts32(p_store + kPLoBytes + j * 16, pack_bf16x2(p0 - bf16x2_lo(hi01), p1 - bf16x2_hi(hi01)));
         sts32(p_store + kPLoBytes + 8 * kPPitchBytes + j * 16, pack_bf16x2(p2 - bf16x2_lo(hi23), p3 - bf16x2_hi(hi23)));
@@ -323,7 +318,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
     for (int ks = 0; ks < kTileTokens / 16; ++ks) {
       u32 a[4], a_lo[4];
       ldsm_x4(a, p_lane + ks * 32);
-      if constexpr (!kFp8) ldsm_x4(a_lo, p_lane + kPLoBytes + ks * 32);
+      if constexpr (kSplitP) ldsm_x4(a_lo, p_lane + kPLoBytes + ks * 32);
 #pragma unroll
       for (int jn = 0; jn < kOT / 2; ++jn) {
         u32 bv[4];
@@ -332,7 +327,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
         const u32 b1[2] = {bv[2], bv[3]};
         mma_16816<kFp8>(o[2 * jn], a, b0);
         mma_16816<kFp8>(o[2 * jn + 1], a, b1);
-        if constexpr (!kFp8) {
+        if constexpr (kSplitP) {
           mma_16816<kFp8>(o[2 * jn], a_lo, b0);
           mma_16816<kFp8>(o[2 * jn + 1], a_lo, b1);
         }

@@ -6,10 +6,11 @@
 //     Q's 512 latent columns and K both from shared memory, 4 more with Q's 64 RoPE columns from
 //     registers;
 //   the row max crosses the two warpgroups through shared memory (one named barrier);
-//   P = exp2(S - m) is stored as bf16 hi + lo (P - hi) in shared memory (a single bf16 P misses the
-//     contract's 1e-2 / 5e-4 tolerances), a second named barrier;
+//   P = exp2(S - m) is stored as bf16 hi + lo (P - hi) in shared memory (kMlaPrecisionExact: a
+//     single bf16 P misses the contract's 1e-2 / 5e-4 tolerances) or as one bf16 P
+//     (kMlaPrecisionBf16), a second named barrier;
 //   O += P V: warpgroup w owns output columns [256 w, 256 w + 256): 8 m64n256k16 wgmmas (4 token
-//     steps x hi, lo) whose B operand is the same shared K tile read MN-major: V is never loaded twice.
+//     steps x hi, lo; 4 with one P) whose B operand is the same shared K tile read MN-major: V is never loaded twice.
 // Loads are cp.async into 128-byte-swizzled tiles (any page size works; zero-fill past the range),
 // completing on one mbarrier per stage. Two stages: warpgroup w refills exactly the columns only its
 // own P V reads (w = 0: 0-255, w = 1: 256-575), so a refill needs no cross-warpgroup handshake
@@ -104,8 +105,8 @@ struct MlaTileLoader {
 // (warpgroup wg, lane with g = lane / 4, c4 = lane % 4) holding rows r_lo and r_hi = r_lo + 8. ----
 
 // Masks and scales this warpgroup's S (register i: token tok_base + 8 (i / 4) + i % 2, row r_hi when
-// (i / 2) % 2 else r_lo), takes each row's max over both warpgroups' tokens (through `red`, barrier
-// 2) and moves the running max m. muse: the max to subtract (0 while a row has seen nothing, so exp2
+// (i / 2) % 2 else r_lo), takes each row's max over both warpgroups' tokens (through `red` and
+// kMlaBarRowExchange) and moves the running max m. muse: the max to subtract (0 while a row has seen nothing, so exp2
 // gives 0, not NaN); alpha: the factor for O and l.
 template <bool kCausal>
 __device__ __forceinline__ void mla_wg_row_max(float (&s)[16], int tok_base, int t1, int lim_lo, int lim_hi, float scale,
@@ -129,17 +130,15 @@ __device__ __forceinline__ void mla_wg_row_max(float (&s)[16], int tok_base, int
     sts_f32(red + (wg * 64 + r_lo) * 4, mx_lo);
     sts_f32(red + (wg * 64 + r_hi) * 4, mx_hi);
   }
-  named_barrier_sync(2, kMlaWgThreads);
+  named_barrier_sync(kMlaBarRowExchange, kMlaWgThreads);
   mx_lo = fmaxf(mx_lo, lds_f32(red + ((wg ^ 1) * 64 + r_lo) * 4));
   mx_hi = fmaxf(mx_hi, lds_f32(red + ((wg ^ 1) * 64 + r_hi) * 4));
-  const float mnew_lo = fmaxf(m_lo, mx_lo);
-  const float mnew_hi = fmaxf(m_hi, mx_hi);
-  muse_lo = mnew_lo == neg_inf() ? 0.f : mnew_lo;
-  muse_hi = mnew_hi == neg_inf() ? 0.f : mnew_hi;
-  alpha_lo = fast_exp2(m_lo - muse_lo);
-  alpha_hi = fast_exp2(m_hi - muse_hi);
-  m_lo = mnew_lo;
-  m_hi = mnew_hi;
+  const OnlineSoftmaxStep step_lo = online_softmax_step(m_lo, mx_lo);
+  const OnlineSoftmaxStep step_hi = online_softmax_step(m_hi, mx_hi);
+  muse_lo = step_lo.m_use;
+  muse_hi = step_hi.m_use;
+  alpha_lo = step_lo.alpha;
+  alpha_hi = step_hi.alpha;
 }
 
 // l = l alpha + this tile's sums; O *= alpha. Once a row's max settles its alpha is exactly 1: the
@@ -155,8 +154,9 @@ __device__ __forceinline__ void mla_wg_rescale(float (&o)[128], float& l_lo, flo
 }
 
 // Row sums across the warpgroups, normalise, store: slot < 0 writes `out`, else the partial O and
-// LSE at `slot`. Every `red` read of the last tile happened before barrier 3, which both warpgroups
-// have passed; both read `red` here before the next piece's first write (barrier 1 at its start).
+// LSE at `slot`. Every `red` read of the last tile happened before the P barrier (kMlaBarP), which
+// both warpgroups have passed; both read `red` here before the next piece's first write (kMlaBarPiece
+// at its start).
 template <int kHeads, int kMaxSeqLenQ>
 __device__ __forceinline__ void mla_wg_epilogue(const MlaDecodeParams& p, const float (&o)[128], float m_lo, float m_hi,
                                                 float l_lo, float l_hi, u32 red, int wg, int c4, int r_lo, int r_hi,
@@ -168,7 +168,7 @@ __device__ __forceinline__ void mla_wg_epilogue(const MlaDecodeParams& p, const 
     sts_f32(red + (wg * 64 + r_lo) * 4, l_lo);
     sts_f32(red + (wg * 64 + r_hi) * 4, l_hi);
   }
-  named_barrier_sync(2, kMlaWgThreads);
+  named_barrier_sync(kMlaBarRowExchange, kMlaWgThreads);
   const float lt_lo = lds_f32(red + r_lo * 4) + lds_f32(red + (64 + r_lo) * 4);
   const float lt_hi = lds_f32(red + r_hi * 4) + lds_f32(red + (64 + r_hi) * 4);
 
@@ -203,7 +203,7 @@ __device__ __forceinline__ void mla_wg_epilogue(const MlaDecodeParams& p, const 
 
 // Rows [row0, row0 + 64) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
 // `base`: the 1024-byte-aligned shared-memory base.
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal>
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, bool kSplitP>
 __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                                 int slot, MlaWgState& st) {
   constexpr int kRowBytes = kMlaDimQk * 2;
@@ -236,7 +236,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
   float l_lo = 0.f, l_hi = 0.f;
 
   // Every thread of both warpgroups is done with the previous piece's Q, stages, P and row sums.
-  named_barrier_sync(1, kMlaWgThreads);
+  named_barrier_sync(kMlaBarPiece, kMlaWgThreads);
   if (pv.n_tiles > 0) {
     const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
     const unsigned char* q_rows =
@@ -332,7 +332,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       mla_wg_row_max<kCausal>(s, pv.t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, pv.t1, lim_lo, lim_hi, scale, red, wg, r_lo,
                               r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
-      // ---- P = exp2(S - m) as bf16 hi + lo, into the shared P tiles ----
+      // ---- P = exp2(S - m) as bf16 hi (+ lo), into the shared P tiles ----
       float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
       for (int n = 0; n < 4; ++n) {
@@ -349,13 +349,15 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
         const u32 off_hi = p_row_hi + ((chunk ^ static_cast<u32>(g)) << 4);
         sts32(p_hi + off_lo, h01);
         sts32(p_hi + off_hi, h23);
-        sts32(p_lo + off_lo, pack_bf16x2(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
-        sts32(p_lo + off_hi, pack_bf16x2(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
+        if constexpr (kSplitP) {
+          sts32(p_lo + off_lo, pack_bf16x2(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
+          sts32(p_lo + off_hi, pack_bf16x2(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
+        }
       }
       mla_wg_rescale(o, l_lo, l_hi, alpha_lo, alpha_hi, sum_lo, sum_hi);
       // P was written through the generic proxy; both warpgroups' wgmmas read it.
       fence_proxy_async_smem();
-      named_barrier_sync(3, kMlaWgThreads);
+      named_barrier_sync(kMlaBarP, kMlaWgThreads);
 
       // ---- O += P V over this warpgroup's 256 columns ----
       wgmma_fence();
@@ -363,7 +365,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       for (int ks = 0; ks < 4; ++ks) {
         const u64 dvk = wgmma_desc_advance(dv, ks * 2048);
         WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_hi, ks * 32), dvk, true);
-        WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
+        if constexpr (kSplitP) WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
       }
       wgmma_commit();
       wgmma_wait<0>();

@@ -104,7 +104,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
   const MlaWgFp8Smem sm(base);
 
   // Every thread is done with the previous piece's Q and stages.
-  named_barrier_sync(1, kMlaWgFp8Threads);
+  named_barrier_sync(kMlaBarPiece, kMlaWgFp8Threads);
   const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
   if (pv.n_tiles == 0) return;
   const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
@@ -166,7 +166,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
   float l_lo = 0.f, l_hi = 0.f;
 
   // Every thread is done with the previous piece's Q, stages, P and row sums.
-  named_barrier_sync(1, kMlaWgFp8Threads);
+  named_barrier_sync(kMlaBarPiece, kMlaWgFp8Threads);
   const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
   if (pv.n_tiles > 0) {
     const int lim_lo = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_lo);
@@ -189,7 +189,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       for (int k = 0; k < 9; ++k) v[0][k] = ldg128_if(src + 64 * k, valid);
       mla_fp8_store_f16(sm.q, qr, lane >> 3, v);
       fence_proxy_async_smem();
-      named_barrier_sync(2, kMlaWgThreads);
+      named_barrier_sync(kMlaBarRowExchange, kMlaWgThreads);
     }
 
     for (int j = 0; j < pv.n_tiles; ++j) {
@@ -237,7 +237,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       mla_wg_rescale(o, l_lo, l_hi, alpha_lo, alpha_hi, sum_lo, sum_hi);
       // P was written through the generic proxy; both warpgroups' wgmmas read it.
       fence_proxy_async_smem();
-      named_barrier_sync(3, kMlaWgThreads);
+      named_barrier_sync(kMlaBarP, kMlaWgThreads);
 
       // ---- O += P V over this warpgroup's 256 columns ----
       wgmma_fence();

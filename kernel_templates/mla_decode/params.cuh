@@ -46,6 +46,13 @@ constexpr int kMlaKernelMmaSync = 1;
 constexpr int kMlaKernelWgmma = 2;
 constexpr int kMlaKernelWgmmaKv = 3;
 
+// Precision of the softmax probabilities P in O += P V on bf16 pages ("precision" field). exact: P
+// is carried as bf16 hi + lo (P - hi), two MMAs per V fragment, and meets the contract's 1e-2 / 5e-4
+// tolerances on every input; bf16: one bf16 P rounded to nearest (the row sums l stay fp32, from the
+// unrounded P), FlashMLA's numerics, one MMA per V fragment. fp8 pages always run on one f16 P.
+constexpr int kMlaPrecisionExact = 0;
+constexpr int kMlaPrecisionBf16 = 1;
+
 // Combine: one CTA per output row, four warps, or eight where a request has many pieces (kernel.cuh).
 constexpr int kMlaCombineThreads = 128;
 constexpr int kMlaCombineWideThreads = 256;
@@ -161,8 +168,8 @@ KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
   if (fp8) end += c.tile_tokens * kMlaSmemPitch * 2;
   l.p_offset = end;
   l.p_pitch = c.tile_tokens + 8;
-  // bf16 keeps P as hi + lo bf16 pairs (a single bf16 P misses the 1e-2 / 5e-4 tolerance on
-  // flat and peaked rows alike); fp8 runs on f16, whose P is accurate enough alone.
+  // bf16 room for P as hi + lo (kMlaPrecisionExact; the one-P precision leaves the lo half unused),
+  // fp8 runs on one f16 P.
   end += rows * l.p_pitch * 2 * (fp8 ? 1 : 2);
   l.red_max_offset = mla_align16(end);
   end = l.red_max_offset + c.col_groups * rows * 4;
@@ -173,6 +180,15 @@ KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
   l.total = mla_align16(end);
   return l;
 }
+
+// Named barriers of the wgmma kernels (id 0 is __syncthreads). Heads-on-M kernels: the piece
+// boundary (every thread is done with the previous piece's shared memory), the two consumer
+// warpgroups' row exchange through shared memory (row max, then row sums; in the fp8 kernel also Q
+// staged), and the P tile complete. The KV-on-M kernel is one warpgroup: one barrier for all of it.
+constexpr int kMlaBarPiece = 1;
+constexpr int kMlaBarRowExchange = 2;
+constexpr int kMlaBarP = 3;
+constexpr int kMlaKvBar = 1;
 
 // ---- wgmma kernel (sm_90a) geometry ----
 // 64 query rows per CTA, KV tiles of 64 tokens, two consumer warpgroups (output columns 0-255 and

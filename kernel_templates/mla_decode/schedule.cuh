@@ -13,8 +13,6 @@ namespace kiln {
 
 namespace mla_detail {
 
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
 struct MlaRequest {
   int tok0;     // first query token
   int q_len;    // query rows per head

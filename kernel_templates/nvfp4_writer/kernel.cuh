@@ -13,17 +13,16 @@
 #include "common/numeric.cuh"
 #include "common/nvfp4_encode.cuh"
 #include "common/nvfp4_format.cuh"
+#include "common/pdl.cuh"
 #include "nvfp4_writer/params.cuh"
 
 namespace kiln {
 
 #ifdef __CUDACC__
 
-// Every writer kernel is launched as a programmatic dependent of the previous kernel on the stream:
-// its blocks may start before that kernel finishes, and read nothing until it has (the wait). The
-// trigger lets the next dependent start early in turn.
-__device__ __forceinline__ void nvfp4_wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void nvfp4_let_next_kernel_start() { asm volatile("griddepcontrol.launch_dependents;"); }
+// Every writer kernel is launched as a programmatic dependent of the previous kernel on the stream
+// (common/pdl.cuh): its blocks may start before that kernel finishes, and read nothing until it has
+// (pdl_wait). The trigger lets the next dependent start early in turn.
 
 // Before the wait a kernel may only warm L2 (coherent for every SM) with the lines it will read:
 // nothing reaches registers or L1 until the previous kernel's writes are visible. In a chain of
@@ -85,8 +84,8 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const _
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
   if (lane < kNvfp4RowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
-  nvfp4_wait_for_previous_kernel();
-  nvfp4_let_next_kernel_start();
+  pdl_wait();
+  pdl_launch_dependents();
   Nvfp4WriterRow r[kNvfp4RowsPerWarp];
 #pragma unroll
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
@@ -108,8 +107,8 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32;  // one row per warp
   if (lane == 0) nvfp4_prefetch_row(p, row);
-  nvfp4_wait_for_previous_kernel();
-  nvfp4_let_next_kernel_start();
+  pdl_wait();
+  pdl_launch_dependents();
   const bool live = row < p.num_rows;
   Nvfp4WriterRow r;
   if (live) r = nvfp4_writer_load(p, row, lane);  // in flight during the staging
@@ -145,8 +144,8 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
   }
   // After the wait, so that the write kernel, starting now, reads inputs that are complete: it reads
   // and encodes its rows, then waits for this whole grid before it reads an owner word.
-  nvfp4_wait_for_previous_kernel();
-  nvfp4_let_next_kernel_start();
+  pdl_wait();
+  pdl_launch_dependents();
   const int slot = row < p.num_rows ? p.slot_mapping[row] : -1;
   const bool valid = slot >= 0 && slot < p.num_slots;
   // Rows of this warp with the same slot: only the lowest (lowest lane) claims.
@@ -167,7 +166,7 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
 // before it waits for the claims; then lane i reads row i's owner word, all in one round trip.
 template <int kPageSize>
 __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
-  nvfp4_let_next_kernel_start();
+  pdl_launch_dependents();
   const int lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
   int slot = -1;  // lanes below kNvfp4RowsPerWarp: the target of row row0 + lane, -1 when skipped
@@ -185,7 +184,7 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel
   for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
     if ((live >> i) & 1u) nvfp4_writer_encode(r[i], lane);
   }
-  nvfp4_wait_for_previous_kernel();  // the claims
+  pdl_wait();  // the claims
   bool owner = false;
   if (slot >= 0) {
     owner = *reinterpret_cast<const volatile unsigned*>(nvfp4_scale_record<kPageSize>(p, slot) + kNvfp4Groups) == static_cast<unsigned>(row0 + lane) + 1u;

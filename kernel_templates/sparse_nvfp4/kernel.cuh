@@ -16,8 +16,9 @@
 #include "common/mbarrier.cuh"
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
-#include "common/softmax.cuh"
 #include "common/nvfp4.cuh"
+#include "common/pdl.cuh"
+#include "common/softmax.cuh"
 #include "sparse_nvfp4/params.cuh"
 
 namespace kiln {
@@ -33,21 +34,14 @@ constexpr int kKScaleExp = 7;                       // decoded NoPE = value * 2^
 constexpr float kKScaleUndo = 128.0f;
 constexpr unsigned kDataBytes = 352u;               // per token, before the page's scale block
 constexpr unsigned kTileRow = 1024u;
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }  // no host math headers
 
-// Programmatic dependent launch: every kernel of the family is launched as a dependent of the
-// kernel before it in the stream and reads no input before griddepcontrol.wait, which returns once
-// that kernel has completed and its writes are visible. So a launch's blocks are scheduled, and set
-// up their shared memory, during the previous kernel's tail (for the merge: the decode grid's) and
-// not after it. Each kernel lets its dependents be scheduled as soon as its blocks start: a
-// dependent cannot take an SM one of this grid's blocks still needs, since all of them have started
-// by then.
-__device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void allow_dependent_grid() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// Programmatic dependent launch (common/pdl.cuh): every kernel of the family is launched as a
+// dependent of the kernel before it in the stream and reads no input before pdl_wait(). So a launch's
+// blocks are scheduled, and set up their shared memory, during the previous kernel's tail (for the
+// merge: the decode grid's) and not after it. Each kernel lets its dependents be scheduled as soon as
+// its blocks start: a dependent cannot take an SM one of this grid's blocks still needs, since all of
+// them have started by then.
 
-__device__ __forceinline__ void bar_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
 // Cluster helpers (sm_90+). A launch without a cluster attribute is a cluster of one CTA.
 __device__ __forceinline__ u32 cluster_size() {
   u32 n;
@@ -234,14 +228,12 @@ __device__ __forceinline__ void decode_candidate(const u8* stage_row, u8* tile_r
     const int u = 2 * k + half;  // 16 B code unit: dims 32u .. 32u+31, scale groups 2u, 2u+1
     const uint4 codes = *reinterpret_cast<const uint4*>(stage_row + u * 16);
     const u16 sc = *reinterpret_cast<const u16*>(stage_row + kDataBytes + 2 * u);
-    const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - kKScaleExp>(sc);
-    const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
     const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
+    u32 o[4][4];
+    e2m1x32_to_f16_scaled<kE2m1RawExponent - kKScaleExp>(words, sc, o);
 #pragma unroll
     for (int wi = 0; wi < 4; ++wi) {
-      u32 o[4];
-      e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
-      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
     }
   }
 #pragma unroll
@@ -278,14 +270,12 @@ __device__ __forceinline__ void decode_candidate_regs(const RecordHalf& rec, u8*
 #pragma unroll
   for (int k = 0; k < 7; ++k) {
     const int u = 2 * k + half;  // 16 B code unit: dims 32u .. 32u+31, scale groups 2u, 2u+1 (word k)
-    const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - kKScaleExp>(u16(scale_words[k] >> (16 * half)));
-    const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
     const u32 words[4] = {rec.data[k].x, rec.data[k].y, rec.data[k].z, rec.data[k].w};
+    u32 o[4][4];
+    e2m1x32_to_f16_scaled<kE2m1RawExponent - kKScaleExp>(words, u16(scale_words[k] >> (16 * half)), o);
 #pragma unroll
     for (int wi = 0; wi < 4; ++wi) {
-      u32 o[4];
-      e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
-      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
     }
   }
 #pragma unroll
@@ -421,7 +411,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   constexpr bool kProducersStageQ = !kSmall && kHeadTiles == 1;
   constexpr int kQThreads = kProducersStageQ ? kConsumers + kProducers : kConsumers;
 
-  allow_dependent_grid();
+  pdl_launch_dependents();
   extern __shared__ __align__(128) u8 smem[];
   u8* tiles = smem;
   u8* stages = smem + 2 * kSparseTileBytes;  // absent in the compact configuration
@@ -456,7 +446,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       mbar_init(bar_full + 8 * b, kProducers);
     }
   }
-  wait_for_prior_grid();  // the first read of an input (sparse_detail)
+  pdl_wait();  // the first read of an input (sparse_detail)
   const TokenWork work = token_work<kHasExtra>(p, t);
   // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
   const int per_cta = (p.chunks_per_block + ncta - 1) / ncta;
@@ -513,7 +503,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
       cp_async_wait<1>();
-      bar_sync(kBarProducers, kProducers);
+      named_barrier_sync(kBarProducers, kProducers);
       if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) - 1) & 1));
 #pragma unroll
       for (int r = 0; r < kReps; ++r) {
@@ -524,7 +514,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
         if (lane == 0) masks[b * 4 + (item >> 5)] = compress_even_bits(ballot);
       }
       mbar_arrive(bar_full + 8 * b);
-      bar_sync(kBarProducers, kProducers);  // staging buffer b fully read
+      named_barrier_sync(kBarProducers, kProducers);  // staging buffer b fully read
 #pragma unroll
       for (int r = 0; r < kReps; ++r) {
         const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
@@ -554,7 +544,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   // This thread's share of Q: kBarQStaged orders the consumers' shares, the first full barrier the
   // producers' (if any), before any read.
   stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
-  bar_sync(kBarQStaged, kConsumers);
+  named_barrier_sync(kBarQStaged, kConsumers);
 
   const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
   float o[kMt][16][4];
@@ -633,19 +623,17 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
         if (q4 == 0) rmax[warp * 32 + row0 + mt * 16 + hr * 8 + g] = mx[hr];
       }
     }
-    bar_sync(bar_team, kSparseConsumerThreads);
+    named_barrier_sync(bar_team, kSparseConsumerThreads);
     u8* pbuf = p_smem + b * kRows * 128 + row0 * 128;
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int row = mt * 16 + hr * 8 + g;
-        float m_new = m_run[mt][hr];
+        float tile_max = rmax[row0 + row];
 #pragma unroll
-        for (int w = 0; w < 4; ++w) m_new = fmaxf(m_new, rmax[w * 32 + row0 + row]);
-        const float m_use = m_new == neg_inf() ? 0.0f : m_new;
-        const float alpha = fast_exp2(m_run[mt][hr] - m_use);
-        m_run[mt][hr] = m_new;
+        for (int w = 1; w < 4; ++w) tile_max = fmaxf(tile_max, rmax[w * 32 + row0 + row]);
+        const auto [m_use, alpha] = online_softmax_step(m_run[mt][hr], tile_max);
         float psum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
@@ -665,7 +653,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
         }
       }
     }
-    bar_sync(bar_team, kSparseConsumerThreads);
+    named_barrier_sync(bar_team, kSparseConsumerThreads);
 
     // ---- O += P V: this warp owns NoPE dims 112w..112w+111 and RoPE dims 448+16w..+15 ----
     const u8* p_row = pbuf + (lane & 15) * 128;
@@ -708,7 +696,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       const float l = quad_sum(l_run[mt][hr]);
       if (q4 == 0) red_l[warp * 32 + row0 + mt * 16 + hr * 8 + g] = l;
     }
-  bar_sync(bar_team, kSparseConsumerThreads);
+  named_barrier_sync(bar_team, kSparseConsumerThreads);
   const float* sink = static_cast<const float*>(p.attn_sink);
   if constexpr (!kSmall) {
     if (ncta > 1) {
@@ -716,7 +704,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       // tiles region; after the first cluster barrier CTA crank combines the O columns nt with
       // nt % ncta == crank over all CTAs in rank order (a fixed order: bitwise repeatable) and
       // writes them; the second barrier keeps each CTA's shared memory alive until read. ----
-      bar_sync(kBarQStaged, kConsumers);  // both teams are past their last tile read
+      named_barrier_sync(kBarQStaged, kConsumers);  // both teams are past their last tile read
       float* xo = reinterpret_cast<float*>(tiles);  // [16 nt][kConsumers][4]
       float* xs = xo + 16 * kConsumers * 4;         // [kRows][2]: max, sum
 #pragma unroll
@@ -823,8 +811,8 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
 template <int kHeads>
 __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
-  allow_dependent_grid();
-  wait_for_prior_grid();
+  pdl_launch_dependents();
+  pdl_wait();
   const long long row = (long long)blockIdx.x * kSparseMergeRowsPerBlock + threadIdx.x / 64;
   if (row >= (long long)p.num_tokens * kHeads) return;
   const int head = int(row % kHeads);

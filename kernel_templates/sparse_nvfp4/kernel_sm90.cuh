@@ -243,14 +243,12 @@ __device__ __forceinline__ void put_tile16(u32 addr, U32x4 v, u32 peer, u32 peer
 // candidate's 16-byte column of the tile).
 template <bool kCross>
 __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col, int u, u32 peer, u32 peer_bar) {
-  const u32 s2 = e4m3x2_scale_f16x2<kE2m1RawExponent - sparse_detail::kKScaleExp>(u16(scale_pair));
-  const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
   const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
+  u32 o[4][4];
+  e2m1x32_to_f16_scaled<kE2m1RawExponent - sparse_detail::kKScaleExp>(words, u16(scale_pair), o);
 #pragma unroll
   for (int wi = 0; wi < 4; ++wi) {
-    u32 o[4];
-    e2m1x8_to_f16_scaled(words[wi], wi < 2 ? s_lo : s_hi, o);
-    put_tile16<kCross>(col + (4 * u + wi) * 1024, U32x4{o[0], o[1], o[2], o[3]}, peer, peer_bar);
+    put_tile16<kCross>(col + (4 * u + wi) * 1024, U32x4{o[wi][0], o[wi][1], o[wi][2], o[wi][3]}, peer, peer_bar);
   }
 }
 
@@ -356,7 +354,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   // its word of the tile mask.
   constexpr u32 kPeerBytes = 32u * 1024u + 4u;
 
-  allow_dependent_grid();  // programmatic dependent launch: sparse_detail
+  pdl_launch_dependents();  // programmatic dependent launch: sparse_detail
   extern __shared__ __align__(1024) u8 smem[];
   const u32 sbase = smem_addr(smem);
   const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;  // + 8 * buffer
@@ -386,7 +384,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     mbar_init(bar_q, 1);
     mbar_fence_init();
   }
-  wait_for_prior_grid();  // the first read of an input
+  pdl_wait();  // the first read of an input
   const TokenWork work = token_work<kHasExtra>(p, t);
   // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
   const int per_cta = (p.chunks_per_block + shape.deal - 1) / shape.deal;
@@ -629,10 +627,9 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         float alpha[2], m_use[2];
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const float m_new = fmaxf(m_run[hr], quad_max(mx[hr]));
-          m_use[hr] = m_new == neg_inf() ? 0.0f : m_new;
-          alpha[hr] = fast_exp2(m_run[hr] - m_use[hr]);
-          m_run[hr] = m_new;
+          const OnlineSoftmaxStep step = online_softmax_step(m_run[hr], quad_max(mx[hr]));
+          m_use[hr] = step.m_use;
+          alpha[hr] = step.alpha;
         }
         float psum[2] = {0.0f, 0.0f};
 #pragma unroll

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "kiln/runtime/mla_decode/planner.h"
+
 namespace kiln::mla {
 
 namespace {
@@ -14,8 +16,8 @@ namespace {
 // dense mask stops too: a causal key names the dense kernel, so both keys share one cubin (one
 // compile, one cache entry) and skip the limit arithmetic.
 KernelSource render(const MlaDecodePolicy& policy) {
-  MlaPolicy p = policy.planner_policy();
-  if (p.max_seq_len_q == 1) p.causal = false;
+  MlaDecodePolicy p = policy;
+  if (p.max_seq_len_q == 1) p.mask = MaskType::kDense;
   return KernelSource{"#include \"mla_decode/kernel.cuh\"\n",
                       {decode_kernel_name(p), combine_kernel_name(p), combine_kernel_name(p, true)}};
 }
@@ -25,11 +27,16 @@ std::string describe_dtype(std::int64_t v) { return std::string(dtype_name(stati
 constexpr std::int64_t value(DType t) { return static_cast<std::int64_t>(t); }
 constexpr std::int64_t value(MaskType m) { return static_cast<std::int64_t>(m); }
 constexpr std::int64_t value(MlaKernel k) { return static_cast<std::int64_t>(k); }
+constexpr std::int64_t value(MlaPrecision p) { return static_cast<std::int64_t>(p); }
 
 void cross_check(const MlaDecodePolicy& p) {
   if (p.kernel == MlaKernel::kWgmmaKv && p.dtype != DType::kBf16) {
     throw Error(ErrorCode::kUnsupported, "argument 'kernel': \"wgmma_kv\" takes dtype bf16 only; use \"auto\", "
                                          "\"mma_sync\" or \"wgmma\" for fp8_e4m3");
+  }
+  if (p.precision == MlaPrecision::kBf16 && p.dtype != DType::kBf16) {
+    throw Error(ErrorCode::kUnsupported, "argument 'precision': \"bf16\" applies to bf16 pages only (fp8_e4m3 pages "
+                                         "always run on one f16 P); use \"exact\" with dtype fp8_e4m3");
   }
 }
 
@@ -56,7 +63,11 @@ const PolicySchema<MlaDecodePolicy>& schema() {
                                              {"wgmma", value(MlaKernel::kWgmma)},
                                              {"wgmma_kv", value(MlaKernel::kWgmmaKv)}},
                                             value(MlaKernel::kAuto), ErrorCode::kInvalidArgument,
-                                            "kAuto, kMmaSync, kWgmma or kWgmmaKv")},
+                                            "kAuto, kMmaSync, kWgmma or kWgmmaKv"),
+       enum_field<&MlaDecodePolicy::precision>("precision",
+                                               {{"exact", value(MlaPrecision::kExact)}, {"bf16", value(MlaPrecision::kBf16)}},
+                                               value(MlaPrecision::kExact), ErrorCode::kInvalidArgument,
+                                               "kExact or kBf16")},
       &render, &cross_check);
   return s;
 }
@@ -66,19 +77,6 @@ const PolicySchema<MlaDecodePolicy>& schema() {
 std::string_view mask_name(MaskType mask) { return mask == MaskType::kDense ? "dense" : "causal"; }
 
 void MlaDecodePolicy::validate() const { schema().validate(*this); }
-
-MlaPolicy MlaDecodePolicy::planner_policy() const {
-  MlaPolicy p;
-  p.heads = heads;
-  p.page_size = page_size;
-  p.max_seq_len = max_seq_len;
-  p.max_seq_len_q = max_seq_len_q;
-  p.packed = packed;
-  p.fp8 = dtype == DType::kE4m3;
-  p.causal = mask == MaskType::kCausal;
-  p.kernel = static_cast<int>(kernel);
-  return p;
-}
 
 SemanticKey MlaDecodePolicy::key(std::string_view arch) const { return schema().key(*this, arch); }
 

@@ -5,19 +5,23 @@
 // Policy JSON (canonical, every field present):
 //   {"heads": 1..128, "page_size": 16|32|64|128, "max_seq_len": 1..2^31-32768, "max_seq_len_q": 1..64,
 //    "packed": bool, "dtype": "bf16"|"fp8_e4m3", "out_dtype": "bf16", "mask": "dense"|"causal",
-//    "kernel": "auto"|"mma_sync"|"wgmma"|"wgmma_kv"}
+//    "kernel": "auto"|"mma_sync"|"wgmma"|"wgmma_kv", "precision": "exact"|"bf16"}
 // heads and max_seq_len have no default (no value is right for every model); the rest default to
-// page_size 64, max_seq_len_q 1, packed false, dtype bf16, out_dtype bf16, mask causal, kernel auto.
+// page_size 64, max_seq_len_q 1, packed false, dtype bf16, out_dtype bf16, mask causal, kernel auto,
+// precision exact.
 // kernel: auto lets the planner pick per GPU (on sm_90a: for bf16 the KV-on-M wgmma kernel up to 32
 // rows per request, the wgmma kernel above; for fp8 the wgmma kernel; else the mma.sync kernel);
 // mma_sync forces the mma.sync kernel in the configuration that fits ~99 KB of shared memory (what
 // sm_120 runs); wgmma forces the Hopper kernel (sm_90a only); wgmma_kv forces the Hopper kernel with
 // KV tokens on the MMA's M side (sm_90a and bf16 only).
+// precision (bf16 pages; fp8_e4m3 takes exact only, its P is one f16): exact carries the softmax
+// probabilities P into P V as bf16 hi + lo and meets the contract's tolerances on every input; bf16
+// rounds P once to bf16 (FlashMLA's numerics), one MMA per V fragment instead of two.
 #include <cstdint>
 #include <string_view>
 
 #include "kiln/jit/semantic_key.h"
-#include "kiln/runtime/mla_decode/planner.h"
+#include "kiln/kernel_templates/mla_decode/params.cuh"
 #include "kiln/runtime/policy_schema.h"
 #include "kiln/runtime/tensor_view.h"
 
@@ -44,7 +48,10 @@ enum class MlaKernel {
   kWgmmaKv = kMlaKernelWgmmaKv
 };
 
-// The semantic-key fields of one MLA decode kernel (everything except the target arch).
+enum class MlaPrecision { kExact = kMlaPrecisionExact, kBf16 = kMlaPrecisionBf16 };
+
+// The semantic-key fields of one MLA decode kernel (everything except the target arch); the planner
+// and the launcher take it as it is.
 struct MlaDecodePolicy {
   int heads = 0;
   int page_size = 64;
@@ -55,13 +62,14 @@ struct MlaDecodePolicy {
   DType out_dtype = DType::kBf16;  // kBf16 only
   MaskType mask = MaskType::kCausal;
   MlaKernel kernel = MlaKernel::kAuto;
+  MlaPrecision precision = MlaPrecision::kExact;
+
+  bool fp8() const { return dtype == DType::kE4m3; }
+  bool causal() const { return mask == MaskType::kCausal; }
 
   // Throws kiln::Error naming the field: kInvalidArgument for values the contract forbids (heads 0,
   // max_seq_len 0), kUnsupported for valid requests kiln does not implement (heads 256, fp16 out).
   void validate() const;
-
-  // The planner's view (no out_dtype: bf16 is the only output).
-  MlaPolicy planner_policy() const;
 
   SemanticKey key(std::string_view arch) const;
 

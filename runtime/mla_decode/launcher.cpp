@@ -59,7 +59,7 @@ std::size_t mla_workspace_size(const MlaDecodePolicy& policy, int batch) {
   if (batch < 0) check::fail("batch", ">= 0", num(batch));
   if (batch > kMaxBatch) check::unsupported("batch", "1..65535", num(batch));
   if (batch == 0) return 0;
-  return workspace_size(policy.planner_policy(), batch);
+  return workspace_size(policy, batch);
 }
 
 std::size_t mla_workspace_size(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed,
@@ -84,7 +84,7 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
                                   const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
                                   const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q,
                                   const std::optional<TensorView>& out, double bmm1_scale, double bmm2_scale,
-                                  MaskType mask, DType out_dtype, MlaKernel kernel) {
+                                  MaskType mask, DType out_dtype, MlaKernel kernel, MlaPrecision precision) {
   // Every check below formats only when it fails: the success path allocates nothing.
   if (kv_lora_rank != kMlaDimV) check::unsupported("kv_lora_rank", "512", num(kv_lora_rank));
   if (qk_rope_head_dim != kMlaDimQk - kMlaDimV) check::unsupported("qk_rope_head_dim", "64", num(qk_rope_head_dim));
@@ -205,12 +205,12 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
 
   MlaProblem problem;
   problem.policy = MlaDecodePolicy{static_cast<int>(heads), static_cast<int>(page_size), max_seq_len, static_cast<int>(sq),
-                                   packed,  query.dtype, out_dtype, mask, kernel};
+                                   packed,  query.dtype, out_dtype, mask, kernel, precision};
   problem.policy.validate();  // the family's rules; the checks above only name the argument they came from
   problem.batch = static_cast<int>(batch);
   problem.total_q = total_q;
   problem.workspace_bytes =
-      batch == 0 ? 0 : workspace_layout(problem.policy.planner_policy(), problem.batch, PolicyCheck::kValidated).total_bytes;
+      batch == 0 ? 0 : workspace_layout(problem.policy, problem.batch, PolicyCheck::kValidated).total_bytes;
 
   // out: [B, SQ, H, 512] or [total_q, H, 512], disjoint from every input.
   if (out) {
@@ -267,10 +267,10 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
     int qk_rope_head_dim, const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
     const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q, const std::optional<TensorView>& out,
     double bmm1_scale, double bmm2_scale, MaskType mask, DType out_dtype, CUstream stream, KernelService& service,
-    MlaKernel kernel) {
-  MlaProblem problem =
-      validate_mla_arguments(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
-                             max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask, out_dtype, kernel);
+    MlaKernel kernel, MlaPrecision precision) {
+  MlaProblem problem = validate_mla_arguments(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim,
+                                              block_tables, seq_lens, max_seq_len, qo_indptr, max_seq_len_q, out,
+                                              bmm1_scale, bmm2_scale, mask, out_dtype, kernel, precision);
   // No query rows: nothing to compute and nothing to allocate, so no driver is needed either.
   if (problem.total_q == 0) return problem.out;
 
@@ -283,7 +283,7 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   on.check(out, "out");
   const MlaDecodePolicy& policy = problem.policy;
   const KernelHandle& handle = acquire(service, policy, stream, on.device());
-  const MlaPlan p = plan(policy.planner_policy(), problem.batch, service.device_limits(handle.device),
+  const MlaPlan p = plan(policy, problem.batch, service.device_limits(handle.device),
                          service.device_arch(handle.device), PolicyCheck::kValidated);
 
   const Driver& d = Driver::get();

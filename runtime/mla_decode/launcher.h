@@ -55,13 +55,17 @@ namespace kiln::mla {
 // or B == 0) returns without touching the driver. A launch whose key is not warm compiles and
 // loads it, except while `stream` is capturing (then kNotWarm naming the key).
 // `kernel` (the policy's "kernel" field) forces a kernel variant, e.g. for tests and benchmarks;
-// the workspace must then be sized for that policy (mla_workspace_size(policy, batch)).
+// the workspace must then be sized for that policy (mla_workspace_size(policy, batch)). `precision`
+// (the policy's "precision" field) picks the numerics of P on bf16 pages: kExact (the default,
+// within the contract's tolerances on every input) or kBf16 (one bf16 P, FlashMLA's numerics, faster
+// where the tensor cores limit); fp8 pages take kExact only.
 TensorView prims_ts_batch_decode_with_kv_cache_mla(
     const TensorView& query, const TensorView& kv_cache, const TensorView& workspace_buffer, int kv_lora_rank,
     int qk_rope_head_dim, const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
     const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q, const std::optional<TensorView>& out,
     double bmm1_scale, double bmm2_scale, MaskType mask, DType out_dtype, CUstream stream,
-    KernelService& service = KernelService::global(), MlaKernel kernel = MlaKernel::kAuto);
+    KernelService& service = KernelService::global(), MlaKernel kernel = MlaKernel::kAuto,
+    MlaPrecision precision = MlaPrecision::kExact);
 
 // Workspace bytes for one launch of the policy at `batch` requests: exactly the semantic-key
 // arguments plus batch. 0 means the kernel never splits KV for this policy and any (even empty)
@@ -95,6 +99,7 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
                                   const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
                                   const std::optional<TensorView>& qo_indptr, std::optional<int> max_seq_len_q,
                                   const std::optional<TensorView>& out, double bmm1_scale, double bmm2_scale,
-                                  MaskType mask, DType out_dtype, MlaKernel kernel = MlaKernel::kAuto);
+                                  MaskType mask, DType out_dtype, MlaKernel kernel = MlaKernel::kAuto,
+                                  MlaPrecision precision = MlaPrecision::kExact);
 
 }  // namespace kiln::mla

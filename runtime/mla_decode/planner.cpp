@@ -4,7 +4,6 @@
 #include <string>
 
 #include "kiln/jit/error.h"
-#include "kiln/runtime/mla_decode/family.h"
 
 namespace kiln::mla {
 namespace {
@@ -21,32 +20,32 @@ constexpr DeviceLimits kWorkspaceSizingDevice{
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
-int row_tiles(const MlaPolicy& policy, const MlaVariant& v) {
+int row_tiles(const MlaDecodePolicy& policy, const MlaVariant& v) {
   const int rows = mla_variant_rows(v);
   return (mla_max_rows(policy.heads, policy.max_seq_len_q) + rows - 1) / rows;
 }
 
 // One wave of resident CTAs: every SM holds as many as its shared memory allows, each CTA is one
 // (part, row tile), so the parts are that count over the row tiles.
-int parts_for(const MlaPolicy& policy, const MlaVariant& v, const DeviceLimits& device) {
-  const int block = mla_variant_smem(v, policy.fp8) + device.smem_reserved_per_block;
+int parts_for(const MlaDecodePolicy& policy, const MlaVariant& v, const DeviceLimits& device) {
+  const int block = mla_variant_smem(v, policy.fp8()) + device.smem_reserved_per_block;
   const long long ctas_per_sm = v.wgmma ? 1 : std::max(1, device.smem_per_sm / block);
   return static_cast<int>(std::max(1LL, device.sm_count * ctas_per_sm / row_tiles(policy, v)));
 }
 
 // A request of one KV block lies in one part: it is never split, whatever the parts.
-bool can_split(const MlaPolicy& policy) { return policy.max_seq_len > kMlaMinBlockTokens; }
+bool can_split(const MlaDecodePolicy& policy) { return policy.max_seq_len > kMlaMinBlockTokens; }
 
 // The eight-warp combine where a request is expected in >= 32 pieces (about parts / batch with lengths
 // alike), the four-warp one otherwise: on the H200 the eight-warp form made B = 1 calls 1.03-1.31x as
 // fast and, tried at B 8-128 too, 0.85-1.06x, where many small CTAs per SM do better (NOTES.md).
 bool wide_combine(int parts, int batch) { return (parts + batch - 1) / batch >= 32; }
 
-MlaVariant variant_for(const MlaPolicy& policy, bool sm90a) {
-  return mla_variant(policy.kernel, policy.heads, policy.max_seq_len_q, policy.fp8, sm90a);
+MlaVariant variant_for(const MlaDecodePolicy& policy, bool sm90a) {
+  return mla_variant(static_cast<int>(policy.kernel), policy.heads, policy.max_seq_len_q, policy.fp8(), sm90a);
 }
 
-int max_parts_valid(const MlaPolicy& policy) {
+int max_parts_valid(const MlaDecodePolicy& policy) {
   // Both variants a key may compile to (sm_90a and every other arch).
   return std::max(parts_for(policy, variant_for(policy, true), kWorkspaceSizingDevice),
                   parts_for(policy, variant_for(policy, false), kWorkspaceSizingDevice));
@@ -54,31 +53,18 @@ int max_parts_valid(const MlaPolicy& policy) {
 
 }  // namespace
 
-void validate_policy(const MlaPolicy& policy) {
-  MlaDecodePolicy{policy.heads,
-                  policy.page_size,
-                  policy.max_seq_len,
-                  policy.max_seq_len_q,
-                  policy.packed,
-                  policy.fp8 ? DType::kE4m3 : DType::kBf16,
-                  DType::kBf16,
-                  policy.causal ? MaskType::kCausal : MaskType::kDense,
-                  static_cast<MlaKernel>(policy.kernel)}
-      .validate();
-}
-
 bool is_sm90a(std::string_view arch) { return arch == "sm_90a"; }
 
-MlaVariant variant(const MlaPolicy& policy, std::string_view arch) { return variant_for(policy, is_sm90a(arch)); }
+MlaVariant variant(const MlaDecodePolicy& policy, std::string_view arch) { return variant_for(policy, is_sm90a(arch)); }
 
-int max_parts(const MlaPolicy& policy) {
-  validate_policy(policy);
+int max_parts(const MlaDecodePolicy& policy) {
+  policy.validate();
   return max_parts_valid(policy);
 }
 
-WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch, PolicyCheck check) {
+WorkspaceLayout workspace_layout(const MlaDecodePolicy& policy, int batch, PolicyCheck check) {
   if (batch < 1) bad("batch", ">= 1", batch);
-  if (check == PolicyCheck::kValidate) validate_policy(policy);
+  if (check == PolicyCheck::kValidate) policy.validate();
   WorkspaceLayout w;
   w.max_parts = max_parts_valid(policy);
   // Every request in one piece: `out` written directly, no scratch.
@@ -94,17 +80,17 @@ WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch, PolicyCheck
   return w;
 }
 
-std::size_t workspace_size(const MlaPolicy& policy, int batch) { return workspace_layout(policy, batch).total_bytes; }
+std::size_t workspace_size(const MlaDecodePolicy& policy, int batch) { return workspace_layout(policy, batch).total_bytes; }
 
-MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std::string_view arch, PolicyCheck check) {
+MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& device, std::string_view arch, PolicyCheck check) {
   if (device.sm_count < 1) bad("sm_count", ">= 1", device.sm_count);
   if (device.smem_per_sm < 1) bad("smem_per_sm", ">= 1", device.smem_per_sm);
   if (batch > 65535) bad("batch", "<= 65535 (combine grid y)", batch);
   MlaPlan p;
   p.workspace = workspace_layout(policy, batch, check);
-  if ((policy.kernel == kMlaKernelWgmma || policy.kernel == kMlaKernelWgmmaKv) && !is_sm90a(arch)) {
+  if ((policy.kernel == MlaKernel::kWgmma || policy.kernel == MlaKernel::kWgmmaKv) && !is_sm90a(arch)) {
     throw Error(ErrorCode::kUnsupported, std::string("argument 'kernel': \"") +
-                                             (policy.kernel == kMlaKernelWgmma ? "wgmma" : "wgmma_kv") +
+                                             (policy.kernel == MlaKernel::kWgmma ? "wgmma" : "wgmma_kv") +
                                              "\" runs on sm_90a (Hopper) only; this device is " + std::string(arch) +
                                              ": use kernel \"auto\" or \"mma_sync\"");
   }
@@ -116,8 +102,8 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
 
   p.decode.grid[0] = static_cast<unsigned>(p.num_parts);
   p.decode.grid[1] = static_cast<unsigned>(tiles);
-  p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant, policy.fp8));
-  p.decode.smem_bytes = static_cast<unsigned>(mla_variant_smem(p.variant, policy.fp8));
+  p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant, policy.fp8()));
+  p.decode.smem_bytes = static_cast<unsigned>(mla_variant_smem(p.variant, policy.fp8()));
 
   const bool wide = wide_combine(p.num_parts, batch);
   p.combine_entry = wide ? kMlaCombineWideEntry : kMlaCombineEntry;
@@ -129,16 +115,17 @@ MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std
   return p;
 }
 
-std::string decode_kernel_name(const MlaPolicy& policy) {
-  validate_policy(policy);
+std::string decode_kernel_name(const MlaDecodePolicy& policy) {
+  policy.validate();
   auto b = [](bool v) { return v ? std::string("true") : std::string("false"); };
   return "kiln::mla_decode_kernel<" + std::to_string(policy.heads) + ", " + std::to_string(policy.page_size) + ", " +
-         std::to_string(policy.max_seq_len_q) + ", " + b(policy.packed) + ", " + b(policy.fp8) + ", " +
-         b(policy.causal) + ", " + std::to_string(policy.kernel) + ">";
+         std::to_string(policy.max_seq_len_q) + ", " + b(policy.packed) + ", " + b(policy.fp8()) + ", " +
+         b(policy.causal()) + ", " + std::to_string(static_cast<int>(policy.kernel)) + ", " +
+         std::to_string(static_cast<int>(policy.precision)) + ">";
 }
 
-std::string combine_kernel_name(const MlaPolicy& policy, bool wide) {
-  validate_policy(policy);
+std::string combine_kernel_name(const MlaDecodePolicy& policy, bool wide) {
+  policy.validate();
   return std::string(wide ? "kiln::mla_combine_wide_kernel<" : "kiln::mla_combine_kernel<") + std::to_string(policy.heads) +
          ", " + std::to_string(policy.max_seq_len_q) + ", " + (policy.packed ? "true" : "false") + ">";
 }

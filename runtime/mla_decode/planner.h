@@ -9,21 +9,9 @@
 #include "kiln/kernel_templates/mla_decode/params.cuh"
 #include "kiln/runtime/device_limits.h"
 #include "kiln/runtime/launch_config.h"
+#include "kiln/runtime/mla_decode/family.h"
 
 namespace kiln::mla {
-
-// The semantic-key fields that shape the kernel (dtype: fp8 = e4m3 q and cache, else bf16; the
-// output is bf16). max_seq_len is part of the key but shapes nothing here.
-struct MlaPolicy {
-  int heads = 0;            // 1..128
-  int page_size = 0;        // 16, 32, 64 or 128
-  long long max_seq_len = 0;  // 1 .. 2^31 - 32768
-  int max_seq_len_q = 1;    // 1..64
-  bool packed = false;
-  bool fp8 = false;
-  bool causal = true;
-  int kernel = kMlaKernelAuto;  // kMlaKernel*
-};
 
 // Byte offsets into the caller's workspace (base must be 32-byte aligned; offsets are 256-aligned).
 struct WorkspaceLayout {
@@ -47,34 +35,31 @@ struct MlaPlan {
   WorkspaceLayout workspace;
 };
 
-// The family's policy rules (MlaDecodePolicy::validate): throws kiln::Error naming the field.
-void validate_policy(const MlaPolicy& policy);
-
 // True for the arch whose kernels may use wgmma (and 227 KB of shared memory per block).
 bool is_sm90a(std::string_view arch);
 
 // What `policy` compiles to for `arch` (the device code makes the same choice).
-MlaVariant variant(const MlaPolicy& policy, std::string_view arch);
+MlaVariant variant(const MlaDecodePolicy& policy, std::string_view arch);
 
 // Bound on the parts any device may use for this policy (independent of the device, so the
 // workspace size is too: it assumes a GPU at least as large as every supported one).
-int max_parts(const MlaPolicy& policy);
+int max_parts(const MlaDecodePolicy& policy);
 
 // kValidated skips the policy's rules for a caller that has just checked them (the launcher, on
 // every call); everything else is still checked.
 enum class PolicyCheck { kValidate, kValidated };
 
-WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch, PolicyCheck check = PolicyCheck::kValidate);
+WorkspaceLayout workspace_layout(const MlaDecodePolicy& policy, int batch, PolicyCheck check = PolicyCheck::kValidate);
 
 // The public helper: exactly the semantic-key fields plus batch size.
-std::size_t workspace_size(const MlaPolicy& policy, int batch);
+std::size_t workspace_size(const MlaDecodePolicy& policy, int batch);
 
 // Throws kUnsupported when `arch` cannot run the policy's forced kernel (wgmma off sm_90a).
-MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std::string_view arch,
+MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& device, std::string_view arch,
              PolicyCheck check = PolicyCheck::kValidate);
 
-// NVRTC name expressions, e.g. "kiln::mla_decode_kernel<128, 64, 1, false, false, true, 0>".
-std::string decode_kernel_name(const MlaPolicy& policy);
-std::string combine_kernel_name(const MlaPolicy& policy, bool wide = false);
+// NVRTC name expressions, e.g. "kiln::mla_decode_kernel<128, 64, 1, false, false, true, 0, 0>".
+std::string decode_kernel_name(const MlaDecodePolicy& policy);
+std::string combine_kernel_name(const MlaDecodePolicy& policy, bool wide = false);
 
 }  // namespace kiln::mla

@@ -1,7 +1,8 @@
 // The mla_decode family's rendered module (decode + both combines) compiles under NVRTC for both target
 // archs, through the kernel service as a prebuild would (no GPU). Five keys: the wgmma kernel
 // (sm_90a; bf16, and fp8 with its producer warpgroup), the mma.sync kernel's 16-row tile and sm_120's
-// configuration, bf16 and fp8, fixed and packed, both masks, four page sizes, query rows up to 64.
+// configuration, bf16 and fp8, fixed and packed, both masks, four page sizes, query rows up to 64, and
+// the one-bf16-P precision on the heads-on-M, KV-on-M and sm_120 kernels.
 // The full default-manifest set is left to the manifest's prebuild test: each compile takes a while.
 #include <catch2/catch.hpp>
 #include <string>
@@ -33,13 +34,18 @@ TEST_CASE("mla_decode compiles for sm_90a and sm_120a", "[nvrtc]") {
   config.cache_dir = dir.path();
   kiln::KernelService service(config);
 
-  // heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype, mask
+  // heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype, mask, kernel, precision
+  constexpr auto kAuto = kiln::mla::MlaKernel::kAuto;
+  constexpr auto kOneP = kiln::mla::MlaPrecision::kBf16;
   const std::vector<Case> cases = {
       {"sm_90a", {128, 64, 163840, 1, false, DType::kBf16, DType::kBf16, MaskType::kCausal}},  // wgmma
       {"sm_90a", {16, 16, 4096, 2, true, DType::kE4m3, DType::kBf16, MaskType::kDense}},       // wgmma fp8
       {"sm_90a", {64, 32, 65536, 1, false, DType::kE4m3, DType::kBf16, MaskType::kCausal}},    // wgmma fp8
       {"sm_90a", {8, 128, 4096, 1, false, DType::kBf16, DType::kBf16, MaskType::kCausal}},     // 16-row tile
       {"sm_120a", {32, 128, 163840, 64, true, DType::kBf16, DType::kBf16, MaskType::kCausal}},  // sm_120's
+      {"sm_90a", {128, 64, 163840, 2, false, DType::kBf16, DType::kBf16, MaskType::kCausal, kAuto, kOneP}},
+      {"sm_90a", {16, 64, 163840, 2, false, DType::kBf16, DType::kBf16, MaskType::kCausal, kAuto, kOneP}},  // KV-on-M
+      {"sm_120a", {64, 64, 163840, 1, false, DType::kBf16, DType::kBf16, MaskType::kDense, kAuto, kOneP}},
   };
   for (const Case& c : cases) {
     const kiln::SemanticKey key = c.policy.key(c.arch);

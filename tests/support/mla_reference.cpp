@@ -71,7 +71,8 @@ std::vector<float> mla_reference(const MlaReferenceProblem& pr, int threads) {
     for (int i = 0; i < pr.q_offsets[b + 1] - pr.q_offsets[b]; ++i) items.emplace_back(b, i);
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    std::vector<float> cache, q(kDimQk), s, acc(kDimV);
+    std::vector<float> cache, q(kDimQk);
+    std::vector<double> s, acc(kDimV);
     for (size_t w; (w = next.fetch_add(1)) < items.size();) {
       const auto [b, i] = items[w];
       const int len = pr.seq_lens[b];
@@ -89,12 +90,12 @@ std::vector<float> mla_reference(const MlaReferenceProblem& pr, int threads) {
         for (int d = 0; d < kDimQk; ++d) q[d] = element(pr.q, pr.fp8, qrow + d);
         float* o = &out[(static_cast<size_t>(pr.q_offsets[b] + i) * pr.heads + h) * kDimV];
         if (visible == 0) continue;  // no visible key: zeros
-        float mx = -std::numeric_limits<float>::infinity();
+        double mx = -std::numeric_limits<double>::infinity();
         for (int t = 0; t < visible; ++t) {
           double dot = 0;
           const float* c = &cache[static_cast<size_t>(t) * kDimQk];
           for (int d = 0; d < kDimQk; ++d) dot += static_cast<double>(q[d]) * c[d];
-          s[t] = static_cast<float>(dot) * pr.bmm1_scale;
+          s[t] = dot * pr.bmm1_scale;
           mx = std::max(mx, s[t]);
         }
         double sum = 0;
@@ -102,13 +103,13 @@ std::vector<float> mla_reference(const MlaReferenceProblem& pr, int threads) {
           s[t] = std::exp(s[t] - mx);
           sum += s[t];
         }
-        std::fill(acc.begin(), acc.end(), 0.f);
+        std::fill(acc.begin(), acc.end(), 0.0);
         for (int t = 0; t < visible; ++t) {
-          const float pt = static_cast<float>(s[t] / sum);
+          const double pt = s[t] / sum;
           const float* c = &cache[static_cast<size_t>(t) * kDimQk];
           for (int d = 0; d < kDimV; ++d) acc[d] += pt * c[d];
         }
-        for (int d = 0; d < kDimV; ++d) o[d] = pr.bmm2_scale * acc[d];
+        for (int d = 0; d < kDimV; ++d) o[d] = static_cast<float>(pr.bmm2_scale * acc[d]);
       }
     }
   };

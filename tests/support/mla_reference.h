@@ -1,6 +1,7 @@
 #pragma once
-// fp32 CPU oracle for paged MLA decode, written straight from the contract's "Math" section
-// (spec/mla_decode.md). Inputs are raw bf16 / e4m3 bit patterns as stored on the device.
+// fp64 CPU oracle for paged MLA decode (every product, sum and exponential in double; the output
+// rounded once to float), written straight from the contract's "Math" section. Inputs are raw bf16 /
+// e4m3 bit patterns as stored on the device.
 #include <cstdint>
 #include <vector>
 

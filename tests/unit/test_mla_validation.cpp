@@ -596,12 +596,12 @@ TEST_CASE("mla workspace size helper", "[unit]") {
   const auto size = [](int heads, int sq, bool packed, DType dt, int batch) {
     return mla_workspace_size(heads, 64, 163840, sq, packed, dt, DType::kBf16, MaskType::kCausal, batch);
   };
-  kiln::mla::MlaPolicy p;
+  kiln::mla::MlaDecodePolicy p;
   p.heads = 128;
   p.page_size = 64;
   p.max_seq_len = 163840;
   p.max_seq_len_q = 2;
-  p.fp8 = true;
+  p.dtype = DType::kE4m3;
   CHECK(size(128, 2, false, DType::kE4m3, 8) == kiln::mla::workspace_size(p, 8));
   CHECK(size(128, 2, false, DType::kE4m3, 0) == 0);
   // A single short request never splits: nothing to store.
@@ -644,7 +644,8 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
                           {"dtype", "bf16"},
                           {"out_dtype", "bf16"},
                           {"mask", "causal"},
-                          {"kernel", "auto"}});
+                          {"kernel", "auto"},
+                          {"precision", "exact"}});
 
   const auto rejects = [&](const json& policy, const std::string& needle) {
     INFO(policy.dump());
@@ -668,6 +669,10 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"max_seq_len_q", 65}}, "'max_seq_len_q'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"kernel", "tcgen05"}}, "'kernel'");
   rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"kernel", "wgmma_kv"}}, "'kernel'");
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"precision", "fp32"}}, "'precision'");
+  // fp8 pages run on one f16 P: only the exact precision names them.
+  rejects({{"heads", 16}, {"max_seq_len", 4096}, {"dtype", "fp8_e4m3"}, {"precision", "bf16"}}, "use \"exact\"");
+  CHECK(f.canonicalize({{"heads", 16}, {"max_seq_len", 4096}, {"precision", "bf16"}})["precision"] == "bf16");
 
   kiln::mla::MlaDecodePolicy p;
   p.heads = 64;
@@ -684,9 +689,9 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   const kiln::KernelSource src = f.render(key.policy());
   CHECK_THAT(src.source, Catch::Contains("mla_decode/kernel.cuh"));
   REQUIRE(src.name_expressions.size() == 3);
-  CHECK(src.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(p.planner_policy()));
-  CHECK(src.name_expressions[kiln::kMlaCombineEntry] == kiln::mla::combine_kernel_name(p.planner_policy()));
-  CHECK(src.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(p.planner_policy(), true));
+  CHECK(src.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(p));
+  CHECK(src.name_expressions[kiln::kMlaCombineEntry] == kiln::mla::combine_kernel_name(p));
+  CHECK(src.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(p, true));
   CHECK_THAT(src.name_expressions[0], Catch::StartsWith("kiln::mla_decode_kernel<64, 64, 2, false, true, false,"));
   CHECK(src.name_expressions[1] == "kiln::mla_combine_kernel<64, 2, false>");
   CHECK(src.name_expressions[2] == "kiln::mla_combine_wide_kernel<64, 2, false>");
@@ -714,15 +719,24 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   q.kernel = kiln::mla::MlaKernel::kWgmmaKv;
   CHECK(q.fingerprint() != wgmma_print);
   CHECK(q.key("sm_90a").policy()["kernel"] == "wgmma_kv");
+  q.precision = kiln::mla::MlaPrecision::kBf16;
+  CHECK(q.fingerprint() != p.fingerprint());
+  const kiln::SemanticKey one_p = q.key("sm_90a");
+  CHECK(one_p.policy()["precision"] == "bf16");
+  CHECK(kiln::SemanticKey::parse(one_p.str()) == one_p);
+  // The precision is the decode kernel's last template argument (the combine does not depend on it).
+  CHECK_THAT(kiln::mla::decode_kernel_name(q), Catch::EndsWith(", 3, 1>"));
+  CHECK_THAT(kiln::mla::decode_kernel_name(p), Catch::EndsWith(", 0>"));
+  CHECK(kiln::mla::combine_kernel_name(q) == kiln::mla::combine_kernel_name(p));
 }
 
 TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace bound", "[unit]") {
-  using kiln::mla::MlaPolicy;
+  using kiln::mla::MlaDecodePolicy;
   const kiln::DeviceLimits h200{.sm_count = 132, .smem_per_sm = 233472, .smem_per_block_optin = 232448,
                                 .smem_reserved_per_block = 1024};
   const kiln::DeviceLimits sm120{.sm_count = 84, .smem_per_sm = 102400, .smem_per_block_optin = 101376,
                                  .smem_reserved_per_block = 1024};
-  MlaPolicy p;
+  MlaDecodePolicy p;
   p.heads = 128;
   p.page_size = 64;
   p.max_seq_len = 163840;
@@ -749,8 +763,8 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.workspace.max_parts >= w.num_parts);
 
   // fp8 H 128: the wgmma kernel with its producer warpgroup (384 threads), within the opt-in limit.
-  MlaPolicy f8 = p;
-  f8.fp8 = true;
+  MlaDecodePolicy f8 = p;
+  f8.dtype = DType::kE4m3;
   const kiln::mla::MlaPlan w8 = kiln::mla::plan(f8, 4, h200, "sm_90a");
   CHECK(w8.variant.wgmma);
   CHECK(w8.decode.grid[1] == 2);
@@ -768,19 +782,19 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   for (int heads : {1, 7, 16, 64, 128})
     for (int sq : {1, 8, 64})
       for (bool fp8 : {false, true}) {
-        MlaPolicy q = p;
+        MlaDecodePolicy q = p;
         q.heads = heads;
         q.max_seq_len_q = sq;
-        q.fp8 = fp8;
+        q.dtype = fp8 ? DType::kE4m3 : DType::kBf16;
         INFO("heads " << heads << " sq " << sq << " fp8 " << fp8);
         CHECK(kiln::mla::plan(q, 1, sm120, "sm_120a").decode.smem_bytes <= 101376);
-        q.kernel = kiln::kMlaKernelMmaSync;  // forced on the H200: the same configuration
+        q.kernel = kiln::mla::MlaKernel::kMmaSync;  // forced on the H200: the same configuration
         CHECK(kiln::mla::plan(q, 1, h200, "sm_90a").decode.smem_bytes <= 101376);
       }
 
   // Small head counts: bf16 up to 32 rows on the KV-on-M kernel, more rows and every fp8 key on the
   // heads-on-M wgmma kernel; wgmma off sm_90a is refused.
-  MlaPolicy small = p;
+  MlaDecodePolicy small = p;
   small.heads = 16;
   for (int sq : {1, 2, 3}) {
     small.max_seq_len_q = sq;
@@ -788,14 +802,14 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
     INFO("H 16 SQ " << sq);
     CHECK(v.wgmma);
     CHECK(v.kv_rows == (sq == 1 ? 16 : sq == 2 ? 32 : 0));
-    small.fp8 = true;
+    small.dtype = DType::kE4m3;
     const kiln::MlaVariant v8 = kiln::mla::plan(small, 1, h200, "sm_90a").variant;
     CHECK(v8.wgmma);
     CHECK(v8.kv_rows == 0);
-    small.fp8 = false;
+    small.dtype = DType::kBf16;
   }
   small.max_seq_len_q = 1;
-  small.kernel = kiln::kMlaKernelWgmma;
+  small.kernel = kiln::mla::MlaKernel::kWgmma;
   CHECK(kiln::mla::plan(small, 1, h200, "sm_90a").variant.wgmma);
   CHECK(kiln::mla::plan(small, 1, h200, "sm_90a").variant.kv_rows == 0);
   try {
@@ -808,7 +822,7 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
 
   // The KV-on-M kernel: one warpgroup, 16 or 32 query rows per CTA, one CTA per SM; any row count
   // folds into row tiles of that size. Refused off sm_90a like wgmma.
-  small.kernel = kiln::kMlaKernelWgmmaKv;
+  small.kernel = kiln::mla::MlaKernel::kWgmmaKv;
   for (int sq : {1, 2, 3, 64}) {
     small.max_seq_len_q = sq;
     const kiln::mla::MlaPlan kv = kiln::mla::plan(small, 3, h200, "sm_90a");
@@ -825,7 +839,7 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK_THROWS_AS(kiln::mla::plan(small, 1, sm120, "sm_120a"), Error);
 
   // One KV block per request can never split: no combine, no workspace.
-  MlaPolicy one_block = p;
+  MlaDecodePolicy one_block = p;
   one_block.max_seq_len = 32;
   CHECK(kiln::mla::workspace_size(one_block, 8) == 0);
   CHECK_FALSE(kiln::mla::plan(one_block, 8, h200, "sm_90a").needs_combine);

@@ -23,6 +23,7 @@
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/mla_decode/launcher.h"
+#include "kiln/runtime/mla_decode/planner.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "tools/bench/options.h"
@@ -255,7 +256,7 @@ json launch_overheads(const std::string& base) {
     const TensorView v_lens = TensorView::contiguous(ptr(lens), DType::kI32, {1});
     const TensorView v_out = TensorView::contiguous(ptr(o), DType::kBf16, {1, 1, 16, 512});
     const TensorView v_ws = TensorView::contiguous(ptr(ws), DType::kU8, {256});
-    const mla::MlaPlan plan = mla::plan(policy.planner_policy(), 1, service.device_limits(0), service.device_arch(0));
+    const mla::MlaPlan plan = mla::plan(policy, 1, service.device_limits(0), service.device_arch(0));
     if (plan.needs_combine) throw Error(ErrorCode::kInternal, "bench jit: the MLA launch-overhead problem should not split");
     MlaDecodeParams params{};
     params.q = ptr(q);

@@ -9,8 +9,9 @@
 // kernel and, on sm_90a, an NVRTC-compiled wgmma bf16 peak kernel (tools/bench/ceilings.h), each
 // measured at the start and the end of the run (the larger is used).
 //
-// "results" holds the 120-config uniform grid (bf16, page 64, fixed SQ, causal), the rows
-// ../shared/anchors/compare.py matches with FlashMLA's. "extra_results" holds the rest: mixed-length
+// "results" holds the 120-config uniform grid (bf16, page 64, fixed SQ, causal) in both precisions
+// (each row says which), the rows compared with the FlashMLA and FA3 anchors. "extra_results" holds
+// the rest (precision exact): mixed-length
 // batches (lengths log-uniform in [64, 32k]), fp8 (each config also with the mma.sync kernel
 // forced), packed query rows, page sizes 16 and 128, and the grid rows with H * SQ <= 64 again with
 // each kernel forced (what the planner's choices rest on). --only keeps one group or one config.
@@ -62,11 +63,13 @@ struct BenchConfig {
   bool packed = false;     // q_lens drawn in 1..sq per request
   bool mixed = false;      // lengths log-uniform in [64, 32k] (len = their mean, for the name)
   mla::MlaKernel kernel = mla::MlaKernel::kAuto;
+  mla::MlaPrecision precision = mla::MlaPrecision::kExact;
   std::vector<int> lens;   // per request
   std::vector<int> q_lens;  // per request
 
   std::string name() const {
     std::string s = fmt::format("B={} L={} H={} SQ={}", batch, len, heads, sq);
+    if (precision == mla::MlaPrecision::kBf16) s += " precision=bf16";
     if (group == "grid") return s;
     if (mixed) s += " mixed";
     if (fp8) s += " fp8";
@@ -79,7 +82,7 @@ struct BenchConfig {
   }
   mla::MlaDecodePolicy policy() const {
     return {heads, page_size, kMaxSeqLen, sq, packed, fp8 ? DType::kE4m3 : DType::kBf16, DType::kBf16,
-            mla::MaskType::kCausal, kernel};
+            mla::MaskType::kCausal, kernel, precision};
   }
   std::size_t row_bytes() const { return fp8 ? 576 : 576 * 2; }
   long long tokens() const {
@@ -115,12 +118,18 @@ std::vector<BenchConfig> bench_grid(bool quick) {
   if (quick) {
     for (int b : {1, 64})
       for (int h : {16, 128}) grid.push_back(uniform(b, 4096, h, 1));
-    return grid;
+  } else {
+    for (int b : {1, 8, 32, 64, 128})
+      for (int l : {1024, 4096, 16384})
+        for (int h : {16, 32, 64, 128})
+          for (int sq : {1, 2}) grid.push_back(uniform(b, l, h, sq));
   }
-  for (int b : {1, 8, 32, 64, 128})
-    for (int l : {1024, 4096, 16384})
-      for (int h : {16, 32, 64, 128})
-        for (int sq : {1, 2}) grid.push_back(uniform(b, l, h, sq));
+  // Both precisions of every row (the exact rows first).
+  const std::size_t exact = grid.size();
+  for (std::size_t i = 0; i < exact; ++i) {
+    grid.push_back(grid[i]);
+    grid.back().precision = mla::MlaPrecision::kBf16;
+  }
   return grid;
 }
 
@@ -264,7 +273,7 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, CUstream
       mla::prims_ts_batch_decode_with_kv_cache_mla(
           qv, cache, ws_view, 512, 64, TensorView::contiguous(bt.at(call * table_elems * 4), DType::kI32, {c.batch, max_pages}),
           seq_view, kMaxSeqLen, indptr_view, c.sq, ov, kBmm1Scale, 1.0, mla::MaskType::kCausal, DType::kBf16, stream, service,
-          c.kernel);
+          c.kernel, c.precision);
     }
   };
   // After the warm-up replay, a sanity check that the kernels wrote finite outputs (first and last set).
@@ -365,11 +374,12 @@ int run_bench_mla(const BenchOptions& options) {
   for (const auto& [c, t] : rows) {
     const double tb_s = c.bytes() / (t.us * 1e-6) * 1e-12;
     const double tflop_s = c.flop() / (t.us * 1e-6) * 1e-12;
-    const mla::MlaPlan plan = mla::plan(c.policy().planner_policy(), c.batch, service.device_limits(0), arch);
+    const mla::MlaPlan plan = mla::plan(c.policy(), c.batch, service.device_limits(0), arch);
     json row = {{"B", c.batch},
                 {"L", c.len},
                 {"H", c.heads},
                 {"SQ", c.sq},
+                {"precision", c.precision == mla::MlaPrecision::kBf16 ? "bf16" : "exact"},
                 {"us_per_call", t.us},
                 {"us_min", t.us_min},
                 {"us_max", t.us_max},
@@ -401,9 +411,9 @@ int run_bench_mla(const BenchOptions& options) {
     }
     results.push_back(row);
     const long long tokens = c.tokens();
-    const json key = {{"B", c.batch}, {"L", c.len}, {"H", c.heads}, {"SQ", c.sq}};
+    const json key = {{"B", c.batch}, {"L", c.len}, {"H", c.heads}, {"SQ", c.sq}, {"precision", row["precision"]}};
     if (c.heads * c.sq <= 32 && tokens >= 512 * 1024) {
-      bars["memory_bound"].push_back({{"config", key}, {"tb_s", tb_s}, {"pass", tb_s >= 3.8}});
+      bars["memory_bound"].push_back({{"config", key}, {"tb_s", tb_s}, {"pass", tb_s >= 3.9}});
     }
     if (c.heads == 128 && tokens >= 256 * 1024) {
       bars["h128_compute"].push_back({{"config", key}, {"tflop_s", tflop_s}, {"pass", tflop_s >= 550}});
@@ -432,7 +442,8 @@ int run_bench_mla(const BenchOptions& options) {
       {"bytes", "sum(L)*576*elem (KV) + total_q*H*576*elem (Q) + total_q*H*512*2 (O)"},
       {"flop", "2*sum(L*q_len)*H*1088"},
       {"bmm1_scale", kBmm1Scale},
-      {"bars", "memory_bound: H*SQ <= 32 and B*L >= 512k at >= 3.8 TB/s; h128_compute: H 128, B*L >= 256k at >= 550 "
+      {"precision", "grid rows in both: exact (P as bf16 hi + lo) and bf16 (one bf16 P, FlashMLA's numerics)"},
+      {"bars", "memory_bound: H*SQ <= 32 and B*L >= 512k at >= 3.9 TB/s; h128_compute: H 128, B*L >= 256k at >= 550 "
                "TFLOP/s; b1_latency: B 1, L <= 4096 at <= 12 us"},
       {"quick", quick}};
   report["ceilings"] = ceilings.report();
@@ -451,7 +462,7 @@ int run_bench_mla(const BenchOptions& options) {
   for (const auto& [c, t] : rows) {
     const double tb_s = c.bytes() / (t.us * 1e-6) * 1e-12;
     const double tflop_s = c.flop() / (t.us * 1e-6) * 1e-12;
-    const mla::MlaPlan plan = mla::plan(c.policy().planner_policy(), c.batch, service.device_limits(0), arch);
+    const mla::MlaPlan plan = mla::plan(c.policy(), c.batch, service.device_limits(0), arch);
     std::fprintf(stderr, "%-44s %10.2f %7.2f %6.1f %8.1f %6.1f %6.1f %-8s %5d\n", c.name().c_str(), t.us, tb_s,
                  100 * tb_s / copy_ceiling, tflop_s, 100 * tflop_s / mma_ceiling,
                  wgmma_ceiling > 0 ? 100 * tflop_s / wgmma_ceiling : 0.0, kernel_name(plan.variant),

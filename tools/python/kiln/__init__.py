@@ -17,6 +17,7 @@ from .decode import (
     cake_sparse_mla_sm120_dsv4_nvfp4_plan_head_tiles,
     cake_sparse_mla_sm120_dsv4_nvfp4_plan_splits,
     cake_sparse_mla_sm120_dsv4_nvfp4_scratch_bytes,
+    mla_precision,
     mla_workspace_size,
     prims_ts_batch_decode_with_kv_cache_mla,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "cake_sparse_mla_sm120_dsv4_nvfp4_plan_head_tiles",
     "cake_sparse_mla_sm120_dsv4_nvfp4_plan_splits",
     "cake_sparse_mla_sm120_dsv4_nvfp4_scratch_bytes",
+    "mla_precision",
     "mla_workspace_size",
     "nvfp4_pack",
     "nvfp4_append",

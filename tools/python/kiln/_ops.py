@@ -18,7 +18,7 @@ _lib.define(
     "mla_decode(Tensor query, Tensor kv_cache, Tensor(a!) workspace_buffer, int kv_lora_rank, "
     "int qk_rope_head_dim, Tensor block_tables, Tensor seq_lens, int max_seq_len, Tensor? qo_indptr, "
     "int? max_seq_len_q, Tensor(b!) out, float bmm1_scale, float bmm2_scale, str mask_type, "
-    "ScalarType out_dtype) -> ()")
+    "ScalarType out_dtype, str precision) -> ()")
 _lib.define(
     "sparse_decode(Tensor q, Tensor kv_cache, Tensor indices, Tensor(a!) output, Tensor(b!) out_lse, "
     "float sm_scale, Tensor? topk_length, Tensor? attn_sink, Tensor? extra_kv_cache, Tensor? extra_indices, "
@@ -40,7 +40,8 @@ _lib.impl("nvfp4_append", _native.nvfp4_append, "CUDA")
 
 @torch.library.register_fake("kiln::mla_decode")
 def _mla_decode_fake(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
-                     max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype):
+                     max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype,
+                     precision):
     return None
 
 

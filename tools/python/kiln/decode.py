@@ -10,7 +10,9 @@ given their outputs, allocate nothing.
 """
 from __future__ import annotations
 
-from typing import Dict, Literal, Tuple
+import contextlib
+import contextvars
+from typing import Dict, Iterator, Literal, Tuple
 
 from . import _native
 from ._torch import Tensor, bfloat16, dtype, is_compiling, torch
@@ -23,6 +25,25 @@ _mla_native = _native.mla_decode
 _sparse_native = _native.sparse_decode
 _NeedsDispatch = _native.NeedsDispatch
 
+MlaPrecision = Literal['exact', 'bf16']
+_mla_precision: contextvars.ContextVar[str] = contextvars.ContextVar("kiln_mla_precision", default="exact")
+
+
+@contextlib.contextmanager
+def mla_precision(precision: MlaPrecision) -> Iterator[None]:
+    """Run :func:`prims_ts_batch_decode_with_kv_cache_mla` calls in this scope (this thread or task)
+    with ``precision``: ``"exact"`` (the default; P carried as bf16 hi + lo, within the contract's
+    tolerances on every input) or ``"bf16"`` (one bf16 P, FlashMLA's numerics; bf16 pages only).
+    Warm the key with the same ``precision`` (:func:`kiln.warm_mla`) before capturing a graph.
+    A scope, not an argument, so that the seed signature stays upstream's."""
+    if precision not in ("exact", "bf16"):
+        raise InvalidArgumentError(f"kiln [invalid_argument]: precision: expected 'exact' or 'bf16', got {precision!r}")
+    token = _mla_precision.set(precision)
+    try:
+        yield
+    finally:
+        _mla_precision.reset(token)
+
 
 def prims_ts_batch_decode_with_kv_cache_mla(query: Tensor, kv_cache: Tensor, workspace_buffer: Tensor, kv_lora_rank: int, qk_rope_head_dim: int, block_tables: Tensor, seq_lens: Tensor, max_seq_len: int, *, qo_indptr: Tensor | None = None, max_seq_len_q: int | None = None, out: Tensor | None = None, bmm1_scale: float = 1.0, bmm2_scale: float = 1.0, mask_type: Literal['dense', 'causal'] = 'causal', out_dtype: dtype = bfloat16) -> Tensor:  # noqa: E501
     """Launch fixed or packed-query paged MLA decode with caller-owned scratch.
@@ -34,19 +55,23 @@ def prims_ts_batch_decode_with_kv_cache_mla(query: Tensor, kv_cache: Tensor, wor
     :func:`mla_workspace_size` bytes, exclusive to this launch or captured graph. Causal masking is
     bottom-right aligned. Warm the key (:func:`kiln.warm_mla`) before CUDA graph capture and pass
     ``out`` to avoid allocating the output (``out=None`` allocates it with torch). Returns ``out``.
+    The numerics of P on bf16 pages come from the enclosing :func:`kiln.mla_precision` scope
+    (default ``"exact"``).
     """
     if out is None:
         out = _new_tensor((*query.shape[:-1], kv_lora_rank), out_dtype, query, "out")
+    precision = _mla_precision.get()
     if is_compiling():
         _ops.mla_decode(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
-                        max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype)
+                        max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype, precision)
         return out
     try:
         _mla_native(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
-                    max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype)
+                    max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype, precision)
     except _NeedsDispatch:
         _ops.mla_decode(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
-                        max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype)
+                        max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype,
+                        precision)
     return out
 
 

@@ -14,12 +14,13 @@ Devices = Optional[Sequence[int]]
 
 def warm_mla(num_heads: int, page_size: int, max_seq_len: int, max_seq_len_q: int = 1, *, packed: bool = False,
              dtype: dtype = bfloat16, out_dtype: dtype = bfloat16, mask_type: Literal['dense', 'causal'] = 'causal',
-             devices: Devices = None) -> None:
+             precision: Literal['exact', 'bf16'] = 'exact', devices: Devices = None) -> None:
     """Compile (or load from the cache) and load the paged MLA decode kernel of this static policy on
     each device (default: every GPU), so later launches, and CUDA graph capture, only look it up.
-    ``dtype`` is the query and cache type; ``packed`` is ``qo_indptr is not None``."""
+    ``dtype`` is the query and cache type; ``packed`` is ``qo_indptr is not None``; ``precision`` is
+    the one calls will run under (:func:`kiln.mla_precision`)."""
     _native.warm_mla(int(num_heads), int(page_size), int(max_seq_len), int(max_seq_len_q), bool(packed), dtype,
-                     out_dtype, mask_type, _devices(devices))
+                     out_dtype, mask_type, precision, _devices(devices))
 
 
 def warm_sparse(num_heads: int, *, has_extra: bool = False, head_tiles: Optional[int] = None,

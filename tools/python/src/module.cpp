@@ -47,6 +47,15 @@ void raise_kiln_error(const Error& e) {
   Py_DECREF(exc);
 }
 
+mla::MlaPrecision precision_of(nb::handle precision) {
+  if (PyUnicode_Check(precision.ptr())) {
+    if (PyUnicode_CompareWithASCIIString(precision.ptr(), "exact") == 0) return mla::MlaPrecision::kExact;
+    if (PyUnicode_CompareWithASCIIString(precision.ptr(), "bf16") == 0) return mla::MlaPrecision::kBf16;
+  }
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("precision: expected 'exact' or 'bf16', got {}", nb::repr(precision).c_str()));
+}
+
 mla::MaskType mask_of(nb::handle mask) {
   if (PyUnicode_Check(mask.ptr())) {
     if (PyUnicode_CompareWithASCIIString(mask.ptr(), "causal") == 0) return mla::MaskType::kCausal;
@@ -78,7 +87,7 @@ KernelService& service_for(const std::optional<std::string>& cache_dir, std::uni
 void mla_decode(nb::handle query, nb::handle kv_cache, nb::handle workspace, int kv_lora_rank, int qk_rope_head_dim,
                 nb::handle block_tables, nb::handle seq_lens, long long max_seq_len, nb::handle qo_indptr,
                 std::optional<int> max_seq_len_q, nb::handle out, double bmm1_scale, double bmm2_scale,
-                nb::handle mask_type, nb::handle out_dtype) {
+                nb::handle mask_type, nb::handle out_dtype, nb::handle precision) {
   TensorArgs args;
   const TensorView q = args.get(query.ptr(), "query");
   const TensorView kv = args.get(kv_cache.ptr(), "kv_cache");
@@ -89,11 +98,12 @@ void mla_decode(nb::handle query, nb::handle kv_cache, nb::handle workspace, int
   const TensorView o = args.get(out.ptr(), "out");
   const mla::MaskType mask = mask_of(mask_type);
   const DType odt = dtype_of(out_dtype.ptr(), "out_dtype");
+  const mla::MlaPrecision prec = precision_of(precision);
   nb::gil_scoped_release release;
   DeviceScope scope(args.device());
   mla::prims_ts_batch_decode_with_kv_cache_mla(q, kv, ws, kv_lora_rank, qk_rope_head_dim, table, lens, max_seq_len,
                                                indptr, max_seq_len_q, o, bmm1_scale, bmm2_scale, mask, odt,
-                                               args.stream());
+                                               args.stream(), KernelService::global(), mla::MlaKernel::kAuto, prec);
 }
 
 nb::dict plan_dict(const sparse::SplitPlanResult& plan) {
@@ -155,9 +165,11 @@ void nvfp4_append(nb::handle rows, nb::handle slot_mapping, nb::handle cache) {
 }
 
 mla::MlaDecodePolicy mla_policy(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed,
-                                nb::handle dtype, nb::handle out_dtype, nb::handle mask_type) {
-  return mla::MlaDecodePolicy{heads, page_size, max_seq_len, max_seq_len_q, packed, dtype_of(dtype.ptr(), "dtype"),
-                              dtype_of(out_dtype.ptr(), "out_dtype"), mask_of(mask_type)};
+                                nb::handle dtype, nb::handle out_dtype, nb::handle mask_type,
+                                mla::MlaPrecision precision = mla::MlaPrecision::kExact) {
+  return mla::MlaDecodePolicy{heads,     page_size, max_seq_len, max_seq_len_q, packed, dtype_of(dtype.ptr(), "dtype"),
+                              dtype_of(out_dtype.ptr(), "out_dtype"), mask_of(mask_type), mla::MlaKernel::kAuto,
+                              precision};
 }
 
 // Seconds of `iterations` back-to-back `call()`s, with the GIL released and the tensors' device current.
@@ -231,7 +243,7 @@ NB_MODULE(_native, m) {
   // Optional tensors and integers take None (nanobind refuses None for an argument unless told).
   m.def("mla_decode", &mla_decode, "query"_a, "kv_cache"_a, "workspace"_a, "kv_lora_rank"_a, "qk_rope_head_dim"_a,
         "block_tables"_a, "seq_lens"_a, "max_seq_len"_a, "qo_indptr"_a.none(), "max_seq_len_q"_a.none(), "out"_a,
-        "bmm1_scale"_a, "bmm2_scale"_a, "mask_type"_a, "out_dtype"_a);
+        "bmm1_scale"_a, "bmm2_scale"_a, "mask_type"_a, "out_dtype"_a, "precision"_a);
   m.def("sparse_decode", &sparse_decode, "q"_a, "kv_cache"_a, "indices"_a, "output"_a, "out_lse"_a, "sm_scale"_a,
         "topk_length"_a.none(), "attn_sink"_a.none(), "extra_kv_cache"_a.none(), "extra_indices"_a.none(),
         "extra_topk_length"_a.none(), "mid_out"_a.none(), "mid_lse"_a.none(), "lse_scale"_a, "num_splits"_a.none(),
@@ -260,13 +272,15 @@ NB_MODULE(_native, m) {
   m.def("device_sm_count", [](int device) { return KernelService::global().device_sm_count(device); });
 
   m.def("warm_mla", [](int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed, nb::handle dtype,
-                       nb::handle out_dtype, nb::handle mask_type, std::optional<std::vector<int>> devices) {
-    const mla::MlaDecodePolicy policy = mla_policy(heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype, mask_type);
+                       nb::handle out_dtype, nb::handle mask_type, nb::handle precision,
+                       std::optional<std::vector<int>> devices) {
+    const mla::MlaDecodePolicy policy = mla_policy(heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype,
+                                                   mask_type, precision_of(precision));
     const std::vector<int> list = device_list(devices);
     nb::gil_scoped_release release;
     mla::warm_mla(policy, list);
   }, "heads"_a, "page_size"_a, "max_seq_len"_a, "max_seq_len_q"_a, "packed"_a, "dtype"_a, "out_dtype"_a, "mask_type"_a,
-     "devices"_a.none());
+     "precision"_a, "devices"_a.none());
   m.def("warm_sparse", [](int heads, int head_tiles, bool has_extra, bool split, std::optional<std::vector<int>> devices) {
     const std::vector<int> list = device_list(devices);
     nb::gil_scoped_release release;

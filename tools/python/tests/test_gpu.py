@@ -257,6 +257,18 @@ def test_mla_fixed_and_packed_and_out_none():
     p.check(out)
 
 
+def test_mla_precision_bf16():
+    p = Mla(seed=5)
+    kiln.warm_mla(p.H, p.page, p.max_seq_len, p.SQ, precision="bf16", devices=[p.device.index])
+    exact = p.run().clone()
+    with kiln.mla_precision("bf16"):
+        one_p = p.run().clone()
+    p.check(exact)
+    # One bf16 P moves each output by at most bmm2 * 2^-9 * max|V| (|V| < 1 here) beyond the tolerances.
+    assert_close(one_p, p.reference(), 1e-2, 5e-4 + p.bmm2 * 2.0 ** -9, 0.02)
+    assert not torch.equal(one_p, exact)  # a different kernel ran
+
+
 def test_sparse_direct_and_split():
     p = Sparse()
     plan = p.run(num_splits=1)
@@ -359,7 +371,7 @@ def test_opcheck():
     ops = torch.ops.kiln
     torch.library.opcheck(ops.mla_decode.default, (p.q, p.kv, p.workspace, 512, 64, p.block_tables, p.seq_lens,
                                                    p.max_seq_len, None, None, p.out, p.bmm1, p.bmm2, "causal",
-                                                   torch.bfloat16))
+                                                   torch.bfloat16, "bf16"))
     torch.library.opcheck(ops.sparse_decode.default, (s.q, s.cache, s.indices, s.output, s.out_lse, s.sm_scale, None,
                                                       s.sink, s.extra_cache, s.extra_indices, None, s.mid_out, s.mid_lse,
                                                       1.0, 2, 16, None))

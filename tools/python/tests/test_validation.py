@@ -79,6 +79,15 @@ def test_mla_argument_errors():
     expect(kiln.InvalidArgumentError, "out", lambda: mla(query=q, out=cuda((2, 1, 16, 512), "bfloat16", data=q.data)))
 
 
+def test_mla_precision_scope():
+    expect(kiln.InvalidArgumentError, "precision", lambda: kiln.mla_precision("fp32").__enter__())
+    # fp8 pages keep their one f16 P: the bf16 precision is refused for them (the policy is checked
+    # before any driver call).
+    expect(kiln.UnsupportedError, "precision",
+           lambda: kiln.warm_mla(16, 64, 512, dtype="float8_e4m3fn", precision="bf16", devices=[0]))
+    expect(kiln.InvalidArgumentError, "precision", lambda: kiln.warm_mla(16, 64, 512, precision="fast", devices=[0]))
+
+
 def test_tensors_must_be_cuda_and_on_one_device():
     expect(kiln.InvalidArgumentError, "block_tables is on cuda:1 but query is on cuda:0",
            lambda: mla(block_tables=cuda((2, 8), "int32", device=1)))
