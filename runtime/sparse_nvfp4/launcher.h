@@ -1,6 +1,6 @@
 #pragma once
 // Engine API of the sparse NVFP4 MLA decode (seed: flashinfer.mla.cake_sparse_mla_sm120_dsv4_nvfp4_decode;
-// contract: spec/sparse_nvfp4_decode.md). Host validation, plan resolution, key, launch.
+// contract: runtime/sparse_nvfp4/README.md). Host validation, plan resolution, key, launch.
 #include <cuda.h>
 
 #include <optional>

@@ -1,6 +1,6 @@
 #pragma once
 // fp32 CPU oracle for paged MLA decode, written straight from the contract's "Math" section
-// (spec/mla_decode.md). Inputs are raw bf16 / e4m3 bit patterns as stored on the device.
+// (runtime/mla_decode/README.md). Inputs are raw bf16 / e4m3 bit patterns as stored on the device.
 #include <cstdint>
 #include <vector>
 
