@@ -5,13 +5,10 @@
 
 #include "kiln/jit/error.h"
 #include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::mla {
 namespace {
-
-[[noreturn]] void bad(const std::string& what, const std::string& expected, long long given) {
-  throw Error(ErrorCode::kInvalidArgument, what + ": expected " + expected + ", given " + std::to_string(given));
-}
 
 // The workspace is sized before any device is known, for a GPU at least as large as every supported
 // one: the most SMs and the most shared memory per SM (so the most resident CTAs). On a smaller GPU
@@ -77,7 +74,7 @@ int max_parts(const MlaPolicy& policy) {
 }
 
 WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch, PolicyCheck check) {
-  if (batch < 1) bad("batch", ">= 1", batch);
+  if (batch < 1) check::fail("batch", ">= 1", std::to_string(batch));
   if (check == PolicyCheck::kValidate) validate_policy(policy);
   WorkspaceLayout w;
   w.max_parts = max_parts_valid(policy);
@@ -97,9 +94,9 @@ WorkspaceLayout workspace_layout(const MlaPolicy& policy, int batch, PolicyCheck
 std::size_t workspace_size(const MlaPolicy& policy, int batch) { return workspace_layout(policy, batch).total_bytes; }
 
 MlaPlan plan(const MlaPolicy& policy, int batch, const DeviceLimits& device, std::string_view arch, PolicyCheck check) {
-  if (device.sm_count < 1) bad("sm_count", ">= 1", device.sm_count);
-  if (device.smem_per_sm < 1) bad("smem_per_sm", ">= 1", device.smem_per_sm);
-  if (batch > 65535) bad("batch", "<= 65535 (combine grid y)", batch);
+  if (device.sm_count < 1) check::fail("sm_count", ">= 1", std::to_string(device.sm_count));
+  if (device.smem_per_sm < 1) check::fail("smem_per_sm", ">= 1", std::to_string(device.smem_per_sm));
+  kBatchRule.check("batch", batch);
   MlaPlan p;
   p.workspace = workspace_layout(policy, batch, check);
   if ((policy.kernel == kMlaKernelWgmma || policy.kernel == kMlaKernelWgmmaKv) && !is_sm90a(arch)) {
