@@ -8,7 +8,8 @@ results/flashmla_h200_dense.csv and results/fa3_h200_dense.csv (dense MLA decode
 results/flashmla_h200_sparse.csv (sparse decode, DeepSeek-V4 FP8 cache); results/README.md says how
 they were measured. Prints one line per matched config, the geometric mean over all of them and per
 group, and for dense reports the same again against the faster of FlashMLA and FlashAttention-3.
---precision keeps only the dense rows whose "precision" field equals MODE.
+A dense report that times the grid in several precision modes is compared mode by mode;
+--precision keeps only the rows whose "precision" field equals MODE.
 """
 import argparse
 import csv
@@ -66,20 +67,8 @@ def summary(label, pairs, groups):
             print("  %-10s n=%3d  geomean %.3f  min %.3f" % (name, len(sel), geomean(sel), min(sel)))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("report", help="JSON written by kiln bench mla|sparse --out")
-    parser.add_argument("--precision", help="dense reports: keep the rows of this precision mode only")
-    parser.add_argument("--csv", help="also write the matched rows to this CSV file")
-    args = parser.parse_args()
-
-    with open(args.report) as f:
-        rows = json.load(f)["results"]
-    if args.precision:
-        rows = [r for r in rows if r.get("precision") == args.precision]
-    if not rows:
-        sys.exit("compare.py: no result rows to compare" + (" with precision %r" % args.precision if args.precision else ""))
-
+def compare(rows, csv_out=None):
+    """Prints the matched rows and the group ratios of one report's rows (one precision mode)."""
     sparse = "topk" in rows[0]
     if sparse:
         columns = ("T", "H", "main_topk", "extra_topk")
@@ -107,12 +96,37 @@ def main():
     if best:
         summary("against the faster of FlashMLA and FA3", best, groups)
 
-    if args.csv:
-        with open(args.csv, "w", newline="") as f:
+    if csv_out:
+        with open(csv_out, "w", newline="") as f:
             out = csv.writer(f)
             out.writerow(list(columns) + ["kiln_us", "flashmla_us", "ratio"])
             for key, kiln_us, anchor_us in matched:
                 out.writerow(list(key) + [kiln_us, anchor_us, round(anchor_us / kiln_us, 4)])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report", help="JSON written by kiln bench mla|sparse --out")
+    parser.add_argument("--precision", help="dense reports: keep the rows of this precision mode only")
+    parser.add_argument("--csv", help="also write the matched rows to this CSV file (with one precision mode)")
+    args = parser.parse_args()
+
+    with open(args.report) as f:
+        rows = json.load(f)["results"]
+    if args.precision:
+        rows = [r for r in rows if r.get("precision") == args.precision]
+    if not rows:
+        sys.exit("compare.py: no result rows to compare" + (" with precision %r" % args.precision if args.precision else ""))
+
+    # A report that times the grid in several precision modes is compared mode by mode: each mode's
+    # rows stand for the same configs.
+    modes = sorted({r.get("precision") for r in rows}, key=lambda m: (m is not None, m != "exact", m))
+    if len(modes) > 1 and args.csv:
+        sys.exit("compare.py: --csv takes one precision mode; add --precision MODE")
+    for i, mode in enumerate(modes):
+        if len(modes) > 1:
+            print("%s== precision %s" % ("\n" if i else "", mode))
+        compare([r for r in rows if r.get("precision") == mode], args.csv)
 
 
 if __name__ == "__main__":
