@@ -16,7 +16,7 @@ Nvfp4CacheGeometry check_nvfp4_cache(const TensorView& cache, std::string_view a
     else if (cache.size(2) != 1) check::fail(arg, "[P, page, 384], HND [P, 1, page, 384] or NHD [P, page, 1, 384]", cache.shape_string());
   }
   const Nvfp4CacheGeometry g{cache.size(0), cache.size(row_dim), cache.stride(0)};
-  if (cache.stride(-1) != 1) check::fail(arg, "stride(-1) == 1", fmt::format("{}", cache.stride(-1)));
+  check::unit_stride(cache, arg, -1);
   if (rules.runtime_page_size) {
     if (g.page_size < 1) check::fail(arg, "a page size >= 1", fmt::format("shape {}", cache.shape_string()));
     if (g.page_size > rules.max_page_size) {

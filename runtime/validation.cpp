@@ -54,6 +54,10 @@ void not_null(const TensorView& t, std::string_view arg) {
   if (t.data == nullptr && t.numel() != 0) fail(arg, "a non-null data pointer", "null");
 }
 
+void unit_stride(const TensorView& t, std::string_view arg, int d) {
+  if (t.size(d) > 1 && t.stride(d) != 1) fail(arg, fmt::format("stride({}) == 1", d), fmt::format("{}", t.stride(d)));
+}
+
 void disjoint(const TensorView& a, std::string_view arg_a, const TensorView& b, std::string_view arg_b) {
   if (a.numel() == 0 || b.numel() == 0) return;  // an empty view addresses no bytes
   const auto a0 = reinterpret_cast<std::uintptr_t>(a.data);
@@ -64,6 +68,10 @@ void disjoint(const TensorView& a, std::string_view arg_a, const TensorView& b, 
     fail(arg_a, fmt::format("memory disjoint from '{}'", arg_b),
          fmt::format("[{:#x}, {:#x}) overlapping [{:#x}, {:#x})", a0, a1, b0, b1));
   }
+}
+
+void finite(double value, std::string_view arg) {
+  if (!std::isfinite(static_cast<float>(value))) fail(arg, "a finite value (as float32)", fmt::format("{}", value));
 }
 
 void positive_finite(double value, std::string_view arg) {

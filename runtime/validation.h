@@ -18,8 +18,14 @@ void dim(const TensorView& t, std::string_view arg, int d, std::int64_t expected
 void contiguous(const TensorView& t, std::string_view arg);
 void aligned(const TensorView& t, std::string_view arg, int bytes);
 void not_null(const TensorView& t, std::string_view arg);
-// The byte ranges the two views address must not intersect.
+// Stride 1 along dimension d (negative counts from the end); a dimension of size 0 or 1 has no
+// step to take, so any stride passes there.
+void unit_stride(const TensorView& t, std::string_view arg, int d);
+// The byte ranges the two views address must not intersect; an empty view addresses no bytes, so
+// it is disjoint from everything.
 void disjoint(const TensorView& a, std::string_view arg_a, const TensorView& b, std::string_view arg_b);
+// Finite after rounding to float32.
+void finite(double value, std::string_view arg);
 // Finite and > 0 after rounding to float32.
 void positive_finite(double value, std::string_view arg);
 

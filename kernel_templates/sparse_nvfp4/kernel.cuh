@@ -311,8 +311,8 @@ __device__ __forceinline__ float e2m1_round(float y) {
 }
 
 // One 16-dim NoPE group of Q NVFP4 round-tripped by the writers' rule, as 16 exact f16 values.
-// amax * fp32(1/6) gives the same E4M3 byte as amax / 6 for every bf16 amax (README, writer); NaN
-// elements do not count towards amax (fmaxf drops them).
+// amax * fp32(1/6) gives the same E4M3 byte as amax / 6 for every bf16 amax
+// (runtime/nvfp4_writer/README.md); NaN elements do not count towards amax (fmaxf drops them).
 __device__ __forceinline__ void quantize_q_group(uint4 a, uint4 b, u32 (&h)[8]) {
   const u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
   float x[16];

@@ -16,7 +16,7 @@ struct SparseNvfp4Params {
   const void* q;  // [T, H, 512] bf16, contiguous
 
   // Main pool: page p starts at kv + p * kv_page_stride (bytes); token r of a page is described in
-  // spec/sparse_nvfp4_decode.md (352 data bytes at r*352, 32 scale bytes at page_size*352 + r*32).
+  // runtime/nvfp4_writer/README.md (352 data bytes at r*352, 32 scale bytes at page_size*352 + r*32).
   const void* kv;
   long long kv_page_stride;  // bytes, multiple of 16, >= kv_page_size * 384
   int kv_page_size;

@@ -40,6 +40,8 @@ inline constexpr IntRule kPageSizeRule{.expected = "16, 32, 64 or 128", .support
 inline constexpr IntRule kMaxSeqLenRule{.expected = "1..2147450880 (2^31 - 32768)", .min = 1,
                                         .max = (1LL << 31) - 32768};
 inline constexpr IntRule kMaxSeqLenQRule{.expected = "1..64", .min = 1, .supported_max = 64};
+// Requests per call: the decode grid's z and the combine grid's y carry the request index.
+inline constexpr IntRule kBatchRule{.expected = "a batch of 0..65535 requests", .min = 0, .supported_max = 65535};
 
 enum class MlaKernel {
   kAuto = kMlaKernelAuto,

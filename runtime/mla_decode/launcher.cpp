@@ -18,17 +18,8 @@ namespace kiln::mla {
 namespace {
 
 constexpr std::int64_t kInt32Max = INT32_MAX;
-// Grid z carries the request index (planner: decode grid z = batch, combine grid y = batch).
-constexpr std::int64_t kMaxBatch = 65535;
 
 std::string num(std::int64_t v) { return fmt::format("{}", v); }
-
-// Like check::disjoint, but an empty view addresses nothing and so overlaps nothing (check::disjoint
-// would report an empty range that starts inside another view).
-void disjoint_if_nonempty(const TensorView& a, std::string_view arg_a, const TensorView& b, std::string_view arg_b) {
-  if (a.numel() == 0 || b.numel() == 0) return;
-  check::disjoint(a, arg_a, b, arg_b);
-}
 
 // Query and cache must be the same element type; a uint8 view is the usual sign of an fp8 tensor
 // that came through DLPack 0.6 (no fp8 code), so say how to fix it.
@@ -56,8 +47,7 @@ void check_index_vector(const TensorView& t, std::string_view arg, std::int64_t 
 
 std::size_t mla_workspace_size(const MlaDecodePolicy& policy, int batch) {
   policy.validate();
-  if (batch < 0) check::fail("batch", ">= 0", num(batch));
-  if (batch > kMaxBatch) check::unsupported("batch", "1..65535", num(batch));
+  kBatchRule.check("batch", batch);
   if (batch == 0) return 0;
   return workspace_size(policy, batch);
 }
@@ -146,9 +136,7 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
   check::rank(block_tables, "block_tables", {2});
   check::dim(block_tables, "block_tables", 0, batch);
   const std::int64_t max_pages = block_tables.size(1);
-  if (max_pages > 1 && block_tables.stride(1) != 1) {
-    check::fail("block_tables", "inner stride 1", fmt::format("stride {}", block_tables.stride(1)));
-  }
+  check::unit_stride(block_tables, "block_tables", 1);
   if (batch > 1 && block_tables.stride(0) < max_pages) {
     check::fail("block_tables", fmt::format("row stride >= max_pages = {}", max_pages),
                 fmt::format("row stride {}", block_tables.stride(0)));
@@ -199,9 +187,7 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
     check::fail("query", "B * max_seq_len_q * H <= 2^31 - 1 (int32 row indexing)",
                 fmt::format("{} * {} * {} = {}", batch, sq, heads, batch * sq * heads));
   }
-  if (batch > kMaxBatch) {
-    check::unsupported(packed ? "seq_lens" : "query", "a batch of at most 65535 requests", fmt::format("{}", batch));
-  }
+  kBatchRule.check(packed ? "seq_lens" : "query", batch);
 
   MlaProblem problem;
   problem.policy = MlaDecodePolicy{static_cast<int>(heads), static_cast<int>(page_size), max_seq_len, static_cast<int>(sq),
@@ -230,11 +216,11 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
     check::contiguous(o, "out");
     check::aligned(o, "out", 16);
     check::not_null(o, "out");
-    disjoint_if_nonempty(o, "out", query, "query");
-    disjoint_if_nonempty(o, "out", kv_cache, "kv_cache");
-    disjoint_if_nonempty(o, "out", block_tables, "block_tables");
-    disjoint_if_nonempty(o, "out", seq_lens, "seq_lens");
-    if (packed) disjoint_if_nonempty(o, "out", *qo_indptr, "qo_indptr");
+    check::disjoint(o, "out", query, "query");
+    check::disjoint(o, "out", kv_cache, "kv_cache");
+    check::disjoint(o, "out", block_tables, "block_tables");
+    check::disjoint(o, "out", seq_lens, "seq_lens");
+    if (packed) check::disjoint(o, "out", *qo_indptr, "qo_indptr");
     problem.out = o;
   } else {
     // Views have a fixed-size shape array, so describing the expected output allocates nothing.
@@ -253,12 +239,12 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
                 fmt::format("{} bytes", workspace_buffer.numel()));
   }
   if (problem.workspace_bytes > 0) check::not_null(workspace_buffer, "workspace_buffer");
-  disjoint_if_nonempty(workspace_buffer, "workspace_buffer", query, "query");
-  disjoint_if_nonempty(workspace_buffer, "workspace_buffer", kv_cache, "kv_cache");
-  disjoint_if_nonempty(workspace_buffer, "workspace_buffer", block_tables, "block_tables");
-  disjoint_if_nonempty(workspace_buffer, "workspace_buffer", seq_lens, "seq_lens");
-  if (packed) disjoint_if_nonempty(workspace_buffer, "workspace_buffer", *qo_indptr, "qo_indptr");
-  if (out) disjoint_if_nonempty(workspace_buffer, "workspace_buffer", *out, "out");
+  check::disjoint(workspace_buffer, "workspace_buffer", query, "query");
+  check::disjoint(workspace_buffer, "workspace_buffer", kv_cache, "kv_cache");
+  check::disjoint(workspace_buffer, "workspace_buffer", block_tables, "block_tables");
+  check::disjoint(workspace_buffer, "workspace_buffer", seq_lens, "seq_lens");
+  if (packed) check::disjoint(workspace_buffer, "workspace_buffer", *qo_indptr, "qo_indptr");
+  if (out) check::disjoint(workspace_buffer, "workspace_buffer", *out, "out");
   return problem;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Engine API of paged MLA decode: the C++ form of FlashInfer's
-// prims_ts_batch_decode_with_kv_cache_mla (contract: spec/mla_decode.md), plus the workspace-size
+// prims_ts_batch_decode_with_kv_cache_mla (contract: runtime/mla_decode/README.md), plus the workspace-size
 // helper and the warm function a server calls before CUDA graph capture.
 //
 // Typical server flow:

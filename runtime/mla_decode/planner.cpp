@@ -4,13 +4,10 @@
 #include <string>
 
 #include "kiln/jit/error.h"
+#include "kiln/runtime/validation.h"
 
 namespace kiln::mla {
 namespace {
-
-[[noreturn]] void bad(const std::string& what, const std::string& expected, long long given) {
-  throw Error(ErrorCode::kInvalidArgument, what + ": expected " + expected + ", given " + std::to_string(given));
-}
 
 // The workspace is sized before any device is known, for a GPU at least as large as every supported
 // one: the most SMs and the most shared memory per SM (so the most resident CTAs). On a smaller GPU
@@ -63,7 +60,7 @@ int max_parts(const MlaDecodePolicy& policy) {
 }
 
 WorkspaceLayout workspace_layout(const MlaDecodePolicy& policy, int batch, PolicyCheck check) {
-  if (batch < 1) bad("batch", ">= 1", batch);
+  if (batch < 1) check::fail("batch", ">= 1", std::to_string(batch));
   if (check == PolicyCheck::kValidate) policy.validate();
   WorkspaceLayout w;
   w.max_parts = max_parts_valid(policy);
@@ -83,9 +80,9 @@ WorkspaceLayout workspace_layout(const MlaDecodePolicy& policy, int batch, Polic
 std::size_t workspace_size(const MlaDecodePolicy& policy, int batch) { return workspace_layout(policy, batch).total_bytes; }
 
 MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& device, std::string_view arch, PolicyCheck check) {
-  if (device.sm_count < 1) bad("sm_count", ">= 1", device.sm_count);
-  if (device.smem_per_sm < 1) bad("smem_per_sm", ">= 1", device.smem_per_sm);
-  if (batch > 65535) bad("batch", "<= 65535 (combine grid y)", batch);
+  if (device.sm_count < 1) check::fail("sm_count", ">= 1", std::to_string(device.sm_count));
+  if (device.smem_per_sm < 1) check::fail("smem_per_sm", ">= 1", std::to_string(device.smem_per_sm));
+  kBatchRule.check("batch", batch);
   MlaPlan p;
   p.workspace = workspace_layout(policy, batch, check);
   if ((policy.kernel == MlaKernel::kWgmma || policy.kernel == MlaKernel::kWgmmaKv) && !is_sm90a(arch)) {

@@ -44,7 +44,7 @@ void check_rows(const TensorView& rows, std::string_view arg, int rank) {
   check::not_null(rows, arg);
   check::dtype(rows, arg, {DType::kBf16});
   check::dim(rows, arg, -1, kNvfp4LatentDims);
-  if (rows.stride(-1) != 1) check::fail(arg, "stride(-1) == 1", fmt::format("{}", rows.stride(-1)));
+  check::unit_stride(rows, arg, -1);
   check::aligned(rows, arg, 16);
 }
 

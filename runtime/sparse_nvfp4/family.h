@@ -1,6 +1,6 @@
 #pragma once
 // The "sparse_nvfp4" family: sparse MLA decode over the 384-byte NVFP4 cache
-// (spec/sparse_nvfp4_decode.md). The static policy is what the kernel templates take as template
+// (runtime/sparse_nvfp4/README.md). The static policy is what the kernel templates take as template
 // arguments; page sizes, page strides, topk and every length are runtime values.
 #include <cstdint>
 #include <string_view>

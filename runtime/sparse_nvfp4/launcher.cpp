@@ -35,7 +35,7 @@ std::int64_t check_indices(const TensorView& idx, const char* arg, std::int64_t 
   const std::int64_t topk = idx.size(-1);
   if (topk < min_topk) check::fail(arg, fmt::format("topk (last dimension) >= {}", min_topk), idx.shape_string());
   if (topk > INT_MAX) check::unsupported(arg, fmt::format("topk up to {}", INT_MAX), fmt::format("topk {}", topk));
-  if (topk > 1 && idx.stride(-1) != 1) check::fail(arg, "stride(-1) == 1", fmt::format("{}", idx.stride(-1)));
+  check::unit_stride(idx, arg, -1);
   check::not_null(idx, arg);
   check::aligned(idx, arg, 4);
   return topk;
@@ -48,7 +48,7 @@ void check_vector(const TensorView& t, const char* arg, DType type, std::int64_t
   if (t.size(0) < min_entries) {
     check::fail(arg, fmt::format("at least {} = {} entries", what, min_entries), fmt::format("shape {}", t.shape_string()));
   }
-  if (t.size(0) > 1 && t.stride(0) != 1) check::fail(arg, "stride(0) == 1", fmt::format("{}", t.stride(0)));
+  check::unit_stride(t, arg, 0);
   check::not_null(t, arg);
   check::aligned(t, arg, 4);
 }
@@ -59,10 +59,6 @@ void check_dense(const TensorView& t, const char* arg, DType type, int rank, int
   check::contiguous(t, arg);
   check::not_null(t, arg);
   check::aligned(t, arg, alignment);
-}
-
-void check_finite(double value, const char* arg) {
-  if (!std::isfinite(static_cast<float>(value))) check::fail(arg, "a finite value (as float32)", fmt::format("{}", value));
 }
 
 // Everything a launch needs once the device-independent checks passed.
@@ -124,7 +120,7 @@ Checked check_static(const Args& a) {
   }
 
   check::positive_finite(a.sm_scale, "sm_scale");
-  check_finite(opt.lse_scale, "lse_scale");
+  check::finite(opt.lse_scale, "lse_scale");
 
   if (opt.topk_length) check_vector(*opt.topk_length, "topk_length", DType::kI32, c.tokens, "T");
   if (opt.attn_sink) check_vector(*opt.attn_sink, "attn_sink", DType::kF32, heads, "H");

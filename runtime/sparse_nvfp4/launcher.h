@@ -1,6 +1,6 @@
 #pragma once
 // Engine API of the sparse NVFP4 MLA decode (seed: flashinfer.mla.cake_sparse_mla_sm120_dsv4_nvfp4_decode;
-// contract: spec/sparse_nvfp4_decode.md). Host validation, plan resolution, key, launch.
+// contract: runtime/sparse_nvfp4/README.md). Host validation, plan resolution, key, launch.
 #include <cuda.h>
 
 #include <optional>
@@ -81,8 +81,8 @@ SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const S
 // kSparseMaxCluster CTAs, and only as many clusters as fit the GPCs at once, as counted on the
 // H200: every kMma and kSm90 CTA fills an SM) while the whole grid fits one wave (one decode CTA
 // per SM) and each CTA does at least two chunks fewer than cpb, the smallest such, or 1 when none
-// does (so always 1 for cpb <= 2: measured slower on the H200, see the README); `cluster` true
-// drops these conditions (any cpb >= 2).
+// does (so always 1 for cpb <= 2: measured slower on the H200, tools/bench/results/README.md);
+// `cluster` true drops these conditions (any cpb >= 2).
 int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster = std::nullopt,
                         SparseKernel kernel = SparseKernel::kMma);
 

@@ -1,5 +1,5 @@
 #pragma once
-// Pure host planners of the sparse NVFP4 MLA decode (spec/sparse_nvfp4_decode.md, "Chunks, splits,
+// Pure host planners of the sparse NVFP4 MLA decode (runtime/sparse_nvfp4/README.md, "Chunks, splits,
 // head tiles"). No CUDA calls; invalid input throws kiln::Error(kInvalidArgument) naming the argument.
 // `sms` is the device's SM count (DeviceLimits::sm_count).
 #include <cstdint>

@@ -3,10 +3,11 @@
 // a NaN-poisoned output and workspace, and NaN in every cache slot it must not read (block-table
 // padding, entries past the live length, the tail of each request's last page).
 //
-// The conformance matrix touches every value of every axis of spec/mla_decode.md at least once
-// without building the cross product; the first test asserts that coverage, so trimming the table
-// cannot silently drop a value. The oracle is the bottleneck: sum(L * q_len) * H * 1088 MACs per
-// launch, kept to ~1 G each (it prints its own cost so the table can be re-balanced).
+// The conformance matrix (tests/support/mla_matrix) touches every value of every axis of the contract
+// (runtime/mla_decode/README.md) at least once without building the cross product; the unit suite
+// checks that coverage on every CI run, so trimming the table cannot silently drop a value. The
+// oracle is the bottleneck: sum(L * q_len) * H * 1088 MACs per launch, kept to ~1 G each (each
+// launch's line prints its cost, so the table can be re-balanced).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -33,8 +34,11 @@
 #include "kiln/runtime/mla_decode/launcher.h"
 #include "kiln/runtime/mla_decode/planner.h"
 #include "tests/support/device_buffer.h"
+#include "tests/support/mla_matrix.h"
 #include "tests/support/mla_reference.h"
 #include "tests/support/rng.h"
+
+using namespace kiln::testing::mla_matrix;  // MlaCase, the conformance matrix and its helpers
 
 namespace {
 
@@ -87,59 +91,6 @@ void fill_random(std::uint8_t* dst, std::size_t elements, bool fp8, Rng& rng, bo
     }
   }
 }
-
-// One launch of the matrix. Fixed mode: every request has `sq` query rows; packed: q_lens[b].
-struct MlaCase {
-  int heads = 16;
-  int page_size = 64;
-  int sq = 1;  // fixed: SQ; packed: max_seq_len_q
-  bool fp8 = false;
-  bool causal = true;
-  bool packed = false;
-  long long max_seq_len = 0;  // 0: the longest live length (exact fit)
-  std::vector<int> seq_lens;
-  std::vector<int> q_lens;    // packed only; 0 = empty request
-  int bt_pad = 0;             // block-table row stride = max_pages + bt_pad (padding -> NaN page)
-  bool rank4_cache = false;   // [pages, 1, page_size, 576] instead of [pages, page_size, 576]
-  bool pass_max_seq_len_q = true;  // fixed mode: pass SQ explicitly or leave it out
-  bool allocate_out = false;  // let the launcher allocate the output (not graph-safe; eager only)
-  // Peaked softmax: a fixed (large) bmm1_scale instead of one drawn around DeepSeek's, and/or one key
-  // per request made to dominate every row's scores.
-  float bmm1 = 0.f;           // 0: drawn from [0.04, 0.2]
-  bool dominant_key = false;
-  MlaKernel kernel = MlaKernel::kAuto;  // forced kernel variant
-  kiln::mla::MlaPrecision precision = kiln::mla::MlaPrecision::kExact;
-  bool outliers = false;      // large-magnitude cache channels (fill_random)
-  std::uint64_t seed = 0;     // 0: run_cases' seed for the launch's place in the list
-
-  bool one_p() const { return precision == kiln::mla::MlaPrecision::kBf16; }
-  long long policy_max_seq_len() const {
-    return max_seq_len > 0 ? max_seq_len : *std::max_element(seq_lens.begin(), seq_lens.end());
-  }
-  int q_len(int b) const { return packed ? q_lens[b] : sq; }
-  std::string label() const {
-    std::ostringstream s;
-    s << "H" << heads << " p" << page_size << (packed ? " packed msq" : " SQ") << sq << (fp8 ? " fp8" : " bf16")
-      << (causal ? " causal" : " dense") << " max_seq_len " << policy_max_seq_len() << " B " << seq_lens.size() << " L [";
-    for (std::size_t b = 0; b < seq_lens.size(); ++b) {
-      s << (b ? "," : "") << seq_lens[b];
-      if (packed) s << "/" << q_lens[b];
-    }
-    s << "] pad " << bt_pad << (rank4_cache ? " rank4" : "") << (allocate_out ? " alloc-out" : "");
-    if (bmm1 > 0) s << " bmm1 " << bmm1;
-    if (dominant_key) s << " dominant-key";
-    if (kernel == MlaKernel::kMmaSync) s << " kernel=mma_sync";
-    if (kernel == MlaKernel::kWgmma) s << " kernel=wgmma";
-    if (kernel == MlaKernel::kWgmmaKv) s << " kernel=wgmma_kv";
-    if (one_p()) s << " precision=bf16";
-    if (outliers) s << " outliers";
-    return s.str();
-  }
-  kiln::mla::MlaDecodePolicy policy() const {
-    return {heads,  page_size, policy_max_seq_len(), sq, packed, fp8 ? DType::kE4m3 : DType::kBf16, DType::kBf16,
-            causal ? MaskType::kCausal : MaskType::kDense, kernel, precision};
-  }
-};
 
 // Host image of one launch's inputs.
 struct HostProblem {
@@ -392,12 +343,6 @@ std::string where(const HostProblem& p, std::size_t index) {
 
 const kiln::DeviceLimits& device_limits() { return kiln::KernelService::global().device_limits(0); }
 
-double oracle_gmacs(const MlaCase& c) {
-  double macs = 0;
-  for (std::size_t b = 0; b < c.seq_lens.size(); ++b) macs += static_cast<double>(c.seq_lens[b]) * c.q_len(static_cast<int>(b));
-  return macs * c.heads * (kDimQk + kDimV) * 1e-9;
-}
-
 // One precision's errors over many launches: the accuracy table the README quotes.
 struct PrecisionTally {
   double max_abs_err = 0, max_rel_l2 = 0;
@@ -526,172 +471,7 @@ void run_cases(const std::vector<MlaCase>& cases, std::uint64_t seed0, AccuracyT
   for (; !pending.empty(); pending.pop_front()) finish_case(pending.front());
 }
 
-// The tile-edge lengths of the spec, in a scrambled order so long and short requests interleave.
-const std::vector<int> kAllLens = {65, 1, 4097, 256, 2048, 63, 2049, 64};
-const std::vector<int> kMidLens = {256, 1, 2049, 64, 63, 65};  // no 2048 / 4097: for 256+ rows
-const std::vector<int> kShortLens = {63, 1, 256, 65, 64};     // for 512+ rows
-constexpr long long kFar = 163840;                             // DeepSeek-V3's max_seq_len
-
-MlaCase fixed(int heads, int page, int sq, bool fp8, bool causal, std::vector<int> lens, long long max_seq_len = 0) {
-  MlaCase c;
-  c.heads = heads;
-  c.page_size = page;
-  c.sq = sq;
-  c.fp8 = fp8;
-  c.causal = causal;
-  c.seq_lens = std::move(lens);
-  c.max_seq_len = max_seq_len;
-  return c;
-}
-
-MlaCase packed(int heads, int page, int msq, bool fp8, bool causal, std::vector<int> lens, std::vector<int> q_lens,
-               long long max_seq_len = 0) {
-  MlaCase c = fixed(heads, page, msq, fp8, causal, std::move(lens), max_seq_len);
-  c.packed = true;
-  c.q_lens = std::move(q_lens);
-  return c;
-}
-
-std::vector<MlaCase> conformance_matrix() {
-  constexpr bool kBf16 = false, kFp8 = true, kDense = false, kCausal = true;
-  std::vector<MlaCase> m = {
-      // The DeepSeek shapes (tensor parallel 8 and 1), live lengths far below max_seq_len.
-      fixed(16, 64, 1, kBf16, kCausal, kAllLens, kFar),
-      fixed(16, 64, 1, kFp8, kCausal, kAllLens, kFar),
-      fixed(128, 64, 1, kBf16, kCausal, kAllLens, kFar),
-      fixed(128, 64, 1, kFp8, kCausal, {65, 1, 2049, 256, 2048, 63, 64}, kFar),
-      fixed(32, 64, 2, kBf16, kCausal, kAllLens, kFar),
-      fixed(64, 64, 2, kFp8, kCausal, kMidLens, kFar),
-      // Every head count, with every page size, both dtypes, both masks and every SQ spread over them.
-      fixed(6, 16, 2, kBf16, kCausal, kAllLens),
-      fixed(6, 32, 8, kFp8, kDense, kAllLens),
-      fixed(7, 128, 8, kBf16, kCausal, kAllLens),
-      fixed(7, 32, 2, kFp8, kDense, kAllLens),
-      fixed(8, 32, 4, kBf16, kDense, kAllLens),
-      fixed(8, 16, 1, kFp8, kCausal, kAllLens, kFar),
-      fixed(12, 16, 1, kFp8, kDense, kAllLens),
-      fixed(12, 128, 4, kBf16, kCausal, kAllLens, 8192),
-      fixed(24, 64, 2, kBf16, kDense, kAllLens),
-      fixed(24, 128, 1, kFp8, kCausal, kAllLens),
-      fixed(32, 16, 1, kBf16, kDense, kAllLens, 5000),
-      fixed(32, 32, 2, kFp8, kCausal, kAllLens),
-      fixed(48, 64, 1, kBf16, kDense, kAllLens),
-      fixed(48, 128, 2, kFp8, kCausal, kMidLens),
-      fixed(64, 16, 2, kBf16, kCausal, kMidLens),
-      fixed(64, 32, 1, kFp8, kDense, kAllLens),
-      fixed(96, 64, 1, kBf16, kCausal, {65, 1, 2049, 256, 2048, 63, 64}),
-      fixed(96, 16, 1, kFp8, kDense, kMidLens, kFar),
-      fixed(96, 32, 4, kBf16, kCausal, {63, 1, 256, 65, 2048, 64}),
-      fixed(128, 128, 2, kBf16, kCausal, kMidLens),
-      fixed(128, 32, 2, kFp8, kDense, kMidLens),
-      fixed(64, 128, 4, kBf16, kCausal, kMidLens),
-      fixed(32, 64, 8, kFp8, kCausal, kMidLens),
-      fixed(16, 128, 8, kBf16, kDense, kAllLens),
-      fixed(128, 16, 8, kBf16, kCausal, kShortLens),
-      fixed(128, 64, 4, kFp8, kDense, kShortLens),
-      fixed(24, 32, 8, kFp8, kCausal, kMidLens),
-      fixed(48, 16, 4, kFp8, kDense, kShortLens),
-      fixed(16, 32, 4, kFp8, kCausal, kAllLens),
-      fixed(12, 64, 8, kBf16, kDense, kMidLens),
-      // max_seq_len <= one 32-token tile: no split is possible, the decode kernel writes `out` itself.
-      fixed(16, 16, 4, kBf16, kCausal, {1, 17, 31, 32, 5, 32}, 32),
-      fixed(8, 128, 1, kFp8, kDense, {32, 1, 20}, 32),
-      // A batch large enough to fill the GPU with one split per request (72 x 2 row tiles > 132 SMs).
-      fixed(128, 64, 1, kFp8, kCausal, {}, 300),
-      fixed(96, 128, 2, kBf16, kCausal, {}, 300),
-      // Packed: uneven and empty requests (first and last empty too).
-      packed(16, 128, 8, kBf16, kCausal, {65, 1, 4097, 256, 2049, 63, 64, 300}, {8, 0, 4, 1, 0, 3, 8, 7}),
-      packed(8, 64, 4, kFp8, kCausal, {65, 1, 4097, 256, 2049, 63, 64, 300}, {4, 0, 2, 1, 0, 3, 4, 3}, kFar),
-      packed(64, 16, 4, kBf16, kDense, {65, 1, 2049, 256, 2048, 63, 64, 300}, {4, 0, 2, 1, 0, 3, 4, 3}),
-      packed(16, 32, 2, kFp8, kDense, {4097, 63, 1, 2048, 64}, {2, 1, 0, 2, 1}),
-      packed(128, 128, 4, kBf16, kCausal, {300, 65, 1, 64, 63}, {4, 1, 0, 3, 2}),
-      packed(7, 16, 8, kFp8, kCausal, {1, 2049, 65, 4097, 64, 256}, {0, 5, 8, 1, 0, 8}),
-      packed(32, 64, 1, kBf16, kCausal, {2049, 1, 63, 4097, 64, 65}, {1, 0, 1, 1, 0, 1}, kFar),
-      packed(6, 32, 2, kBf16, kDense, {64, 4097, 1, 65, 2048, 256}, {0, 2, 1, 2, 1, 0}),
-      packed(96, 64, 2, kFp8, kCausal, {256, 65, 1, 2049}, {1, 2, 2, 0}),
-      packed(12, 128, 4, kFp8, kDense, {63, 64, 65, 1, 256}, {3, 0, 4, 4, 1}, 70000),
-      packed(24, 16, 8, kBf16, kCausal, {1, 63, 256, 64}, {8, 0, 3, 6}),
-      packed(48, 32, 2, kBf16, kDense, {2049, 65, 1}, {2, 0, 1}),
-      // Long query rows (speculative decoding, upstream's SQ 16 / 32 tests): SQ x H fold into row
-      // tiles like any other rows; causal rows with L < SQ see no key at first (zeros).
-      fixed(24, 64, 16, kBf16, kCausal, {65, 1, 256, 63, 2049}),
-      fixed(12, 32, 32, kFp8, kDense, {64, 1, 300, 129}),
-      fixed(12, 128, 32, kBf16, kCausal, {63, 2049, 1, 256}),
-      fixed(8, 16, 64, kBf16, kCausal, {64, 65, 1, 700}),
-      fixed(16, 64, 64, kBf16, kDense, {100, 33}),
-      fixed(128, 16, 64, kFp8, kCausal, {70, 1}),
-      packed(128, 64, 16, kBf16, kCausal, {300, 65, 1, 129}, {16, 0, 5, 16}),
-      // Large magnitudes (fill_random's outlier channels: bf16 to +-32, fp8 over the whole e4m3 range).
-      fixed(128, 64, 1, kBf16, kCausal, kMidLens, kFar),
-      fixed(16, 32, 2, kBf16, kDense, kAllLens),
-      fixed(64, 64, 1, kFp8, kCausal, kMidLens, kFar),
-      packed(16, 128, 4, kFp8, kCausal, {65, 1, 2049, 256}, {4, 1, 2, 3}),
-  };
-  for (std::size_t i = m.size() - 4; i < m.size(); ++i) m[i].outliers = true;
-  // The two large-batch cases draw their lengths here (random, short: the oracle stays cheap).
-  Rng rng(base_seed() ^ 0x5eed);
-  for (MlaCase& c : m) {
-    if (!c.seq_lens.empty()) continue;
-    const int batch = 72;
-    for (int b = 0; b < batch; ++b) c.seq_lens.push_back(1 + rng.below(static_cast<int>(c.max_seq_len)));
-  }
-  // Layout variety at no cost: padded block-table rows on most launches, the rank-4 cache on some,
-  // fixed mode without max_seq_len_q on some, and one launcher-allocated output.
-  for (std::size_t i = 0; i < m.size(); ++i) {
-    m[i].bt_pad = i % 3 == 0 ? 0 : static_cast<int>(1 + i % 17);
-    m[i].rank4_cache = i % 4 == 1;
-    m[i].pass_max_seq_len_q = i % 5 != 2;
-  }
-  m[9].allocate_out = true;
-  return m;
-}
-
 }  // namespace
-
-TEST_CASE("mla: the conformance matrix covers every value of every axis of the spec", "[gpu][mla]") {
-  const auto m = conformance_matrix();
-  std::set<int> pages, heads, sqs, lens;
-  std::set<std::pair<int, bool>> page_dtype;
-  std::set<bool> outlier_dtypes;
-  bool dense_sq_gt1 = false, causal_sq_gt1 = false, packed_uneven = false, packed_empty = false, far = false,
-       padded = false, single_split = false;
-  for (const MlaCase& c : m) {
-    pages.insert(c.page_size);
-    heads.insert(c.heads);
-    sqs.insert(c.sq);
-    page_dtype.insert({c.page_size, c.fp8});
-    if (c.outliers) outlier_dtypes.insert(c.fp8);
-    lens.insert(c.seq_lens.begin(), c.seq_lens.end());
-    dense_sq_gt1 |= !c.causal && c.sq > 1;
-    causal_sq_gt1 |= c.causal && c.sq > 1;
-    if (c.packed) {
-      packed_empty |= std::count(c.q_lens.begin(), c.q_lens.end(), 0) > 0;
-      packed_uneven |= std::set<int>(c.q_lens.begin(), c.q_lens.end()).size() > 2;
-    }
-    far |= c.policy_max_seq_len() >= 16 * *std::max_element(c.seq_lens.begin(), c.seq_lens.end());
-    padded |= c.bt_pad > 0;
-    single_split |= c.policy_max_seq_len() <= 32;
-  }
-  for (int p : {16, 32, 64, 128}) {
-    CHECK(page_dtype.count({p, false}) == 1);
-    CHECK(page_dtype.count({p, true}) == 1);
-  }
-  for (int h : {6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128}) CHECK(heads.count(h) == 1);
-  for (int s : {1, 2, 4, 8, 16, 32, 64}) CHECK(sqs.count(s) >= 1);
-  for (int l : {1, 63, 64, 65, 256, 2048, 2049, 4097}) CHECK(lens.count(l) == 1);
-  CHECK(dense_sq_gt1);
-  CHECK(causal_sq_gt1);
-  CHECK(packed_empty);
-  CHECK(packed_uneven);
-  CHECK(far);
-  CHECK(padded);
-  CHECK(single_split);
-  CHECK(outlier_dtypes == std::set<bool>{false, true});
-  double total = 0;
-  for (const MlaCase& c : m) total += oracle_gmacs(c);
-  std::printf("mla conformance matrix: %zu launches, oracle %.1f GMAC in total, seed %llu\n", m.size(), total,
-              static_cast<unsigned long long>(base_seed()));
-}
 
 TEST_CASE("mla: conformance matrix against the fp64 oracle", "[gpu][mla]") {
   const auto t0 = Clock::now();

@@ -18,11 +18,11 @@
 // warpgroup-MMA kernel, also with a split's chunks dealt to a CTA cluster forced on; planned calls
 // also the mma.sync kernel, and on sm_90a that kernel with a split's chunks shared by a CTA cluster
 // forced on and off (the launcher picks a cluster where the grid leaves SMs idle, so small-T cases
-// run it by default too). Expected plans come from
-// tests/support/sparse_plan_reference (the spec's planner rules, written independently).
+// run it by default too). Expected plans come from the library's planners (resolve_plan), which the
+// unit suite checks against the contract's reference points and properties.
 //
-// The matrix touches every value of every conformance axis at least once without building
-// the cross product; the first test asserts that coverage. Every key the matrix launches is warmed
+// The matrix (tests/support/sparse_matrix) touches every value of every conformance axis at least
+// once without building the cross product; the unit suite asserts that coverage on every CI run. Every key the matrix launches is warmed
 // up front in parallel (as a server would), so compiles stay out of the per-case times.
 #include <catch2/catch.hpp>
 
@@ -53,8 +53,10 @@
 #include "tests/support/device_buffer.h"
 #include "tests/support/nvfp4_reference.h"
 #include "tests/support/rng.h"
-#include "tests/support/sparse_plan_reference.h"
+#include "tests/support/sparse_matrix.h"
 #include "tests/support/sparse_reference.h"
+
+using namespace kiln::testing::sparse_matrix;  // SparseCase, the conformance matrix and its helpers
 
 namespace {
 
@@ -80,16 +82,6 @@ constexpr std::int32_t kFarIndex = 0x7fffff00;
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-enum class Layout { kCompact, kHnd, kNhd };  // [P, page, 384], [P, 1, page, 384], [P, page, 1, 384]
-enum class Sink { kOff, kOn, kDominated };    // kDominated: every 4th head's sink is 40 (sink-dominated rows)
-enum class Lengths { kNone, kMain, kExtra, kBoth };
-
-const char* layout_name(Layout l) { return l == Layout::kCompact ? "compact" : l == Layout::kHnd ? "HND" : "NHD"; }
-const char* sink_name(Sink s) { return s == Sink::kOff ? "off" : s == Sink::kOn ? "on" : "dominated"; }
-const char* lengths_name(Lengths l) {
-  return l == Lengths::kNone ? "none" : l == Lengths::kMain ? "main" : l == Lengths::kExtra ? "extra" : "both";
-}
 
 // One paged pool in the 384-byte format, host image and device copy. The last token is the NaN
 // token; padding between pages is NaN; scale padding bytes 28..31 are zero as the format requires.
@@ -188,37 +180,6 @@ class ScopedPools {
 
 const Pool& pool(int page_size, bool large = false) { return ScopedPools::get(page_size, large); }
 
-struct SparseCase {
-  int tokens = 4;
-  int heads = 16;
-  int topk = 64;
-  int page = 64;
-  Layout layout = Layout::kCompact;
-  bool has_extra = false;
-  int extra_topk = 0;
-  int extra_page = 0;
-  Layout extra_layout = Layout::kCompact;
-  Sink sink = Sink::kOff;
-  Lengths lengths = Lengths::kNone;
-  bool ln2 = false;            // lse_scale = ln 2 (natural-log LSE) instead of 1
-  bool sweep = false;          // every forced num_splits 1..max for each valid head_tiles
-  bool rank3_indices = false;  // [T, 1, topk] instead of [T, topk]
-  int idx_pad = 0;             // indices row stride = topk + idx_pad
-  float q_scale = 1.f;
-  bool large = false;          // both pools from the magnitude-30 data
-
-  int chunks() const { return kiln::sparse::num_chunks(topk, has_extra ? extra_topk : 0); }
-  int xtopk() const { return has_extra ? extra_topk : 0; }
-  std::string label() const {
-    std::ostringstream s;
-    s << "T" << tokens << " H" << heads << " topk " << topk << " p" << page << " " << layout_name(layout);
-    if (has_extra) s << " + extra " << extra_topk << " p" << extra_page << " " << layout_name(extra_layout);
-    s << " sink " << sink_name(sink) << " len " << lengths_name(lengths) << " lse " << (ln2 ? "ln2" : "1")
-      << (rank3_indices ? " idx3" : "") << (idx_pad ? " idxpad" : "") << (q_scale != 1.f ? " q*2" : "") << (large ? " large" : "");
-    return s.str();
-  }
-};
-
 // A launch of one case: plan overrides (none = the planners'), the kernel (none = the launcher's).
 struct Variant {
   std::optional<int> num_splits;
@@ -240,8 +201,7 @@ int sm_count() { return kiln::KernelService::global().device_sm_count(0); }
 
 // The plan the spec prescribes for this launch on this GPU.
 SplitPlanResult variant_plan(const SparseCase& c, const Variant& v) {
-  const kt::SparsePlanRef r = kt::sparse_plan_reference(c.tokens, c.heads, c.topk, c.xtopk(), sm_count(), v.num_splits, 16, v.head_tiles);
-  return SplitPlanResult{r.head_tiles, r.num_splits, r.chunks_per_block};
+  return kiln::sparse::resolve_plan(c.tokens, c.heads, c.topk, c.xtopk(), sm_count(), v.num_splits, 16, v.head_tiles);
 }
 
 // The key a launch of `v` uses (what warm-up must compile).
@@ -277,7 +237,7 @@ std::vector<Variant> variants(const SparseCase& c) {
   for (int tiles : {1, 2}) {
     if (tiles == 2 && c.heads % 32 != 0) continue;
     for (int ns = min_splits; ns <= chunks; ++ns) {
-      if (kt::sparse_plan_reference(c.tokens, c.heads, c.topk, c.xtopk(), 132, ns).num_splits != ns) continue;
+      if (kiln::sparse::resolve_splits(c.topk, c.xtopk(), ns).num_splits != ns) continue;
       v.push_back(Variant{ns, tiles});
       v.push_back(Variant{ns, tiles, SparseKernel::kMmaSmall});
       if (on_sm90() && tiles == 1) {
@@ -645,76 +605,6 @@ void run_case(const SparseCase& c, std::uint64_t seed, int case_number) {
   std::fflush(stdout);
 }
 
-SparseCase main_only(int t, int h, int topk, int page, Layout layout, Sink sink, Lengths len, bool ln2, bool sweep = false) {
-  SparseCase c;
-  c.tokens = t;
-  c.heads = h;
-  c.topk = topk;
-  c.page = page;
-  c.layout = layout;
-  c.sink = sink;
-  c.lengths = len;
-  c.ln2 = ln2;
-  c.sweep = sweep;
-  return c;
-}
-
-SparseCase with_extra(int t, int h, int topk, int extra_topk, int page, int extra_page, Layout layout, Layout extra_layout, Sink sink,
-                      Lengths len, bool ln2, bool sweep = false) {
-  SparseCase c = main_only(t, h, topk, page, layout, sink, len, ln2, sweep);
-  c.has_extra = true;
-  c.extra_topk = extra_topk;
-  c.extra_page = extra_page;
-  c.extra_layout = extra_layout;
-  return c;
-}
-
-constexpr Layout kC = Layout::kCompact, kH = Layout::kHnd, kN = Layout::kNhd;
-constexpr Sink kOff = Sink::kOff, kOn = Sink::kOn, kDom = Sink::kDominated;
-constexpr Lengths kNoLen = Lengths::kNone, kMainLen = Lengths::kMain, kExtraLen = Lengths::kExtra, kBothLen = Lengths::kBoth;
-constexpr bool kLn2Lse = true, kUnitLse = false, kSweep = true;
-
-// Oracle cost T * H * (topk + extra) * 1024 MACs, kept <= ~0.7 G per case (~6 G in all).
-std::vector<SparseCase> conformance_matrix() {
-  std::vector<SparseCase> m = {
-      // Main pool only: every topk, every head count, every main page size and layout.
-      main_only(6, 8, 1, 64, kC, kOff, kNoLen, kUnitLse),
-      main_only(6, 16, 64, 32, kN, kOn, kMainLen, kLn2Lse),
-      main_only(6, 32, 65, 128, kH, kDom, kMainLen, kUnitLse, kSweep),
-      main_only(5, 48, 128, 64, kN, kOn, kNoLen, kLn2Lse),
-      main_only(4, 64, 512, 32, kC, kOff, kMainLen, kUnitLse, kSweep),
-      main_only(3, 96, 2048, 128, kC, kOn, kMainLen, kLn2Lse, kSweep),
-      main_only(2, 128, 2048, 64, kH, kDom, kNoLen, kUnitLse),
-      main_only(8, 8, 2048, 32, kH, kOn, kMainLen, kUnitLse, kSweep),
-      main_only(6, 128, 65, 128, kN, kOff, kMainLen, kLn2Lse),
-      // Enough CTAs for the planners' full-wave branches (head_tiles 2 at H = 128, one split).
-      main_only(32, 128, 128, 64, kC, kOn, kNoLen, kUnitLse),
-      main_only(64, 16, 512, 128, kH, kOff, kMainLen, kLn2Lse),
-      // T = 1 as a decode step runs it: few CTAs, split plans whose chunks a cluster shares.
-      main_only(1, 64, 2048, 64, kC, kOn, kNoLen, kUnitLse),
-      // Extra pool: every topk with it, every (main page, extra page) pair, every extra layout.
-      with_extra(6, 8, 64, 1, 32, 2, kC, kH, kOn, kBothLen, kLn2Lse, kSweep),
-      with_extra(6, 16, 1, 64, 64, 32, kH, kN, kDom, kExtraLen, kUnitLse),
-      with_extra(5, 32, 128, 512, 128, 64, kN, kC, kOn, kBothLen, kLn2Lse, kSweep),
-      with_extra(4, 48, 512, 128, 32, 64, kC, kN, kOff, kMainLen, kUnitLse, kSweep),
-      with_extra(3, 64, 2048, 512, 64, 2, kH, kC, kOn, kBothLen, kLn2Lse, kSweep),
-      with_extra(4, 96, 65, 65, 128, 32, kC, kH, kDom, kBothLen, kUnitLse),
-      with_extra(2, 128, 512, 2048, 32, 32, kN, kN, kOn, kExtraLen, kLn2Lse, kSweep),
-      with_extra(6, 32, 2048, 64, 128, 2, kH, kH, kOff, kMainLen, kUnitLse),
-      with_extra(4, 64, 1, 2048, 64, 64, kN, kC, kOn, kExtraLen, kLn2Lse),
-      with_extra(8, 16, 128, 128, 32, 2, kC, kC, kOn, kNoLen, kUnitLse),
-      with_extra(1, 128, 512, 128, 64, 64, kN, kH, kOn, kNoLen, kUnitLse),
-  };
-  // Index-tensor variety at no cost: [T, 1, topk] on some, padded rows (stride > topk) on others;
-  // queries at twice the scale on a few (sharper softmax).
-  for (std::size_t i = 0; i < m.size(); ++i) {
-    m[i].rank3_indices = i % 3 == 1;
-    m[i].idx_pad = i % 4 == 2 ? 8 : 0;
-    m[i].q_scale = i % 7 == 3 ? 2.f : 1.f;
-  }
-  return m;
-}
-
 // Every key the cases will launch, warmed in parallel (compiles overlap on the host's cores).
 void warm_all(const std::vector<SparseCase>& cases) {
   kiln::KernelService& service = kiln::KernelService::global();
@@ -737,60 +627,6 @@ void warm_all(const std::vector<SparseCase>& cases) {
 }
 
 }  // namespace
-
-TEST_CASE("sparse: the conformance matrix covers every value of every conformance axis", "[gpu][sparse]") {
-  const auto m = conformance_matrix();
-  std::set<int> heads, topk_main_only, topk_with_extra, main_pages, extra_pages;
-  std::set<std::pair<int, int>> page_pairs;
-  std::set<Layout> layouts, extra_layouts;
-  std::set<Sink> sinks;
-  std::set<Lengths> lengths;
-  std::set<bool> lse_scales, idx_rank3;
-  bool head_tiles_sweep = false, split_sweep = false, padded_idx = false;
-  for (const SparseCase& c : m) {
-    heads.insert(c.heads);
-    (c.has_extra ? topk_with_extra : topk_main_only).insert(c.topk);
-    main_pages.insert(c.page);
-    layouts.insert(c.layout);
-    if (c.has_extra) {
-      extra_pages.insert(c.extra_page);
-      page_pairs.insert({c.page, c.extra_page});
-      extra_layouts.insert(c.extra_layout);
-    }
-    sinks.insert(c.sink);
-    lengths.insert(c.lengths);
-    lse_scales.insert(c.ln2);
-    idx_rank3.insert(c.rank3_indices);
-    head_tiles_sweep |= c.sweep && c.heads % 32 == 0;
-    split_sweep |= c.sweep && c.chunks() > kMaxChunksPerBlock;
-    padded_idx |= c.idx_pad > 0;
-  }
-  for (int h : {8, 16, 32, 48, 64, 96, 128}) CHECK(heads.count(h) == 1);
-  for (int k : {1, 64, 65, 128, 512, 2048}) {
-    CHECK(topk_main_only.count(k) == 1);
-    CHECK(topk_with_extra.count(k) == 1);
-  }
-  for (int mp : {32, 64, 128}) {
-    for (int xp : {2, 32, 64}) CHECK(page_pairs.count({mp, xp}) == 1);
-  }
-  CHECK(layouts.size() == 3);
-  CHECK(extra_layouts.size() == 3);
-  CHECK(sinks.size() == 3);
-  CHECK(lengths.size() == 4);
-  CHECK(lse_scales.size() == 2);
-  CHECK(idx_rank3.size() == 2);
-  CHECK(head_tiles_sweep);
-  CHECK(split_sweep);
-  CHECK(padded_idx);
-  double gmacs = 0;
-  std::size_t launches = 0;
-  for (const SparseCase& c : m) {
-    gmacs += static_cast<double>(c.tokens) * c.heads * (c.topk + c.xtopk()) * 1024 * 1e-9;
-    launches += variants(c).size() + 1;
-  }
-  std::printf("sparse matrix: %zu cases, %zu launches, oracle %.1f GMAC\n", m.size(), launches, gmacs);
-  CHECK(gmacs < 10);
-}
 
 TEST_CASE("sparse: conformance matrix against the fp32 oracle", "[gpu][sparse]") {
   ScopedPools pools;

@@ -576,7 +576,7 @@ TEST_CASE("remote tier: a tiny maxmemory evicts entries or refuses writes, and e
 
 TEST_CASE("remote tier: AUTH with an ACL user and password, and wrong credentials serve locally with one warning",
           "[remote]") {
-  // The kiln user has exactly the rights the README lists, on its prefix only.
+  // The kiln user has exactly the rights cache/README.md lists, on its prefix only.
   RedisServer server({"--user", "default", "on", ">adminpw", "~*", "&*", "+@all", "--user", "kiln", "on", ">s3cret",
                       "~t:*", "-@all", "+get", "+set", "+eval", "+type", "+strlen", "+pexpire", "+del", "+hincrby",
                       "+hgetall", "+scan"},

@@ -1,7 +1,7 @@
 #pragma once
 // fp64 CPU oracle for paged MLA decode (every product, sum and exponential in double; the output
-// rounded once to float), written straight from the contract's "Math" section. Inputs are raw bf16 /
-// e4m3 bit patterns as stored on the device.
+// rounded once to float), written straight from the contract's "Math" section
+// (runtime/mla_decode/README.md). Inputs are raw bf16 / e4m3 bit patterns as stored on the device.
 #include <cstdint>
 #include <vector>
 

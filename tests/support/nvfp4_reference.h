@@ -1,5 +1,5 @@
 #pragma once
-// CPU reference of the 384-byte NVFP4 token format (spec/sparse_nvfp4_decode.md) and of the
+// CPU reference of the 384-byte NVFP4 token format (runtime/nvfp4_writer/README.md) and of the
 // upstream writers' quantize rule, written from the format's definition and shared with no kernel:
 // conversions are brute-force nearest-value searches over the format's values (ties to the even
 // code), the scale is amax / 6 in fp32. The GPU cache writer is tested byte-for-byte against this.

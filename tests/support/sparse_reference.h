@@ -1,5 +1,5 @@
 #pragma once
-// fp32 oracle of the sparse NVFP4 MLA decode (spec/sparse_nvfp4_decode.md, "Semantics").
+// fp32 oracle of the sparse NVFP4 MLA decode (runtime/sparse_nvfp4/README.md, "What it computes").
 #include <cstdint>
 
 namespace kiln::testing {

@@ -9,8 +9,8 @@
 // A failure prints the launcher, the seed, the case index and the mutation labels, so
 // `fuzz_one(launcher, seed, index)` reproduces it.
 //
-// Specs: shared/spec/mla_decode.md ("Arguments"), shared/spec/sparse_nvfp4_decode.md ("Arguments",
-// the 384-byte format, "Chunks, splits, head tiles"), runtime/nvfp4_writer/writer.h + README.
+// Contracts: runtime/mla_decode/README.md ("Arguments"), runtime/sparse_nvfp4/README.md ("Arguments",
+// "Chunks, splits, head tiles"), runtime/nvfp4_writer/README.md (the 384-byte format, the writer).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -231,7 +231,7 @@ constexpr long kSetsPerLauncher = 6000;
 constexpr std::uint64_t kSeeds[] = {0x6b696c6e01, 0x6b696c6e02, 0x6b696c6e03};
 
 // ================================================================================================
-// MLA decode (spec/mla_decode.md, "Arguments")
+// MLA decode (runtime/mla_decode/README.md, "Arguments")
 
 namespace mla = kiln::mla;
 
@@ -541,7 +541,7 @@ void mla_launch(const MlaCase& c) {
 }
 
 // ================================================================================================
-// Sparse NVFP4 decode (spec/sparse_nvfp4_decode.md)
+// Sparse NVFP4 decode (runtime/sparse_nvfp4/README.md)
 
 namespace sp = kiln::sparse;
 

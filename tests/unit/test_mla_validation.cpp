@@ -1,4 +1,4 @@
-// Host validation of the paged MLA decode engine API (spec/mla_decode.md, "Arguments"): every rule
+// Host validation of the paged MLA decode engine API (runtime/mla_decode/README.md, "Arguments"): every rule
 // rejects a bad argument with kiln::Error naming it, before any driver call. Views use fake, aligned,
 // far-apart addresses: nothing here touches device memory or needs a GPU.
 #include <catch2/catch.hpp>
@@ -377,7 +377,7 @@ TEST_CASE("mla validation: block tables", "[unit]") {
   SECTION("inner stride 2") {
     a.block_tables = with_stride(a.block_tables, 1, 2);
     a.block_tables.strides[0] = 128;
-    expect_invalid(a, "block_tables", "inner stride 1");
+    expect_invalid(a, "block_tables", "stride(1) == 1");
   }
   SECTION("row stride < max_pages") {
     a.block_tables = with_stride(a.block_tables, 0, 32);

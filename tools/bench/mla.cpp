@@ -10,8 +10,8 @@
 // measured at the start and the end of the run (the larger is used).
 //
 // "results" holds the 120-config uniform grid (bf16, page 64, fixed SQ, causal) in both precisions
-// (each row says which), the rows compared with the FlashMLA and FA3 anchors. "extra_results" holds
-// the rest (precision exact): mixed-length
+// (each row says which), the rows tools/bench/compare.py matches with the FlashMLA and FA3 anchors.
+// "extra_results" holds the rest (precision exact): mixed-length
 // batches (lengths log-uniform in [64, 32k]), fp8 (each config also with the mma.sync kernel
 // forced), packed query rows, page sizes 16 and 128, and the grid rows with H * SQ <= 64 again with
 // each kernel forced (what the planner's choices rest on). --only keeps one group or one config.

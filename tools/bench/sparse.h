@@ -3,7 +3,7 @@
 
 namespace kiln::tools {
 
-// `kiln bench sparse`: sparse NVFP4 MLA decode (spec/sparse_nvfp4_decode.md) over T in {1, 8, 64,
+// `kiln bench sparse`: sparse NVFP4 MLA decode (runtime/sparse_nvfp4/README.md) over T in {1, 8, 64,
 // 128, 512} x H in {64, 128} x candidates (topk 512; topk 2048; main 128 + extra 512), random
 // indices over a >= 4 GB pool, L2-cold, against ceilings measured in the same run (copy bandwidth
 // and an mma.sync bf16 peak, tools/bench/ceilings.h). Writes the JSON report to options.out (and

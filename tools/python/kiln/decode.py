@@ -4,7 +4,7 @@
 ``flashinfer.attention.prims_ts.prims_ts_batch_decode_with_kv_cache_mla`` and
 ``cake_sparse_mla_sm120_dsv4_nvfp4_decode`` is ``flashinfer.mla.cake_sparse_mla_sm120_dsv4_nvfp4_decode``
 (names, parameters, keyword-only markers, defaults and return types as upstream; contracts in
-spec/mla_decode.md and spec/sparse_nvfp4_decode.md). Both launch on the current torch stream of the
+runtime/mla_decode/README.md and runtime/sparse_nvfp4/README.md). Both launch on the current torch stream of the
 tensors' device (or the stream of :func:`kiln.use_stream`), read no device memory on the host and,
 given their outputs, allocate nothing.
 """

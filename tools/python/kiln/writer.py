@@ -1,5 +1,5 @@
 """The NVFP4 cache writer: bf16 latent rows -> the 384-byte-per-token cache that the sparse decode
-reads (format: spec/sparse_nvfp4_decode.md)."""
+reads (format: runtime/nvfp4_writer/README.md)."""
 from __future__ import annotations
 
 from . import _native

@@ -19,7 +19,7 @@ E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 # ---------------------------------------------------------------- references (torch, fp32)
 
 def mla_reference(q, kv, block_tables, seq_lens, bmm1, bmm2, causal, qo_indptr=None):
-    """spec/mla_decode.md "Math": one request at a time, fp32."""
+    """runtime/mla_decode/README.md "What it computes": one request at a time, fp32."""
     q, kv = q.float().cpu(), kv.float().cpu().reshape(-1, kv.shape[-2], 576)
     tables, lens = block_tables.cpu(), seq_lens.cpu()
     page = kv.shape[1]
@@ -42,7 +42,7 @@ def mla_reference(q, kv, block_tables, seq_lens, bmm1, bmm2, causal, qo_indptr=N
 
 
 def nvfp4_quantize(rows_bf16):
-    """spec/sparse_nvfp4_decode.md "Quantize": bf16 [N, 512] -> (codes [N, 224], scales [N, 28], rope [N, 128]) bytes."""
+    """runtime/nvfp4_writer/README.md (the quantisation rule): bf16 [N, 512] -> (codes [N, 224], scales [N, 28], rope [N, 128]) bytes."""
     x = rows_bf16.float()
     g = x[:, :448].reshape(-1, 28, 16)
     amax = g.abs().amax(-1)
@@ -86,7 +86,7 @@ def nvfp4_dequantize(pages_u8, page):
 
 
 def sparse_reference(q, rows, indices, sm_scale, extra_rows=None, extra_indices=None, sink=None, lse_scale=1.0):
-    """spec/sparse_nvfp4_decode.md "Semantics": q with NoPE dims NVFP4-round-tripped, fp32."""
+    """runtime/sparse_nvfp4/README.md "What it computes": q with NoPE dims NVFP4-round-tripped, fp32."""
     T, H, _ = q.shape
     qr = q.reshape(T * H, 512)
     qhat = torch.cat([nvfp4_dequantize(nvfp4_pages(qr, 1), 1)[:, :448], qr[:, 448:].float()], 1).reshape(T, H, 512)

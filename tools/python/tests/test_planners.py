@@ -1,4 +1,4 @@
-"""Planner reference points of spec/sparse_nvfp4_decode.md ("Chunks, splits, head tiles"), through
+"""Planner reference points of runtime/sparse_nvfp4/README.md ("Chunks, splits, head tiles"), through
 the upstream helper names."""
 from __future__ import annotations
 
