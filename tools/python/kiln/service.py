@@ -64,10 +64,12 @@ def prebuild(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str
     """Compile every key of a manifest into the cache without a GPU, like ``kiln prebuild --json``.
 
     Returns ``{"keys": [{"key", "outcome", "ms"[, "error"]}], "compiled", "hits", "failed",
-    "wall_ms", "jobs", "cache_dir", "writable"}``; a failed key is reported there, not raised."""
-    keys = manifest_keys(manifest, archs=archs)
+    "skipped": [{"entry", "family", "archs", "keys"}], "skipped_keys", "wall_ms", "jobs", "cache_dir",
+    "writable"}``; a failed key is reported there, not raised. With ``archs``, the manifest entries
+    that allow none of them are listed under ``skipped``, not compiled."""
     jobs = (os.cpu_count() or 1) if jobs is None else int(jobs)
-    return json.loads(_native.prebuild(keys, jobs, None if cache_dir is None else os.fspath(cache_dir)))
+    return json.loads(_native.prebuild("" if manifest is None else os.fspath(manifest), _archs(archs), jobs,
+                                       None if cache_dir is None else os.fspath(cache_dir)))
 
 
 def stats(cache_dir: Union[str, os.PathLike, None] = None) -> Dict[str, Any]:

@@ -317,17 +317,16 @@ NB_MODULE(_native, m) {
     for (const SemanticKey& k : tools::manifest_keys(manifest, archs)) out.push_back(k.str());
     return out;
   }, "manifest"_a, "archs"_a.none());
-  m.def("prebuild", [](const std::vector<std::string>& key_texts, int jobs, std::optional<std::string> cache_dir) {
-    std::vector<SemanticKey> keys;
-    for (const std::string& k : key_texts) keys.push_back(SemanticKey::parse(k));
+  m.def("prebuild", [](const std::string& manifest, std::optional<std::string> archs, int jobs, std::optional<std::string> cache_dir) {
+    const ManifestSelection selection = tools::manifest_selection(manifest, archs);
     nb::gil_scoped_release release;
     std::unique_ptr<KernelService> owned;
     KernelService& service = service_for(cache_dir, owned);
     const auto start = std::chrono::steady_clock::now();
-    const auto outcomes = tools::prebuild(service, keys, jobs);
+    const auto outcomes = tools::prebuild(service, selection.keys, jobs);
     const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    return tools::prebuild_report(service, keys, outcomes, wall, jobs).dump();
-  }, "keys"_a, "jobs"_a, "cache_dir"_a.none());
+    return tools::prebuild_report(service, selection.keys, outcomes, wall, jobs, false, selection.skipped).dump();
+  }, "manifest"_a, "archs"_a.none(), "jobs"_a, "cache_dir"_a.none());
   m.def("store_stats", [](std::optional<std::string> cache_dir) {
     std::unique_ptr<KernelService> owned;
     return tools::store_stats(service_for(cache_dir, owned)).dump();

@@ -54,6 +54,16 @@ def test_prebuild_then_hits_and_stats(manifest, cache_dir):
     assert writable[0]["entries"] == 2 and writable[0]["bytes"] > 0
 
 
+def test_prebuild_skips_entries_for_other_archs(tmp_path, cache_dir):
+    path = tmp_path / "sm90_only.json"
+    path.write_text(json.dumps({"policies": [{"family": "nvfp4_writer", "archs": ["sm_90a"],
+                                              "policy": {"op": ["pack", "append"], "page_size": 64}}]}))
+    report = kiln.prebuild(path, archs="sm_120a", cache_dir=cache_dir)
+    assert (report["compiled"], report["keys"], report["skipped_keys"]) == (0, [], 2)
+    assert report["skipped"] == [{"entry": "policies[0]", "family": "nvfp4_writer", "archs": ["sm_90a"], "keys": 2}]
+    assert kiln.manifest_keys(path, archs="sm_120a") == []
+
+
 def test_cli_is_installed_with_the_package(manifest, cache_dir):
     kiln.prebuild(manifest, cache_dir=cache_dir)
     out = subprocess.run([sys.executable, "-m", "kiln", "stats", "--cache", str(cache_dir), "--json"],
