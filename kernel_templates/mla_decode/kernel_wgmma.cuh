@@ -101,6 +101,72 @@ struct MlaTileLoader {
   }
 };
 
+// ---- Steps of the bf16 kernel (thread layout as below) ----
+
+// S = Q K^T for this warpgroup's 32 tokens of the tile: Q's 512 latent columns and K both from
+// shared memory (8 column blocks x 4 k-steps), then Q's 64 RoPE columns from registers. Issued and
+// committed, not waited for.
+__device__ __forceinline__ void mla_wg_scores(float (&s)[16], u64 dq, u64 dk, const u32 (&q_rope)[4][4]) {
+  wgmma_fence();
+#pragma unroll
+  for (int kb = 0; kb < 8; ++kb) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      WgmmaBf16<32>::ss<0>(s, wgmma_desc_advance(dq, kb * 8192 + ks * 32), wgmma_desc_advance(dk, kb * 8192 + ks * 32),
+                           kb + ks > 0);
+    }
+  }
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) WgmmaBf16<32>::rs<0>(s, q_rope[ks], wgmma_desc_advance(dk, 8 * 8192 + ks * 32), true);
+  wgmma_commit();
+}
+
+// P = exp2(S - m) into the shared P tiles as bf16 hi (and, with kSplitP, lo = P - hi): row r, tokens
+// 32 wg + 8 n + 2 c4 (+1) go to chunk 4 wg + n of the row's 128 bytes. Returns the rows' sums of the
+// unrounded P.
+template <bool kSplitP>
+__device__ __forceinline__ void mla_wg_store_p(const float (&s)[16], float muse_lo, float muse_hi, u32 p_hi, u32 p_lo,
+                                               u32 p_row_lo, u32 p_row_hi, int wg, int g, float& sum_lo, float& sum_hi) {
+  sum_lo = 0.f;
+  sum_hi = 0.f;
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+    const float p0 = fast_exp2(s[4 * n + 0] - muse_lo);
+    const float p1 = fast_exp2(s[4 * n + 1] - muse_lo);
+    const float p2 = fast_exp2(s[4 * n + 2] - muse_hi);
+    const float p3 = fast_exp2(s[4 * n + 3] - muse_hi);
+    sum_lo += p0 + p1;
+    sum_hi += p2 + p3;
+    const u32 h01 = pack_bf16x2(p0, p1);
+    const u32 h23 = pack_bf16x2(p2, p3);
+    const u32 chunk = static_cast<u32>(4 * wg + n);
+    const u32 off_lo = p_row_lo + ((chunk ^ static_cast<u32>(g)) << 4);
+    const u32 off_hi = p_row_hi + ((chunk ^ static_cast<u32>(g)) << 4);
+    sts32(p_hi + off_lo, h01);
+    sts32(p_hi + off_hi, h23);
+    if constexpr (kSplitP) {
+      sts32(p_lo + off_lo, pack_bf16x2(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
+      sts32(p_lo + off_hi, pack_bf16x2(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
+    }
+  }
+}
+
+// O += P V over this warpgroup's 256 output columns: 4 token steps of m64n256k16 (twice with kSplitP:
+// hi, then lo), B = the tile's K read MN-major as V. Waited for.
+template <bool kSplitP>
+__device__ __forceinline__ void mla_wg_pv(float (&o)[128], u64 dv, u64 dp_hi, u64 dp_lo) {
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    const u64 dvk = wgmma_desc_advance(dv, ks * 2048);
+    WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_hi, ks * 32), dvk, true);
+    if constexpr (kSplitP) WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(o);
+}
+
 // ---- Steps shared with the fp8 kernel (kernel_wgmma_fp8.cuh): the two consumer warpgroups, thread
 // (warpgroup wg, lane with g = lane / 4, c4 = lane % 4) holding rows r_lo and r_hi = r_lo + 8. ----
 
@@ -304,20 +370,8 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       const u64 dk = wgmma_desc_sw128(k_smem + wg * 4096, 16, 1024);
       const u64 dv = wgmma_desc_sw128(k_smem + wg * 4 * 8192, 8192, 1024);
 
-      // ---- S = Q K^T for tokens [32 wg, 32 wg + 32) ----
       float s[16];
-      wgmma_fence();
-#pragma unroll
-      for (int kb = 0; kb < 8; ++kb) {
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          WgmmaBf16<32>::ss<0>(s, wgmma_desc_advance(dq, kb * 8192 + ks * 32), wgmma_desc_advance(dk, kb * 8192 + ks * 32),
-                               kb + ks > 0);
-        }
-      }
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) WgmmaBf16<32>::rs<0>(s, q_rope[ks], wgmma_desc_advance(dk, 8 * 8192 + ks * 32), true);
-      wgmma_commit();
+      mla_wg_scores(s, dq, dk, q_rope);
       // Tile j + 1 streams into the other stage while S runs: this warpgroup's P V of tile j - 1
       // (the only reader of the columns it refills, besides both S of tile j - 1) is complete.
       if (j + 1 < pv.n_tiles) {
@@ -332,44 +386,14 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       mla_wg_row_max<kCausal>(s, pv.t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, pv.t1, lim_lo, lim_hi, scale, red, wg, r_lo,
                               r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
-      // ---- P = exp2(S - m) as bf16 hi (+ lo), into the shared P tiles ----
-      float sum_lo = 0.f, sum_hi = 0.f;
-#pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        const float p0 = fast_exp2(s[4 * n + 0] - muse_lo);
-        const float p1 = fast_exp2(s[4 * n + 1] - muse_lo);
-        const float p2 = fast_exp2(s[4 * n + 2] - muse_hi);
-        const float p3 = fast_exp2(s[4 * n + 3] - muse_hi);
-        sum_lo += p0 + p1;
-        sum_hi += p2 + p3;
-        const u32 h01 = pack_bf16x2(p0, p1);
-        const u32 h23 = pack_bf16x2(p2, p3);
-        const u32 chunk = static_cast<u32>(4 * wg + n);
-        const u32 off_lo = p_row_lo + ((chunk ^ static_cast<u32>(g)) << 4);
-        const u32 off_hi = p_row_hi + ((chunk ^ static_cast<u32>(g)) << 4);
-        sts32(p_hi + off_lo, h01);
-        sts32(p_hi + off_hi, h23);
-        if constexpr (kSplitP) {
-          sts32(p_lo + off_lo, pack_bf16x2(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
-          sts32(p_lo + off_hi, pack_bf16x2(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
-        }
-      }
+      float sum_lo, sum_hi;
+      mla_wg_store_p<kSplitP>(s, muse_lo, muse_hi, p_hi, p_lo, p_row_lo, p_row_hi, wg, g, sum_lo, sum_hi);
       mla_wg_rescale(o, l_lo, l_hi, alpha_lo, alpha_hi, sum_lo, sum_hi);
       // P was written through the generic proxy; both warpgroups' wgmmas read it.
       fence_proxy_async_smem();
       named_barrier_sync(kMlaBarP, kMlaWgThreads);
 
-      // ---- O += P V over this warpgroup's 256 columns ----
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const u64 dvk = wgmma_desc_advance(dv, ks * 2048);
-        WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_hi, ks * 32), dvk, true);
-        if constexpr (kSplitP) WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operand(o);
+      mla_wg_pv<kSplitP>(o, dv, dp_hi, dp_lo);
     }
   }
 
