@@ -56,6 +56,48 @@ __device__ __forceinline__ float column_sum8(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 16);
 }
 
+// S^T = K Q^T for one 64-token tile: K (tokens x 576) and Q (N rows x 576) both K-major in shared
+// memory, 9 column blocks x 4 k-steps. Waited for.
+template <int kN>
+__device__ __forceinline__ void mla_kv_scores(float (&s)[kN / 2], u64 dk, u64 dq) {
+  constexpr u32 kQBlock = kN * 128;  // bytes of one 64-column block of Q
+  wgmma_fence();
+#pragma unroll
+  for (int kb = 0; kb < 9; ++kb) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      WgmmaBf16<kN>::template ss<0>(s, wgmma_desc_advance(dk, kb * 8192 + ks * 32),
+                                    wgmma_desc_advance(dq, kb * kQBlock + ks * 32), kb + ks > 0);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(s);
+}
+
+// O^T += V^T P^T: for each of V's 8 64-column blocks, 4 token steps of m64n32k16 with A = V^T (the
+// tile's K through the transpose bit) and B = P^T (N = 32: hi, then with kSplitP lo; N = 16: the
+// stacked [hi; lo]). Waited for.
+template <int kN, bool kSplitP>
+__device__ __forceinline__ void mla_kv_pv(float (&o)[8][16], u64 dv, u64 dp_hi, u64 dp_lo) {
+  wgmma_fence();
+#pragma unroll
+  for (int mb = 0; mb < 8; ++mb) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      const u64 dvk = wgmma_desc_advance(dv, mb * 8192 + ks * 2048);
+      WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_hi, ks * 32), true);
+      if constexpr (kN == 32 && kSplitP) {
+        WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_lo, ks * 32), true);
+      }
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+#pragma unroll
+  for (int mb = 0; mb < 8; ++mb) wgmma_fence_operand(o[mb]);
+}
+
 // Rows [row0, row0 + kN) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
 // `base`: the 1024-byte-aligned shared-memory base.
 template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, int kN, bool kSplitP>
@@ -160,20 +202,8 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
       const u64 dv = wgmma_desc_sw128(k_smem, 8192, 1024);
 
-      // ---- S^T = K Q^T ----
       float s[kRegs];
-      wgmma_fence();
-#pragma unroll
-      for (int kb = 0; kb < 9; ++kb) {
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          WgmmaBf16<kN>::template ss<0>(s, wgmma_desc_advance(dk, kb * 8192 + ks * 32),
-                                        wgmma_desc_advance(dq, kb * kQBlock + ks * 32), kb + ks > 0);
-        }
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operand(s);
+      mla_kv_scores<kN>(s, dk, dq);
 
       // ---- mask, scale, column max over the 64 tokens ----
       const int t_lo = pv.t0 + j * kMlaKvTileTokens + tok_lo;
@@ -247,23 +277,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       fence_proxy_async_smem();
       named_barrier_sync(kMlaKvBar, kMlaKvThreads);
 
-      // ---- O^T += V^T P^T ----
-      wgmma_fence();
-#pragma unroll
-      for (int mb = 0; mb < 8; ++mb) {
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          const u64 dvk = wgmma_desc_advance(dv, mb * 8192 + ks * 2048);
-          WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_hi, ks * 32), true);
-          if constexpr (kN == 32 && kSplitP) {
-            WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_lo, ks * 32), true);
-          }
-        }
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int mb = 0; mb < 8; ++mb) wgmma_fence_operand(o[mb]);
+      mla_kv_pv<kN, kSplitP>(o, dv, dp_hi, dp_lo);
       // Every warp's P V of tile j has retired: its stage takes tile j + 2 (and P^T the next tile's).
       named_barrier_sync(kMlaKvBar, kMlaKvThreads);
       if (j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
