@@ -19,6 +19,16 @@ void unsupported(std::string_view arg, std::string_view expected, std::string_vi
               fmt::format("argument '{}': not implemented for {} (supported: {})", arg, given, expected));
 }
 
+void fail_as(std::string_view upstream, std::string_view arg, std::string_view expected, std::string_view given) {
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("{}; argument '{}': expected {}, got {}", upstream, arg, expected, given));
+}
+
+void unsupported_as(std::string_view upstream, std::string_view arg, std::string_view expected, std::string_view given) {
+  throw Error(ErrorCode::kUnsupported,
+              fmt::format("{}; argument '{}': not implemented for {} (supported: {})", upstream, arg, given, expected));
+}
+
 void rank(const TensorView& t, std::string_view arg, std::initializer_list<int> allowed) {
   for (int r : allowed) {
     if (t.rank == r) return;
@@ -65,7 +75,7 @@ void disjoint(const TensorView& a, std::string_view arg_a, const TensorView& b, 
   const auto a1 = a0 + static_cast<std::uintptr_t>(a.extent_bytes());
   const auto b1 = b0 + static_cast<std::uintptr_t>(b.extent_bytes());
   if (a0 < b1 && b0 < a1) {
-    fail(arg_a, fmt::format("memory disjoint from '{}'", arg_b),
+    fail_as(fmt::format("{} must not overlap {} storage", arg_a, arg_b), arg_a, fmt::format("memory disjoint from '{}'", arg_b),
          fmt::format("[{:#x}, {:#x}) overlapping [{:#x}, {:#x})", a0, a1, b0, b1));
   }
 }

@@ -11,6 +11,12 @@ namespace kiln::check {
 
 [[noreturn]] void fail(std::string_view arg, std::string_view expected, std::string_view given);
 [[noreturn]] void unsupported(std::string_view arg, std::string_view expected, std::string_view given);
+// fail / unsupported for a refusal FlashInfer makes too: the message starts with upstream's phrase for
+// it (so code that matches upstream's messages keeps matching), then kiln's detail.
+[[noreturn]] void fail_as(std::string_view upstream, std::string_view arg, std::string_view expected,
+                          std::string_view given);
+[[noreturn]] void unsupported_as(std::string_view upstream, std::string_view arg, std::string_view expected,
+                                 std::string_view given);
 
 void rank(const TensorView& t, std::string_view arg, std::initializer_list<int> allowed);
 void dtype(const TensorView& t, std::string_view arg, std::initializer_list<DType> allowed);
@@ -22,7 +28,7 @@ void not_null(const TensorView& t, std::string_view arg);
 // step to take, so any stride passes there.
 void unit_stride(const TensorView& t, std::string_view arg, int d);
 // The byte ranges the two views address must not intersect; an empty view addresses no bytes, so
-// it is disjoint from everything.
+// it is disjoint from everything. The message carries upstream's "<a> must not overlap <b> storage".
 void disjoint(const TensorView& a, std::string_view arg_a, const TensorView& b, std::string_view arg_b);
 // Finite after rounding to float32.
 void finite(double value, std::string_view arg);
