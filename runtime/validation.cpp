@@ -10,13 +10,25 @@
 
 namespace kiln::check {
 
+thread_local Phrase* Phrase::top_ = nullptr;
+
+std::string Phrase::current() { return top_ == nullptr ? std::string() : top_->call_(top_->render_); }
+
+namespace {
+std::string with_phrase(std::string message) {
+  std::string phrase = Phrase::current();
+  return phrase.empty() ? message : phrase + "; " + message;
+}
+}  // namespace
+
 void fail(std::string_view arg, std::string_view expected, std::string_view given) {
-  throw Error(ErrorCode::kInvalidArgument, fmt::format("argument '{}': expected {}, got {}", arg, expected, given));
+  throw Error(ErrorCode::kInvalidArgument,
+              with_phrase(fmt::format("argument '{}': expected {}, got {}", arg, expected, given)));
 }
 
 void unsupported(std::string_view arg, std::string_view expected, std::string_view given) {
   throw Error(ErrorCode::kUnsupported,
-              fmt::format("argument '{}': not implemented for {} (supported: {})", arg, given, expected));
+              with_phrase(fmt::format("argument '{}': not implemented for {} (supported: {})", arg, given, expected)));
 }
 
 void fail_as(std::string_view upstream, std::string_view arg, std::string_view expected, std::string_view given) {

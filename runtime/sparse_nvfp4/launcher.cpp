@@ -27,9 +27,14 @@ constexpr int kZeroTokenSms = 132;
 
 // int32 [T, k] or [T, 1, k] with unit stride along k; returns k.
 std::int64_t check_indices(const TensorView& idx, const char* arg, std::int64_t tokens, std::int64_t min_topk) {
-  if (idx.dtype != DType::kI32 || (idx.rank != 2 && idx.rank != 3) || (idx.rank == 3 && idx.size(1) != 1)) {
-    check::fail_as(fmt::format("{} must be a [num_tokens, topk] or [num_tokens, 1, topk] int32 tensor", arg), arg,
-                   "int32 [T, topk] or [T, 1, topk]", fmt::format("{} {}", dtype_name(idx.dtype), idx.shape_string()));
+  {
+    const auto phrase = [&] { return fmt::format("{} must be a [num_tokens, topk] or [num_tokens, 1, topk] int32 tensor", arg); };
+    const check::Phrase upstream(phrase);
+    check::dtype(idx, arg, {DType::kI32});
+    check::rank(idx, arg, {2, 3});
+    if (idx.rank == 3 && idx.size(1) != 1) {
+      check::fail(arg, fmt::format("shape [T, topk] or [T, 1, topk] with T = {} (from q)", tokens), idx.shape_string());
+    }
   }
   if (idx.size(0) != tokens) {
     check::fail_as(fmt::format("{} must have {} rows, got {}", arg, tokens, idx.size(0)), arg,
@@ -49,10 +54,14 @@ std::int64_t check_indices(const TensorView& idx, const char* arg, std::int64_t 
 
 // 1-D, unit stride, at least `min_entries` entries of `type` (lengths, sink).
 void check_vector(const TensorView& t, const char* arg, DType type, std::int64_t min_entries, const char* what) {
-  if (t.dtype != type || t.rank != 1 || t.size(0) < min_entries) {
-    check::fail_as(fmt::format("{} must be a 1-D {} tensor with at least {} entries", arg,
-                               type == DType::kF32 ? "float32" : "int32", min_entries),
-                   arg, fmt::format("at least {} = {} entries", what, min_entries), fmt::format("shape {}", t.shape_string()));
+  const auto phrase = [&] {
+    return fmt::format("{} must be a 1-D {} tensor with at least {} entries", arg, dtype_name(type), min_entries);
+  };
+  const check::Phrase upstream(phrase);
+  check::dtype(t, arg, {type});
+  check::rank(t, arg, {1});
+  if (t.size(0) < min_entries) {
+    check::fail(arg, fmt::format("at least {} = {} entries", what, min_entries), fmt::format("shape {}", t.shape_string()));
   }
   check::unit_stride(t, arg, 0);
   check::not_null(t, arg);
@@ -107,21 +116,27 @@ Checked check_static(const Args& a) {
   const SparseOptions& opt = a.opt;
   Checked c;
 
-  if (a.q.rank != 3 || a.q.size(-1) != kLatentDims) {
-    check::fail_as(fmt::format("q must be [T, H, {}], got {}", kLatentDims, a.q.shape_string()), "q",
-                   fmt::format("shape [T, H, {}]", kLatentDims), fmt::format("shape {}", a.q.shape_string()));
+  {
+    // Upstream checks the shape first, then dtype and layout.
+    const auto shape_phrase = [&] { return fmt::format("q must be [T, H, {}], got {}", kLatentDims, a.q.shape_string()); };
+    const check::Phrase upstream(shape_phrase);
+    check::rank(a.q, "q", {3});
+    check::dim(a.q, "q", -1, kLatentDims);
   }
-  if (a.q.dtype != DType::kBf16 || !a.q.is_contiguous()) {
-    check::fail_as("q must be a contiguous CUDA bfloat16 tensor", "q", "a contiguous bfloat16 tensor",
-                   fmt::format("{} with shape {}", dtype_name(a.q.dtype), a.q.shape_string()));
+  {
+    const auto layout_phrase = [] { return std::string("q must be a contiguous CUDA bfloat16 tensor"); };
+    const check::Phrase upstream(layout_phrase);
+    check_dense(a.q, "q", DType::kBf16, 3, 16);
   }
-  check_dense(a.q, "q", DType::kBf16, 3, 16);
   c.tokens = a.q.size(0);
   const std::int64_t heads = a.q.size(1);
   if (!kHeadsRule.valid(heads)) {
     // Upstream lists its instantiated head counts; kiln serves every multiple of 8 up to 128.
-    check::unsupported_as(fmt::format("Cake SM120 DSv4 NVFP4 sparse MLA supports (8, 16, 24, ..., 128) query heads, got {}", heads),
-                          "q", "head counts H that are multiples of 8 in [8, 128]", fmt::format("H = {} (shape {})", heads, a.q.shape_string()));
+    const auto phrase = [&] {
+      return fmt::format("Cake SM120 DSv4 NVFP4 sparse MLA supports (8, 16, 24, ..., 128) query heads, got {}", heads);
+    };
+    const check::Phrase upstream(phrase);
+    check::unsupported("q", "head counts H that are multiples of 8 in [8, 128]", fmt::format("H = {} (shape {})", heads, a.q.shape_string()));
   }
   c.heads = static_cast<int>(heads);
   if (c.tokens > INT_MAX) check::unsupported("q", fmt::format("T up to {}", INT_MAX), fmt::format("T = {}", c.tokens));
@@ -129,25 +144,25 @@ Checked check_static(const Args& a) {
   c.main = check_nvfp4_cache(a.kv_cache, "kv_cache");  // any page size: the decode reads it at run time
   c.topk = static_cast<int>(check_indices(a.indices, "indices", c.tokens, 1));
 
-  if (a.output.dtype != DType::kBf16 || !a.output.is_contiguous() || a.output.rank != 3 || a.output.size(0) != c.tokens ||
-      a.output.size(1) != heads || a.output.size(2) != kLatentDims) {
-    check::fail_as(fmt::format("output must be a contiguous bfloat16 tensor of shape ({}, {}, {})", c.tokens, heads, kLatentDims),
-                   "output", fmt::format("contiguous bfloat16 [{}, {}, 512] matching q", c.tokens, heads),
-                   fmt::format("{} {}", dtype_name(a.output.dtype), a.output.shape_string()));
+  {
+    const auto phrase = [&] {
+      return fmt::format("output must be a contiguous bfloat16 tensor of shape ({}, {}, {})", c.tokens, heads, kLatentDims);
+    };
+    const check::Phrase upstream(phrase);
+    check_dense(a.output, "output", DType::kBf16, 3, 16);
+    if (a.output.size(0) != c.tokens || a.output.size(1) != heads || a.output.size(2) != kLatentDims) {
+      check::fail("output", fmt::format("shape [{}, {}, 512] matching q", c.tokens, heads), a.output.shape_string());
+    }
   }
-  check_dense(a.output, "output", DType::kBf16, 3, 16);
-  if (a.output.size(0) != c.tokens || a.output.size(1) != heads || a.output.size(2) != kLatentDims) {
-    check::fail("output", fmt::format("shape [{}, {}, 512] matching q", c.tokens, heads), a.output.shape_string());
-  }
-  if (a.out_lse.dtype != DType::kF32 || !a.out_lse.is_contiguous() || a.out_lse.rank != 2 ||
-      a.out_lse.size(0) != c.tokens || a.out_lse.size(1) != heads) {
-    check::fail_as(fmt::format("out_lse must be a contiguous float32 tensor of shape ({}, {})", c.tokens, heads), "out_lse",
-                   fmt::format("contiguous float32 [{}, {}] matching q", c.tokens, heads),
-                   fmt::format("{} {}", dtype_name(a.out_lse.dtype), a.out_lse.shape_string()));
-  }
-  check_dense(a.out_lse, "out_lse", DType::kF32, 2, 4);
-  if (a.out_lse.size(0) != c.tokens || a.out_lse.size(1) != heads) {
-    check::fail("out_lse", fmt::format("shape [{}, {}] matching q", c.tokens, heads), a.out_lse.shape_string());
+  {
+    const auto phrase = [&] {
+      return fmt::format("out_lse must be a contiguous float32 tensor of shape ({}, {})", c.tokens, heads);
+    };
+    const check::Phrase upstream(phrase);
+    check_dense(a.out_lse, "out_lse", DType::kF32, 2, 4);
+    if (a.out_lse.size(0) != c.tokens || a.out_lse.size(1) != heads) {
+      check::fail("out_lse", fmt::format("shape [{}, {}] matching q", c.tokens, heads), a.out_lse.shape_string());
+    }
   }
 
   check::positive_finite(a.sm_scale, "sm_scale");
@@ -182,20 +197,15 @@ Checked check_static(const Args& a) {
   if (opt.mid_out) {
     const TensorView& mo = *opt.mid_out;
     const TensorView& ml = *opt.mid_lse;
-    if (mo.dtype != DType::kBf16 || mo.rank != 4 || !mo.is_contiguous()) {
-      check::fail_as(fmt::format("mid_out must be a contiguous bfloat16 [{}, {}, >= S, {}] tensor", c.tokens, heads, kLatentDims),
-                     "mid_out", "a contiguous bfloat16 [T, H, S, 512] tensor",
-                     fmt::format("{} {}", dtype_name(mo.dtype), mo.shape_string()));
-    }
+    const auto mid_out_phrase = [] { return std::string("mid_out must be a contiguous bfloat16 [T, H, >= num_splits, 512] tensor"); };
+    const check::Phrase upstream_mid_out(mid_out_phrase);
     check_dense(mo, "mid_out", DType::kBf16, 4, 16);
     if (mo.size(0) != c.tokens || mo.size(1) != heads || mo.size(3) != kLatentDims) {
       check::fail("mid_out", fmt::format("shape [{}, {}, S, 512] matching q", c.tokens, heads), mo.shape_string());
     }
     if (mo.size(2) > INT_MAX) check::unsupported("mid_out", fmt::format("S up to {}", INT_MAX), mo.shape_string());
-    if (ml.dtype != DType::kF32 || ml.rank != 3 || !ml.is_contiguous()) {
-      check::fail_as("mid_lse must be a contiguous float32 tensor", "mid_lse", "a contiguous float32 [T, H, S] tensor",
-                     fmt::format("{} {}", dtype_name(ml.dtype), ml.shape_string()));
-    }
+    const auto mid_lse_phrase = [] { return std::string("mid_lse must be a contiguous float32 [T, H, S] tensor"); };
+    const check::Phrase upstream_mid_lse(mid_lse_phrase);
     check_dense(ml, "mid_lse", DType::kF32, 3, 4);
     if (ml.size(0) != c.tokens || ml.size(1) != heads || ml.size(2) != mo.size(2)) {
       check::fail("mid_lse", fmt::format("shape [{}, {}, {}] matching q and mid_out [T, H, S, 512]", c.tokens, heads, mo.size(2)),
@@ -205,11 +215,11 @@ Checked check_static(const Args& a) {
   }
 
   // Plan overrides and the parts of the plan the device cannot change.
-  if (opt.head_tiles && (*opt.head_tiles < 1 || *opt.head_tiles > 2 || (*opt.head_tiles == 2 && c.heads % 32 != 0))) {
-    check::fail_as(fmt::format("head_tiles={} is not valid for {} heads", *opt.head_tiles, c.heads), "head_tiles",
-                   "1, or 2 when H % 32 == 0", fmt::format("{} with H = {}", *opt.head_tiles, c.heads));
+  if (opt.head_tiles) {
+    const auto phrase = [&] { return fmt::format("head_tiles={} is not valid for {} heads", *opt.head_tiles, c.heads); };
+    const check::Phrase upstream(phrase);
+    SparsePolicy{c.heads, *opt.head_tiles}.validate();
   }
-  if (opt.head_tiles) SparsePolicy{c.heads, *opt.head_tiles}.validate();
   if (opt.max_splits < 1) check::fail("max_splits", ">= 1", fmt::format("{}", opt.max_splits));
   if (opt.num_splits) {
     const SplitPlan s = resolve_splits(c.topk, c.extra_topk, *opt.num_splits);
