@@ -47,8 +47,14 @@ def _check_dims(kv_lora_rank: int, qk_rope_head_dim: int) -> None:
             f"'kv_lora_rank', 'qk_rope_head_dim': not implemented for {kv_lora_rank} and {qk_rope_head_dim}")
 
 
+def _dtype_name(d: Any) -> str:
+    """torch.bfloat16 and "bfloat16" alike -> "bfloat16"."""
+    text = str(d)
+    return text[len("torch."):] if text.startswith("torch.") else text
+
+
 def _check_same_dtype(q_dtype: Any, kv_dtype: Any) -> None:
-    if q_dtype != kv_dtype:
+    if _dtype_name(q_dtype) != _dtype_name(kv_dtype):
         raise UnsupportedError(
             "kiln [unsupported]: MLA decode requires query and KV cache to use the same dtype; argument "
             f"'kv_data_type': not implemented for {q_dtype} with {kv_dtype} (pass the query's dtype)")
@@ -370,7 +376,7 @@ class BatchMLADecodePagedTSWrapper:
         for name, t, want in (("query", query, p.q_dtype), ("kv_cache", kv_cache, p.kv_dtype),
                               ("out", out, p.o_dtype)):
             got = getattr(t, "dtype", None) if t is not None else None
-            if t is not None and got is not None and str(got) != str(want):
+            if t is not None and got is not None and _dtype_name(got) != _dtype_name(want):
                 raise _invalid(f"{name} dtype must match the plan ({want}), got {got}", name,
                                f"expected dtype {want} (the plan's), got {got}")
         if _mla_page_size(kv_cache) != p.page_size:

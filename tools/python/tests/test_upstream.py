@@ -391,3 +391,10 @@ def test_run_checks_qo_indptr_against_the_plan_mode():
         wrapper.run(_q(), cuda((8, 64, 576), "bfloat16"), [[0]], [1], qo_indptr=[0, 1], validate=False)
     with pytest.raises(TypeError, match="validate must be a bool"):
         wrapper.run(_q(), cuda((8, 64, 576), "bfloat16"), [[0]], [1], validate=1)
+
+
+def test_dtype_names_and_torch_dtypes_mix():
+    # A dtype given by name and the same dtype as an object are one dtype.
+    size = kiln.get_prims_ts_batch_mla_decode_workspace_size(8, 16, 512, 64, 64, 4096, q_dtype="bfloat16",
+                                                             kv_dtype=kiln.decode.bfloat16)
+    assert size == kiln.get_prims_ts_batch_mla_decode_workspace_size(8, 16, 512, 64, 64, 4096)
