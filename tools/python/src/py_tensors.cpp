@@ -154,18 +154,23 @@ void init_torch(PyObject* torch) {
   g_torch.parameter = reinterpret_cast<PyTypeObject*>(Py_NewRef(parameter.p));
   g_torch.current_raw_stream = PyObject_GetAttrString(c.p, "_cuda_getCurrentRawStream");
   if (g_torch.current_raw_stream == nullptr) PyErr_Clear();  // a CPU-only torch: no CUDA streams
-  // The capsule is kept (never released): the table must outlive every call.
+  // DLPack 1.3 names the table `__dlpack_c_exchange_api__` (a capsule); torch builds between its
+  // introduction and that rename publish the same table as the integer `__c_dlpack_exchange_api__`.
+  // The objects are kept (never released): the table must outlive every call.
+  const ExchangeHeader* header = nullptr;
   if (PyObject* capsule = PyObject_GetAttrString(tensor.p, "__dlpack_c_exchange_api__")) {
     if (PyCapsule_IsValid(capsule, "dlpack_exchange_api")) {
-      const auto* header = static_cast<const ExchangeHeader*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
-      while (header != nullptr && header->version.major > 1) header = header->prev_api;  // newer majors chain older ones
-      if (header != nullptr && header->version.major == 1 && header->version.minor >= 2) {
-        const auto* api = reinterpret_cast<const ExchangeApi*>(header);
-        if (api->dltensor_from_py_object_no_sync != nullptr && api->current_work_stream != nullptr) g_torch.exchange = api;
-      }
+      header = static_cast<const ExchangeHeader*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
     }
+  } else if (PyErr_Clear(); PyObject* address = PyObject_GetAttrString(tensor.p, "__c_dlpack_exchange_api__")) {
+    if (PyLong_Check(address)) header = reinterpret_cast<const ExchangeHeader*>(PyLong_AsVoidPtr(address));
   }
   PyErr_Clear();
+  while (header != nullptr && header->version.major > 1) header = header->prev_api;  // newer majors chain older ones
+  if (header != nullptr && header->version.major == 1 && header->version.minor >= 2) {
+    const auto* api = reinterpret_cast<const ExchangeApi*>(header);
+    if (api->dltensor_from_py_object_no_sync != nullptr && api->current_work_stream != nullptr) g_torch.exchange = api;
+  }
   const std::pair<const char*, DType> names[] = {{"bfloat16", DType::kBf16}, {"float16", DType::kF16},
                                                  {"float32", DType::kF32},   {"float8_e4m3fn", DType::kE4m3},
                                                  {"uint8", DType::kU8},      {"int8", DType::kI8},

@@ -173,3 +173,25 @@ def test_without_a_table_the_attributes_are_read():
         assert "block_tables rows must not overlap" in text, text
         assert calls == {"tensor": 0, "stream": 0}, calls
     ''')
+
+
+def test_the_older_integer_attribute_is_read_too():
+    run('''
+        del Tensor.__dlpack_c_exchange_api__
+        Tensor.__c_dlpack_exchange_api__ = ctypes.addressof(api)
+        _native.init_torch(torch)
+        message(block_tables=Tensor((2, 8), "int32", strides=(4, 1)))
+        before = calls["tensor"]
+        text = message(block_tables=Tensor((2, 8), "int32", strides=(16, 2)))
+        assert "block_tables must be contiguous within each row" in text, text
+        assert calls["tensor"] - before == 6, calls
+    ''')
+
+
+def test_a_table_of_another_major_version_is_ignored():
+    run('''
+        api.header.version.major = 2
+        _native.init_torch(torch)
+        message(block_tables=Tensor((2, 8), "int32", strides=(4, 1)))
+        assert calls["tensor"] == 0, calls
+    ''')
