@@ -126,8 +126,10 @@ Checked check_static(const Args& a) {
   {
     const auto layout_phrase = [] { return std::string("q must be a contiguous CUDA bfloat16 tensor"); };
     const check::Phrase upstream(layout_phrase);
-    check_dense(a.q, "q", DType::kBf16, 3, 16);
+    check::dtype(a.q, "q", {DType::kBf16});
+    check::contiguous(a.q, "q");
   }
+  check_dense(a.q, "q", DType::kBf16, 3, 16);
   c.tokens = a.q.size(0);
   const std::int64_t heads = a.q.size(1);
   if (!kHeadsRule.valid(heads)) {
