@@ -10,13 +10,35 @@
 
 namespace kiln::check {
 
+thread_local Phrase* Phrase::top_ = nullptr;
+
+std::string Phrase::current() { return top_ == nullptr ? std::string() : top_->call_(top_->render_); }
+
+namespace {
+std::string with_phrase(std::string message) {
+  std::string phrase = Phrase::current();
+  return phrase.empty() ? message : phrase + "; " + message;
+}
+}  // namespace
+
 void fail(std::string_view arg, std::string_view expected, std::string_view given) {
-  throw Error(ErrorCode::kInvalidArgument, fmt::format("argument '{}': expected {}, got {}", arg, expected, given));
+  throw Error(ErrorCode::kInvalidArgument,
+              with_phrase(fmt::format("argument '{}': expected {}, got {}", arg, expected, given)));
 }
 
 void unsupported(std::string_view arg, std::string_view expected, std::string_view given) {
   throw Error(ErrorCode::kUnsupported,
-              fmt::format("argument '{}': not implemented for {} (supported: {})", arg, given, expected));
+              with_phrase(fmt::format("argument '{}': not implemented for {} (supported: {})", arg, given, expected)));
+}
+
+void fail_as(std::string_view upstream, std::string_view arg, std::string_view expected, std::string_view given) {
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("{}; argument '{}': expected {}, got {}", upstream, arg, expected, given));
+}
+
+void unsupported_as(std::string_view upstream, std::string_view arg, std::string_view expected, std::string_view given) {
+  throw Error(ErrorCode::kUnsupported,
+              fmt::format("{}; argument '{}': not implemented for {} (supported: {})", upstream, arg, given, expected));
 }
 
 void rank(const TensorView& t, std::string_view arg, std::initializer_list<int> allowed) {
@@ -65,7 +87,7 @@ void disjoint(const TensorView& a, std::string_view arg_a, const TensorView& b, 
   const auto a1 = a0 + static_cast<std::uintptr_t>(a.extent_bytes());
   const auto b1 = b0 + static_cast<std::uintptr_t>(b.extent_bytes());
   if (a0 < b1 && b0 < a1) {
-    fail(arg_a, fmt::format("memory disjoint from '{}'", arg_b),
+    fail_as(fmt::format("{} must not overlap {} storage", arg_a, arg_b), arg_a, fmt::format("memory disjoint from '{}'", arg_b),
          fmt::format("[{:#x}, {:#x}) overlapping [{:#x}, {:#x})", a0, a1, b0, b1));
   }
 }

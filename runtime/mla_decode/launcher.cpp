@@ -76,27 +76,35 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
                                   const std::optional<TensorView>& out, double bmm1_scale, double bmm2_scale,
                                   MaskType mask, DType out_dtype, MlaKernel kernel, MlaPrecision precision) {
   // Every check below formats only when it fails: the success path allocates nothing.
-  if (kv_lora_rank != kMlaDimV) check::unsupported("kv_lora_rank", "512", num(kv_lora_rank));
-  if (qk_rope_head_dim != kMlaDimQk - kMlaDimV) check::unsupported("qk_rope_head_dim", "64", num(qk_rope_head_dim));
+  constexpr std::string_view kDimsPhrase = "MLA decode currently requires kv_lora_rank=512 and qk_rope_head_dim=64";
+  if (kv_lora_rank != kMlaDimV) check::unsupported_as(kDimsPhrase, "kv_lora_rank", "512", num(kv_lora_rank));
+  if (qk_rope_head_dim != kMlaDimQk - kMlaDimV) {
+    check::unsupported_as(kDimsPhrase, "qk_rope_head_dim", "64", num(qk_rope_head_dim));
+  }
   check::positive_finite(bmm1_scale, "bmm1_scale");
   check::positive_finite(bmm2_scale, "bmm2_scale");
   if (mask != MaskType::kDense && mask != MaskType::kCausal) {
     check::fail("mask_type", "MaskType::kDense or MaskType::kCausal", num(static_cast<int>(mask)));
   }
-  if (out_dtype != DType::kBf16) check::unsupported("out_dtype", "bfloat16", dtype_name(out_dtype));
+  if (out_dtype != DType::kBf16) {
+    check::unsupported_as("MLA decode currently supports BF16 output only", "out_dtype", "bfloat16", dtype_name(out_dtype));
+  }
   kMaxSeqLenRule.check("max_seq_len", max_seq_len);
   const bool packed = qo_indptr.has_value();
 
   // query: [B, SQ, H, 576] or [total_q, H, 576].
   check_input_dtype(query, "query");
   if (packed) {
-    if (query.rank != 3) check::fail("query", "rank 3 [total_q, H, 576] in packed mode (qo_indptr given)",
+    if (query.rank != 3) check::fail_as("query must have shape [total_q, H, 576]", "query", "rank 3 [total_q, H, 576] in packed mode (qo_indptr given)",
                                      fmt::format("rank {} (shape {})", query.rank, query.shape_string()));
   } else if (query.rank != 4) {
-    check::fail("query", "rank 4 [B, SQ, H, 576] in fixed mode (no qo_indptr)",
+    check::fail_as("query must have shape [B, SQ, H, 576]", "query", "rank 4 [B, SQ, H, 576] in fixed mode (no qo_indptr)",
                 fmt::format("rank {} (shape {})", query.rank, query.shape_string()));
   }
-  check::dim(query, "query", -1, kMlaDimQk);
+  if (query.size(-1) != kMlaDimQk) {
+    check::fail_as(fmt::format("query last dimension must be {}, got {}", kMlaDimQk, query.size(-1)), "query",
+                   fmt::format("size {} in dimension -1", kMlaDimQk), fmt::format("shape {}", query.shape_string()));
+  }
   check::contiguous(query, "query");
   check::aligned(query, "query", 16);
   check::not_null(query, "query");
@@ -110,7 +118,8 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
 
   // kv_cache: [pages, page_size, 576] or [pages, 1, page_size, 576].
   if (kv_cache.dtype != query.dtype) {
-    check::fail("kv_cache", fmt::format("dtype {} (the query's dtype)", dtype_name(query.dtype)), dtype_name(kv_cache.dtype));
+    check::fail_as("MLA decode requires query and KV cache to use the same dtype", "kv_cache",
+                   fmt::format("dtype {} (the query's dtype)", dtype_name(query.dtype)), dtype_name(kv_cache.dtype));
   }
   check::rank(kv_cache, "kv_cache", {3, 4});
   if (kv_cache.rank == 4 && kv_cache.size(1) != 1) {
@@ -134,16 +143,26 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
   // block_tables: int32 [B, max_pages], inner stride 1, rows may be padded.
   check::dtype(block_tables, "block_tables", {DType::kI32});
   check::rank(block_tables, "block_tables", {2});
-  check::dim(block_tables, "block_tables", 0, batch);
+  if (block_tables.size(0) != batch) {
+    check::fail_as(fmt::format("block_tables must have one row per request: expected {}, got {}", batch,
+                               block_tables.size(0)),
+                   "block_tables", fmt::format("size {} in dimension 0", batch),
+                   fmt::format("shape {}", block_tables.shape_string()));
+  }
   const std::int64_t max_pages = block_tables.size(1);
-  check::unit_stride(block_tables, "block_tables", 1);
+  if (block_tables.size(1) > 1 && block_tables.stride(1) != 1) {
+    check::fail_as("block_tables must be contiguous within each row", "block_tables", "stride(1) == 1",
+                   num(block_tables.stride(1)));
+  }
   if (batch > 1 && block_tables.stride(0) < max_pages) {
-    check::fail("block_tables", fmt::format("row stride >= max_pages = {}", max_pages),
+    check::fail_as("block_tables rows must not overlap", "block_tables", fmt::format("row stride >= max_pages = {}", max_pages),
                 fmt::format("row stride {}", block_tables.stride(0)));
   }
   const std::int64_t pages_needed = (max_seq_len + page_size - 1) / page_size;
   if (max_pages < pages_needed) {
-    check::fail("block_tables",
+    check::fail_as(fmt::format("block_tables must have at least ceil(max_seq_len / page_size) columns ({}), got {}",
+                               pages_needed, max_pages),
+                   "block_tables",
                 fmt::format("max_pages (dimension 1) >= ceil(max_seq_len / page_size) = ceil({} / {}) = {}", max_seq_len,
                             page_size, pages_needed),
                 fmt::format("shape {}", block_tables.shape_string()));
@@ -160,10 +179,17 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
   std::int64_t total_q = 0;
   if (packed) {
     if (!max_seq_len_q) {
-      check::fail("max_seq_len_q", "a value: it is required in packed mode (qo_indptr given)", "none");
+      check::fail_as("max_seq_len_q is required when qo_indptr selects packed query", "max_seq_len_q",
+                     "a value: it is required in packed mode (qo_indptr given)", "none");
     }
     sq = *max_seq_len_q;
     kMaxSeqLenQRule.check("max_seq_len_q", sq);
+    if (qo_indptr->rank == 1 && qo_indptr->size(0) != batch + 1) {
+      check::fail_as(fmt::format("qo_indptr must contain batch_size + 1 cumulative offsets: expected {}, got {}",
+                                 batch + 1, qo_indptr->size(0)),
+                     "qo_indptr", fmt::format("size {} in dimension 0", batch + 1),
+                     fmt::format("shape {}", qo_indptr->shape_string()));
+    }
     check_index_vector(*qo_indptr, "qo_indptr", batch + 1);
     total_q = query.size(0);
     if (total_q > batch * sq) {
@@ -178,7 +204,9 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
     }
     if (!kMaxSeqLenQRule.supported(sq)) check::unsupported("query", "SQ (dimension 1) 1..64", fmt::format("SQ {}", sq));
     if (max_seq_len_q && *max_seq_len_q != sq) {
-      check::fail("max_seq_len_q", fmt::format("SQ = query.size(1) = {} in fixed mode (or no value)", sq),
+      check::fail_as(fmt::format("fixed query length must equal max_seq_len_q: got SQ={} and max_seq_len_q={}", sq,
+                                 *max_seq_len_q),
+                     "max_seq_len_q", fmt::format("SQ = query.size(1) = {} in fixed mode (or no value)", sq),
                   num(*max_seq_len_q));
     }
     total_q = batch * sq;

@@ -27,13 +27,24 @@ constexpr int kZeroTokenSms = 132;
 
 // int32 [T, k] or [T, 1, k] with unit stride along k; returns k.
 std::int64_t check_indices(const TensorView& idx, const char* arg, std::int64_t tokens, std::int64_t min_topk) {
-  check::dtype(idx, arg, {DType::kI32});
-  check::rank(idx, arg, {2, 3});
-  if (idx.size(0) != tokens || (idx.rank == 3 && idx.size(1) != 1)) {
-    check::fail(arg, fmt::format("shape [T, topk] or [T, 1, topk] with T = {} (from q)", tokens), idx.shape_string());
+  {
+    const auto phrase = [&] { return fmt::format("{} must be a [num_tokens, topk] or [num_tokens, 1, topk] int32 tensor", arg); };
+    const check::Phrase upstream(phrase);
+    check::dtype(idx, arg, {DType::kI32});
+    check::rank(idx, arg, {2, 3});
+    if (idx.rank == 3 && idx.size(1) != 1) {
+      check::fail(arg, fmt::format("shape [T, topk] or [T, 1, topk] with T = {} (from q)", tokens), idx.shape_string());
+    }
+  }
+  if (idx.size(0) != tokens) {
+    check::fail_as(fmt::format("{} must have {} rows, got {}", arg, tokens, idx.size(0)), arg,
+                   fmt::format("shape [T, topk] or [T, 1, topk] with T = {} (from q)", tokens), idx.shape_string());
   }
   const std::int64_t topk = idx.size(-1);
-  if (topk < min_topk) check::fail(arg, fmt::format("topk (last dimension) >= {}", min_topk), idx.shape_string());
+  if (topk < min_topk) {
+    check::fail_as(fmt::format("{} must select at least one slot per token", arg), arg,
+                   fmt::format("topk (last dimension) >= {}", min_topk), idx.shape_string());
+  }
   if (topk > INT_MAX) check::unsupported(arg, fmt::format("topk up to {}", INT_MAX), fmt::format("topk {}", topk));
   check::unit_stride(idx, arg, -1);
   check::not_null(idx, arg);
@@ -43,6 +54,10 @@ std::int64_t check_indices(const TensorView& idx, const char* arg, std::int64_t 
 
 // 1-D, unit stride, at least `min_entries` entries of `type` (lengths, sink).
 void check_vector(const TensorView& t, const char* arg, DType type, std::int64_t min_entries, const char* what) {
+  const auto phrase = [&] {
+    return fmt::format("{} must be a 1-D {} tensor with at least {} entries", arg, dtype_name(type), min_entries);
+  };
+  const check::Phrase upstream(phrase);
   check::dtype(t, arg, {type});
   check::rank(t, arg, {1});
   if (t.size(0) < min_entries) {
@@ -86,7 +101,11 @@ struct Args {
 // Fails the call when mid_out/mid_lse cannot hold `num_splits` splits (T > 0: nothing is written at T == 0).
 void require_scratch(const Args& a, const Checked& c, int num_splits, const char* why) {
   if (c.tokens == 0 || num_splits <= 1) return;
-  if (!a.opt.mid_out) check::fail("mid_out", fmt::format("bf16 [T, H, S >= {}, 512] scratch because {}", num_splits, why), "none");
+  if (!a.opt.mid_out) {
+    check::fail_as(fmt::format("this shape splits into {} CTAs per head block; pass caller-owned mid_out / mid_lse scratch",
+                               num_splits),
+                   "mid_out", fmt::format("bf16 [T, H, S >= {}, 512] scratch because {}", num_splits, why), "none");
+  }
   if (c.split_stride < num_splits) {
     check::fail("mid_out", fmt::format("S >= num_splits = {} in [T, H, S, 512] ({})", num_splits, why), a.opt.mid_out->shape_string());
   }
@@ -97,11 +116,28 @@ Checked check_static(const Args& a) {
   const SparseOptions& opt = a.opt;
   Checked c;
 
+  {
+    // Upstream checks the shape first, then dtype and layout.
+    const auto shape_phrase = [&] { return fmt::format("q must be [T, H, {}], got {}", kLatentDims, a.q.shape_string()); };
+    const check::Phrase upstream(shape_phrase);
+    check::rank(a.q, "q", {3});
+    check::dim(a.q, "q", -1, kLatentDims);
+  }
+  {
+    const auto layout_phrase = [] { return std::string("q must be a contiguous CUDA bfloat16 tensor"); };
+    const check::Phrase upstream(layout_phrase);
+    check::dtype(a.q, "q", {DType::kBf16});
+    check::contiguous(a.q, "q");
+  }
   check_dense(a.q, "q", DType::kBf16, 3, 16);
-  check::dim(a.q, "q", -1, kLatentDims);
   c.tokens = a.q.size(0);
   const std::int64_t heads = a.q.size(1);
   if (!kHeadsRule.valid(heads)) {
+    // Upstream lists its instantiated head counts; kiln serves every multiple of 8 up to 128.
+    const auto phrase = [&] {
+      return fmt::format("Cake SM120 DSv4 NVFP4 sparse MLA supports (8, 16, 24, ..., 128) query heads, got {}", heads);
+    };
+    const check::Phrase upstream(phrase);
     check::unsupported("q", "head counts H that are multiples of 8 in [8, 128]", fmt::format("H = {} (shape {})", heads, a.q.shape_string()));
   }
   c.heads = static_cast<int>(heads);
@@ -110,13 +146,25 @@ Checked check_static(const Args& a) {
   c.main = check_nvfp4_cache(a.kv_cache, "kv_cache");  // any page size: the decode reads it at run time
   c.topk = static_cast<int>(check_indices(a.indices, "indices", c.tokens, 1));
 
-  check_dense(a.output, "output", DType::kBf16, 3, 16);
-  if (a.output.size(0) != c.tokens || a.output.size(1) != heads || a.output.size(2) != kLatentDims) {
-    check::fail("output", fmt::format("shape [{}, {}, 512] matching q", c.tokens, heads), a.output.shape_string());
+  {
+    const auto phrase = [&] {
+      return fmt::format("output must be a contiguous bfloat16 tensor of shape ({}, {}, {})", c.tokens, heads, kLatentDims);
+    };
+    const check::Phrase upstream(phrase);
+    check_dense(a.output, "output", DType::kBf16, 3, 16);
+    if (a.output.size(0) != c.tokens || a.output.size(1) != heads || a.output.size(2) != kLatentDims) {
+      check::fail("output", fmt::format("shape [{}, {}, 512] matching q", c.tokens, heads), a.output.shape_string());
+    }
   }
-  check_dense(a.out_lse, "out_lse", DType::kF32, 2, 4);
-  if (a.out_lse.size(0) != c.tokens || a.out_lse.size(1) != heads) {
-    check::fail("out_lse", fmt::format("shape [{}, {}] matching q", c.tokens, heads), a.out_lse.shape_string());
+  {
+    const auto phrase = [&] {
+      return fmt::format("out_lse must be a contiguous float32 tensor of shape ({}, {})", c.tokens, heads);
+    };
+    const check::Phrase upstream(phrase);
+    check_dense(a.out_lse, "out_lse", DType::kF32, 2, 4);
+    if (a.out_lse.size(0) != c.tokens || a.out_lse.size(1) != heads) {
+      check::fail("out_lse", fmt::format("shape [{}, {}] matching q", c.tokens, heads), a.out_lse.shape_string());
+    }
   }
 
   check::positive_finite(a.sm_scale, "sm_scale");
@@ -126,13 +174,15 @@ Checked check_static(const Args& a) {
   if (opt.attn_sink) check_vector(*opt.attn_sink, "attn_sink", DType::kF32, heads, "H");
 
   if (opt.extra_kv_cache && !opt.extra_indices) {
-    check::fail("extra_indices", "a tensor whenever extra_kv_cache is given", "none");
+    check::fail_as("extra_kv_cache and extra_indices must be provided together", "extra_indices",
+                   "a tensor whenever extra_kv_cache is given", "none");
   }
   if (opt.extra_indices && !opt.extra_kv_cache) {
-    check::fail("extra_kv_cache", "a tensor whenever extra_indices is given", "none");
+    check::fail_as("extra_kv_cache and extra_indices must be provided together", "extra_kv_cache",
+                   "a tensor whenever extra_indices is given", "none");
   }
   if (opt.extra_topk_length && !opt.extra_indices) {
-    check::fail("extra_topk_length", "extra_indices and extra_kv_cache alongside it", "extra_topk_length without extra_indices");
+    check::fail_as("extra_topk_length requires extra_indices", "extra_topk_length", "extra_indices and extra_kv_cache alongside it", "extra_topk_length without extra_indices");
   }
   c.has_extra = opt.extra_kv_cache.has_value();
   if (c.has_extra) {
@@ -149,11 +199,15 @@ Checked check_static(const Args& a) {
   if (opt.mid_out) {
     const TensorView& mo = *opt.mid_out;
     const TensorView& ml = *opt.mid_lse;
+    const auto mid_out_phrase = [] { return std::string("mid_out must be a contiguous bfloat16 [T, H, >= num_splits, 512] tensor"); };
+    const check::Phrase upstream_mid_out(mid_out_phrase);
     check_dense(mo, "mid_out", DType::kBf16, 4, 16);
     if (mo.size(0) != c.tokens || mo.size(1) != heads || mo.size(3) != kLatentDims) {
       check::fail("mid_out", fmt::format("shape [{}, {}, S, 512] matching q", c.tokens, heads), mo.shape_string());
     }
     if (mo.size(2) > INT_MAX) check::unsupported("mid_out", fmt::format("S up to {}", INT_MAX), mo.shape_string());
+    const auto mid_lse_phrase = [] { return std::string("mid_lse must be a contiguous float32 [T, H, S] tensor"); };
+    const check::Phrase upstream_mid_lse(mid_lse_phrase);
     check_dense(ml, "mid_lse", DType::kF32, 3, 4);
     if (ml.size(0) != c.tokens || ml.size(1) != heads || ml.size(2) != mo.size(2)) {
       check::fail("mid_lse", fmt::format("shape [{}, {}, {}] matching q and mid_out [T, H, S, 512]", c.tokens, heads, mo.size(2)),
@@ -163,7 +217,11 @@ Checked check_static(const Args& a) {
   }
 
   // Plan overrides and the parts of the plan the device cannot change.
-  if (opt.head_tiles) SparsePolicy{c.heads, *opt.head_tiles}.validate();
+  if (opt.head_tiles) {
+    const auto phrase = [&] { return fmt::format("head_tiles={} is not valid for {} heads", *opt.head_tiles, c.heads); };
+    const check::Phrase upstream(phrase);
+    SparsePolicy{c.heads, *opt.head_tiles}.validate();
+  }
   if (opt.max_splits < 1) check::fail("max_splits", ">= 1", fmt::format("{}", opt.max_splits));
   if (opt.num_splits) {
     const SplitPlan s = resolve_splits(c.topk, c.extra_topk, *opt.num_splits);

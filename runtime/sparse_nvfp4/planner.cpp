@@ -18,7 +18,7 @@ std::string num(int64_t v) { return fmt::format("{}", v); }
 int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
 void check_topk(int topk, int extra_topk) {
-  if (topk < 1) check::fail("topk", ">= 1", num(topk));
+  if (topk < 1) check::fail_as("topk must be at least 1", "topk", ">= 1", num(topk));
   if (extra_topk < 0) check::fail("extra_topk", ">= 0", num(extra_topk));
 }
 
@@ -41,7 +41,9 @@ int min_splits(int topk, int extra_topk, int max_splits) {
   const int chunks = num_chunks(topk, extra_topk);
   const int n = ceil_div(chunks, kSparseMaxChunksPerBlock);
   if (n > max_splits) {
-    check::fail("max_splits",
+    check::fail_as(fmt::format("{} chunks need at least {} splits (at most {} chunks per block), max_splits={}", chunks, n,
+                               kSparseMaxChunksPerBlock, max_splits),
+                   "max_splits",
                 fmt::format(">= {} ({} chunks need that many splits of <= {} chunks)", n, chunks, kSparseMaxChunksPerBlock),
                 num(max_splits));
   }
@@ -101,10 +103,12 @@ SplitPlan plan_splits(int tokens, int heads, int topk, int extra_topk, int sms, 
 
 SplitPlan resolve_splits(int topk, int extra_topk, int num_splits) {
   const int chunks = num_chunks(topk, extra_topk);
-  if (num_splits < 1) check::fail("num_splits", ">= 1", num(num_splits));
+  if (num_splits < 1) check::fail_as(fmt::format("num_splits must be positive, got {}", num_splits), "num_splits", ">= 1", num(num_splits));
   const int cpb = ceil_div(chunks, num_splits);
   if (cpb > kSparseMaxChunksPerBlock) {
-    check::fail("num_splits",
+    check::fail_as(fmt::format("num_splits={} leaves {} chunks per CTA; the index table holds at most {}", num_splits, cpb,
+                               kSparseMaxChunksPerBlock),
+                   "num_splits",
                 fmt::format("at least {} splits so that each block handles <= {} of the {} chunks",
                             ceil_div(chunks, kSparseMaxChunksPerBlock), kSparseMaxChunksPerBlock, chunks),
                 fmt::format("{} ({} chunks per block)", num_splits, cpb));

@@ -2,7 +2,9 @@
 
 The decode entry points have FlashInfer's exact signatures and run kiln's NVRTC-compiled kernels:
 
-    prims_ts_batch_decode_with_kv_cache_mla   paged MLA decode (Hopper)
+    prims_ts_batch_decode_with_kv_cache_mla   paged MLA decode (Hopper); upstream's newer name
+                                              prims_ts_batch_mla_decode_with_kv_cache and its
+                                              plan/run BatchMLADecodePagedTSWrapper are here too
     cake_sparse_mla_sm120_dsv4_nvfp4_decode   sparse MLA decode over the NVFP4 cache
 
 Each is also a torch custom op (torch.ops.kiln.*) when torch is installed, so torch.compile traces it
@@ -13,10 +15,12 @@ from . import errors
 from ._torch import torch as _torch_module
 from .decode import (
     cake_sparse_mla_sm120_dsv4_nvfp4_decode,
+    cake_sparse_mla_sm120_dsv4_nvfp4_format_info,
     cake_sparse_mla_sm120_dsv4_nvfp4_num_chunks,
     cake_sparse_mla_sm120_dsv4_nvfp4_plan_head_tiles,
     cake_sparse_mla_sm120_dsv4_nvfp4_plan_splits,
     cake_sparse_mla_sm120_dsv4_nvfp4_scratch_bytes,
+    cake_sparse_mla_sm120_dsv4_nvfp4_supported_heads,
     mla_precision,
     mla_workspace_size,
     prims_ts_batch_decode_with_kv_cache_mla,
@@ -30,6 +34,7 @@ from .errors import (
     InternalError,
     InvalidArgumentError,
     NotFoundError,
+    NotPlannedError,
     NotWarmError,
     SealedError,
     UnsupportedError,
@@ -49,6 +54,15 @@ from .service import (
     warm_nvfp4_writer,
     warm_sparse,
 )
+from .prims_ts import (
+    BatchMLADecodePagedTSWrapper,
+    batch_mla_decode_with_paged_kv_cache,
+    get_prims_ts_batch_decode_mla_workspace_size,
+    get_prims_ts_batch_mla_decode_workspace_size,
+    prims_ts_batch_mla_decode_with_kv_cache,
+    validate_mla_metadata,
+    validate_sparse_metadata,
+)
 from .writer import nvfp4_append, nvfp4_pack
 
 from . import _native
@@ -60,6 +74,15 @@ HAS_TORCH = _torch_module is not None
 
 __all__ = [
     "prims_ts_batch_decode_with_kv_cache_mla",
+    "prims_ts_batch_mla_decode_with_kv_cache",
+    "get_prims_ts_batch_mla_decode_workspace_size",
+    "get_prims_ts_batch_decode_mla_workspace_size",
+    "BatchMLADecodePagedTSWrapper",
+    "batch_mla_decode_with_paged_kv_cache",
+    "validate_mla_metadata",
+    "validate_sparse_metadata",
+    "cake_sparse_mla_sm120_dsv4_nvfp4_format_info",
+    "cake_sparse_mla_sm120_dsv4_nvfp4_supported_heads",
     "cake_sparse_mla_sm120_dsv4_nvfp4_decode",
     "cake_sparse_mla_sm120_dsv4_nvfp4_num_chunks",
     "cake_sparse_mla_sm120_dsv4_nvfp4_plan_head_tiles",
@@ -92,6 +115,7 @@ __all__ = [
     "NotWarmError",
     "SealedError",
     "NotFoundError",
+    "NotPlannedError",
     "InternalError",
     "HAS_TORCH",
 ]

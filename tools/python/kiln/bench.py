@@ -84,11 +84,15 @@ def measure(calls: int = 100, rounds: int = 200) -> dict:
     kiln.warm_mla(H, page, max_seq_len, 1, devices=[0])
     decode = kiln.prims_ts_batch_decode_with_kv_cache_mla
     op = torch.ops.kiln.mla_decode.default
+    wrapper = kiln.BatchMLADecodePagedTSWrapper()
+    wrapper.plan(0, 1, H, 512, 64, page, max_seq_len, max_seq_len_q=1, packed_query=False, q_data_type=torch.bfloat16,
+                 kv_data_type=torch.bfloat16, o_data_type=torch.bfloat16, workspace_buffer=ws)
     mla = _interleaved({
         "cpp_us": lambda n: _native.time_mla_cpp(q, kv, ws, tables, lens, max_seq_len, out, n),
         "python_us": _loop(lambda: decode(q, kv, ws, 512, 64, tables, lens, max_seq_len, out=out)),
+        "wrapper_run_us": _loop(lambda: wrapper.run(q, kv, tables, lens, out=out, validate=False)),
         "torch_ops_us": _loop(lambda: op(q, kv, ws, 512, 64, tables, lens, max_seq_len, None, None, out, 1.0, 1.0,
-                                         "causal", torch.bfloat16)),
+                                         "causal", torch.bfloat16, "exact")),
     }, calls, rounds)
     # Sparse NVFP4 decode: one token, 64 heads, 512 candidates.
     T, Hs, topk = 1, 64, 512
@@ -110,6 +114,7 @@ def measure(calls: int = 100, rounds: int = 200) -> dict:
     return {"what": "host time per call: Python entry point vs kiln's C++ launcher (warm key, outputs given)",
             "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "exchange_api": hasattr(torch.Tensor, "__dlpack_c_exchange_api__"),
             "cpus": cpus, "calls_per_round": calls, "rounds": rounds, "timing": "interleaved rounds; overhead = median of per-round differences", "mla": mla, "sparse": sparse}
 
 

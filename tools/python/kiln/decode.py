@@ -25,6 +25,14 @@ _mla_native = _native.mla_decode
 _sparse_native = _native.sparse_decode
 _NeedsDispatch = _native.NeedsDispatch
 
+if torch is not None and hasattr(torch._C, "_autograd") and hasattr(torch._C._autograd, "_profiler_enabled"):
+    # While torch.profiler records, eager calls go through the dispatcher so that they appear as the
+    # kiln::* ops; otherwise this is one C call per launch.
+    _profiling = torch._C._autograd._profiler_enabled
+else:
+    def _profiling() -> bool:
+        return False
+
 MlaPrecision = Literal['exact', 'bf16']
 _mla_precision: contextvars.ContextVar[str] = contextvars.ContextVar("kiln_mla_precision", default="exact")
 
@@ -61,7 +69,7 @@ def prims_ts_batch_decode_with_kv_cache_mla(query: Tensor, kv_cache: Tensor, wor
     if out is None:
         out = _new_tensor((*query.shape[:-1], kv_lora_rank), out_dtype, query, "out")
     precision = _mla_precision.get()
-    if is_compiling():
+    if is_compiling() or _profiling():
         _ops.mla_decode(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
                         max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype, precision)
         return out
@@ -90,6 +98,12 @@ def cake_sparse_mla_sm120_dsv4_nvfp4_decode(q: Tensor, kv_cache: Tensor, indices
                            extra_indices, extra_topk_length, mid_out, mid_lse, lse_scale, num_splits, max_splits,
                            head_tiles)
         return plan
+    if _profiling():
+        _ops.sparse_decode(q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink, extra_kv_cache,
+                           extra_indices, extra_topk_length, mid_out, mid_lse, lse_scale, num_splits, max_splits,
+                           head_tiles)
+        return _plan(q.shape[0], q.shape[1], indices.shape[-1], 0 if extra_indices is None else extra_indices.shape[-1],
+                     q.device.index, num_splits, max_splits, head_tiles)
     try:
         return _sparse_native(q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink, extra_kv_cache,
                               extra_indices, extra_topk_length, mid_out, mid_lse, lse_scale, num_splits, max_splits,
@@ -100,6 +114,38 @@ def cake_sparse_mla_sm120_dsv4_nvfp4_decode(q: Tensor, kv_cache: Tensor, indices
                            head_tiles)
         return _plan(q.shape[0], q.shape[1], indices.shape[-1], 0 if extra_indices is None else extra_indices.shape[-1],
                      q.device.index, num_splits, max_splits, head_tiles)
+
+
+def cake_sparse_mla_sm120_dsv4_nvfp4_format_info() -> dict:
+    """Static facts of the sparse decode as kiln serves it, with upstream's keys. ``heads`` is every
+    head count kiln's launcher accepts (each multiple of 8 up to 128: more than upstream's instances),
+    ``two_tile_heads`` those that take ``head_tiles=2``. kiln has no prefill family, so the prefill
+    keys are empty and ``prefill_max_chunks`` is 0; ``kernel_commit`` names kiln's build instead of
+    upstream's generated kernels."""
+    from . import __version__
+
+    return {
+        "query_dim": 512,
+        "value_dim": 512,
+        "bytes_per_token": 384,
+        "chunk_width": 64,
+        "heads_per_block": 16,
+        "max_chunks_per_block": 16,
+        "heads": cake_sparse_mla_sm120_dsv4_nvfp4_supported_heads(),
+        "two_tile_heads": tuple(range(32, 129, 32)),
+        "runtime_page": True,
+        "runtime_extra_page": True,
+        "kernel_commit": f"kiln-{__version__}",
+        "prefill_heads": (),
+        "prefill_head_tiles": {},
+        "prefill_max_chunks": 0,
+        "prefill_kernel_commit": None,
+    }
+
+
+def cake_sparse_mla_sm120_dsv4_nvfp4_supported_heads() -> Tuple[int, ...]:
+    """Head counts the sparse decode accepts: every multiple of 8 in [8, 128]."""
+    return tuple(range(8, 129, 8))
 
 
 def cake_sparse_mla_sm120_dsv4_nvfp4_num_chunks(topk: int, extra_topk: int = 0) -> int:

@@ -80,6 +80,12 @@ class InternalError(Error, RuntimeError):
     code = "internal"
 
 
+class NotPlannedError(Error, RuntimeError):
+    """A plan/run wrapper was run before a successful ``plan()``. Raised by the Python layer only."""
+
+    code = "not_planned"
+
+
 _BY_CODE = {cls.code: cls for cls in (InvalidArgumentError, UnsupportedError, CompileError, CacheCorruptError,
                                        CacheIOError, DriverError, NotWarmError, SealedError, NotFoundError,
                                        InternalError)}
@@ -90,4 +96,4 @@ def from_native(code: str, message: str, key: str, path: str, log: str) -> Error
     return _BY_CODE.get(code, InternalError)(message, key, path, log)
 
 
-__all__ = ["Error", *(cls.__name__ for cls in _BY_CODE.values())]
+__all__ = ["Error", "NotPlannedError", *(cls.__name__ for cls in _BY_CODE.values())]

@@ -17,6 +17,26 @@ namespace nb = nanobind;
 
 namespace {
 
+// DLPack >= 1.2's C exchange table, which a framework publishes on its tensor type as the capsule
+// `__dlpack_c_exchange_api__` ("dlpack_exchange_api"). Declared here with dlpack.h's layout because
+// the system header may predate it; only the members kiln calls are typed.
+struct ExchangeVersion {
+  std::uint32_t major;
+  std::uint32_t minor;
+};
+struct ExchangeHeader {
+  ExchangeVersion version;
+  ExchangeHeader* prev_api;
+};
+struct ExchangeApi {
+  ExchangeHeader header;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out);  // may be null
+  int (*current_work_stream)(std::int32_t device_type, std::int32_t device_id, void** out_stream);
+};
+
 // Borrowed for the life of the process (torch is never unloaded).
 struct TorchRefs {
   PyTypeObject* tensor = nullptr;
@@ -25,6 +45,11 @@ struct TorchRefs {
   PyObject* dtype_objects[8] = {};
   DType dtypes[8] = {};
   int num_dtypes = 0;
+  // torch's exchange table when it has one: an exact torch.Tensor is then read by one C call instead
+  // of five attribute reads, and the current stream without calling into Python. `verified` turns
+  // true once the first tensor read both ways agreed; a disagreement turns the table off for good.
+  const ExchangeApi* exchange = nullptr;
+  bool verified = false;
 };
 TorchRefs g_torch;
 
@@ -100,6 +125,11 @@ std::int64_t as_int64(PyObject* o) {
 // cannot tell) the device's legacy default stream.
 CUstream resolve_stream(int device) {
   if (t_has_stream) return t_stream;
+  if (const ExchangeApi* api = g_torch.exchange; api != nullptr && g_torch.verified) {
+    void* stream = nullptr;
+    if (api->current_work_stream(kDLCUDA, device, &stream) == 0) return static_cast<CUstream>(stream);
+    PyErr_Clear();
+  }
   if (g_torch.current_raw_stream != nullptr) {
     Ref index(PyLong_FromLong(device));
     if (PyObject* handle = PyObject_CallOneArg(g_torch.current_raw_stream, index.p)) {
@@ -124,6 +154,23 @@ void init_torch(PyObject* torch) {
   g_torch.parameter = reinterpret_cast<PyTypeObject*>(Py_NewRef(parameter.p));
   g_torch.current_raw_stream = PyObject_GetAttrString(c.p, "_cuda_getCurrentRawStream");
   if (g_torch.current_raw_stream == nullptr) PyErr_Clear();  // a CPU-only torch: no CUDA streams
+  // DLPack 1.3 names the table `__dlpack_c_exchange_api__` (a capsule); torch builds between its
+  // introduction and that rename publish the same table as the integer `__c_dlpack_exchange_api__`.
+  // The objects are kept (never released): the table must outlive every call.
+  const ExchangeHeader* header = nullptr;
+  if (PyObject* capsule = PyObject_GetAttrString(tensor.p, "__dlpack_c_exchange_api__")) {
+    if (PyCapsule_IsValid(capsule, "dlpack_exchange_api")) {
+      header = static_cast<const ExchangeHeader*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
+    }
+  } else if (PyErr_Clear(); PyObject* address = PyObject_GetAttrString(tensor.p, "__c_dlpack_exchange_api__")) {
+    if (PyLong_Check(address)) header = reinterpret_cast<const ExchangeHeader*>(PyLong_AsVoidPtr(address));
+  }
+  PyErr_Clear();
+  while (header != nullptr && header->version.major > 1) header = header->prev_api;  // newer majors chain older ones
+  if (header != nullptr && header->version.major == 1 && header->version.minor >= 2) {
+    const auto* api = reinterpret_cast<const ExchangeApi*>(header);
+    if (api->dltensor_from_py_object_no_sync != nullptr && api->current_work_stream != nullptr) g_torch.exchange = api;
+  }
   const std::pair<const char*, DType> names[] = {{"bfloat16", DType::kBf16}, {"float16", DType::kF16},
                                                  {"float32", DType::kF32},   {"float8_e4m3fn", DType::kE4m3},
                                                  {"uint8", DType::kU8},      {"int8", DType::kI8},
@@ -185,10 +232,80 @@ void TensorArgs::set_device(int device, const char* name) {
   }
 }
 
+namespace {
+
+// A CUDA tensor of a dtype kiln reads, described by torch's exchange table; false sends the tensor
+// to the attribute path (which also words the errors).
+bool view_from_exchange(PyObject* obj, TensorView& v) {
+  DLTensor t{};
+  if (g_torch.exchange->dltensor_from_py_object_no_sync(obj, &t) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  if ((t.device.device_type != kDLCUDA && t.device.device_type != kDLCUDAManaged) || t.device.device_id < 0 ||
+      t.ndim < 0 || t.ndim > TensorView::kMaxRank || t.dtype.lanes != 1 || t.shape == nullptr) {
+    return false;
+  }
+  const std::uint8_t code = t.dtype.code;
+  const std::uint8_t bits = t.dtype.bits;
+  constexpr std::uint8_t kFloat8E4m3fn = 10;  // DLPack >= 1.1's kDLFloat8_e4m3fn
+  if (code == kDLBfloat && bits == 16) v.dtype = DType::kBf16;
+  else if (code == kDLFloat && bits == 16) v.dtype = DType::kF16;
+  else if (code == kDLFloat && bits == 32) v.dtype = DType::kF32;
+  else if (code == kFloat8E4m3fn && bits == 8) v.dtype = DType::kE4m3;
+  else if (code == kDLUInt && bits == 8) v.dtype = DType::kU8;
+  else if (code == kDLInt && bits == 8) v.dtype = DType::kI8;
+  else if (code == kDLInt && bits == 32) v.dtype = DType::kI32;
+  else if (code == kDLInt && bits == 64) v.dtype = DType::kI64;
+  else return false;
+  v.device = t.device.device_id;
+  v.rank = t.ndim;
+  std::int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    v.shape[d] = t.shape[d];
+    v.strides[d] = t.strides != nullptr ? t.strides[d] : stride;
+    stride *= t.shape[d];
+  }
+  v.data = static_cast<char*>(t.data) + t.byte_offset;
+  return true;
+}
+
+bool same_view(const TensorView& a, const TensorView& b) {
+  if (a.data != b.data || a.dtype != b.dtype || a.device != b.device || a.rank != b.rank) return false;
+  for (int d = 0; d < a.rank; ++d) {
+    if (a.shape[d] != b.shape[d] || (a.shape[d] > 1 && a.strides[d] != b.strides[d])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 TensorView TensorArgs::get(PyObject* obj, const char* name) {
   ensure_names();
   if (have_torch()) {
     PyTypeObject* type = Py_TYPE(obj);
+    if (type == g_torch.tensor && g_torch.exchange != nullptr) {
+      TensorView v;
+      if (view_from_exchange(obj, v)) {
+        if (!g_torch.verified) {
+          // First use: the table must describe the tensor exactly as its attributes do.
+          const TensorView slow = from_torch(obj, name);
+          void* stream = nullptr;
+          const bool stream_ok = t_has_stream ||
+                                 (g_torch.exchange->current_work_stream(kDLCUDA, slow.device, &stream) == 0 &&
+                                  static_cast<CUstream>(stream) == resolve_stream(slow.device));
+          PyErr_Clear();
+          if (!same_view(v, slow) || !stream_ok) {
+            g_torch.exchange = nullptr;
+            return slow;
+          }
+          g_torch.verified = true;
+          return slow;
+        }
+        set_device(v.device, name);
+        return v;
+      }
+    }
     if (type == g_torch.tensor || type == g_torch.parameter) return from_torch(obj, name);
     if (PyType_IsSubtype(type, g_torch.tensor)) throw NeedsDispatch{};
   }

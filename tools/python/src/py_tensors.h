@@ -1,8 +1,10 @@
 #pragma once
 // Python tensor arguments -> kiln::TensorView, on the call path of every launcher binding.
 //
-// torch.Tensor (exact type, or nn.Parameter) is read through its attributes (dtype, get_device(),
-// shape, stride(), data_ptr()): a few C-API calls, no DLPack capsule. Anything else that speaks
+// torch.Tensor (exact type) is read through torch's DLPack C exchange table when torch publishes one
+// (`__dlpack_c_exchange_api__`, DLPack >= 1.2: one C call, no capsule, and the current stream without
+// Python); otherwise, and for nn.Parameter, through its attributes (dtype, get_device(), shape,
+// stride(), data_ptr()): a few C-API calls, no DLPack capsule. Anything else that speaks
 // DLPack (__dlpack__ / __dlpack_device__, or a "dltensor" capsule) goes through
 // TensorView::from_dlpack, exported on the stream the launch will use. Other torch.Tensor subclasses
 // (FakeTensor, functional or other dispatch wrappers) raise NeedsDispatch, so the Python layer

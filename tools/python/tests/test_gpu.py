@@ -410,3 +410,122 @@ def test_two_devices():
     with pytest.raises(kiln.InvalidArgumentError, match="query: the tensor is on cuda:1 but the stream belongs to cuda:0"):
         with kiln.use_stream(torch.cuda.Stream(device=0)):
             p1.run()
+
+
+# ---------------------------------------------------------------- upstream's current surface
+
+def _planned(p, **kw):
+    wrapper = kiln.BatchMLADecodePagedTSWrapper()
+    wrapper.plan(p.device, p.B, p.H, 512, 64, p.page, p.max_seq_len, max_seq_len_q=p.SQ, packed_query=p.packed,
+                 q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16, o_data_type=torch.bfloat16, **kw)
+    return wrapper
+
+
+def _run(wrapper, p, **kw):
+    return wrapper.run(p.q, p.kv, p.block_tables, p.seq_lens, qo_indptr=p.qo_indptr, bmm1_scale=p.bmm1,
+                       bmm2_scale=p.bmm2, **kw)
+
+
+def test_wrapper_matches_the_seed_function():
+    for packed in (False, True):
+        p = Mla(packed=packed, seed=20 + packed)
+        wrapper = _planned(p)
+        got = _run(wrapper, p)  # out=None: allocated; validate=True: metadata read back first
+        p.check(got)
+        assert torch.equal(got, p.run().clone())
+        assert torch.equal(_run(wrapper, p, out=torch.empty_like(p.out), validate=False), got)
+    p = Mla(seed=22)
+    assert torch.equal(kiln.prims_ts_batch_mla_decode_with_kv_cache(
+        p.q, p.kv, p.workspace, 512, 64, p.block_tables, p.seq_lens, p.max_seq_len, bmm1_scale=p.bmm1,
+        bmm2_scale=p.bmm2).clone(), p.run().clone())
+
+
+def test_wrapper_precision_follows_plan():
+    p = Mla(seed=23)
+    with kiln.mla_precision("bf16"):
+        scoped = _planned(p)      # the scope at plan time
+    explicit = _planned(p, precision="bf16")
+    exact = _planned(p)
+    a, b, c = (_run(w, p, validate=False).clone() for w in (scoped, explicit, exact))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    p.check(c)
+
+
+def test_wrapper_validation_refuses_bad_metadata_and_launches_nothing():
+    p = Mla(seed=24)
+    wrapper = _planned(p)
+    sentinel = torch.full_like(p.out, 7.0)
+    for bad, phrase in ((0, "at least one KV token"), (p.max_seq_len + 1, "longer than max_kv_len")):
+        lens = p.seq_lens.clone()
+        lens[1] = bad
+        out = sentinel.clone()
+        with pytest.raises(ValueError, match=phrase):
+            wrapper.run(p.q, p.kv, p.block_tables, lens, out=out)
+        assert torch.equal(out, sentinel)
+    tables = p.block_tables.clone()
+    tables[0, 0] = p.kv.shape[0]
+    with pytest.raises(ValueError, match="invalid page ID"):
+        wrapper.run(p.q, p.kv, tables, p.seq_lens)
+    lens = p.seq_lens.clone()
+    lens[2] = 1  # SQ = 2 causal rows over one token
+    with pytest.raises(ValueError, match="causal MLA decode requires every per-request Q length"):
+        wrapper.run(p.q, p.kv, p.block_tables, lens)
+    with pytest.raises(ValueError, match="causal MLA decode requires"):
+        kiln.validate_mla_metadata(p.q, p.kv, p.block_tables, lens, p.max_seq_len)
+
+
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # the refused capture launched nothing
+def test_validation_is_refused_inside_capture_and_validate_false_replays():
+    p = Mla(seed=25)
+    wrapper = _planned(p)
+    _run(wrapper, p, out=p.out, validate=False)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="pass validate=False inside the capture"):
+        with torch.cuda.graph(graph):
+            _run(wrapper, p, out=p.out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _run(wrapper, p, out=p.out, validate=False)
+    p.seq_lens.copy_(torch.randint(2, p.max_seq_len + 1, (p.B,), device="cuda", dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    p.check(p.out)
+
+
+def test_one_shot_allocating_form():
+    p = Mla(seed=26)
+    got = kiln.batch_mla_decode_with_paged_kv_cache(p.q, p.kv, p.block_tables, p.seq_lens, max_kv_len=p.max_seq_len,
+                                                    bmm1_scale=p.bmm1, bmm2_scale=p.bmm2)
+    p.check(got)
+    lens = p.seq_lens.clone()
+    lens[0] = 0
+    with pytest.raises(ValueError, match="at least one KV token"):
+        kiln.batch_mla_decode_with_paged_kv_cache(p.q, p.kv, p.block_tables, lens)
+
+
+def test_sparse_validation_on_device_tensors():
+    s = Sparse(seed=27)
+    kiln.validate_sparse_metadata(s.cache, s.indices, extra_kv_cache=s.extra_cache, extra_indices=s.extra_indices)
+    bad = s.indices.clone()
+    bad[3, 5] = s.cache.shape[0] * s.page
+    with pytest.raises(ValueError, match="indices entries must be -1 or a cache row"):
+        kiln.validate_sparse_metadata(s.cache, bad)
+    lengths = torch.full((s.q.shape[0],), 5, dtype=torch.int32, device="cuda")
+    kiln.validate_sparse_metadata(s.cache, bad, topk_length=lengths)  # slot 5 is past every length
+    lengths[0] = s.indices.shape[1] + 1
+    with pytest.raises(ValueError, match="topk_length must be within"):
+        kiln.validate_sparse_metadata(s.cache, s.indices, topk_length=lengths)
+
+
+def test_eager_calls_show_as_kiln_ops_in_the_profiler():
+    p = Mla(seed=28)
+    p.warm()
+    s = Sparse(seed=29)
+    s.run()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        p.run()
+        s.run()
+    names = {e.name for e in prof.events()}
+    assert "kiln::mla_decode" in names and "kiln::sparse_decode" in names, sorted(names)[:20]
+    p.check(p.out)
+    s.check()
