@@ -68,7 +68,7 @@ def prims_ts_batch_decode_with_kv_cache_mla(query: Tensor, kv_cache: Tensor, wor
     """
     if out is None:
         out = _new_tensor((*query.shape[:-1], kv_lora_rank), out_dtype, query, "out")
-    precision = _mla_precision.get()
+    precision = _precision_constant() if is_compiling() else _mla_precision.get()
     if is_compiling() or _profiling():
         _ops.mla_decode(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
                         max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype, precision)
@@ -193,7 +193,16 @@ def _plan(tokens, heads, topk, extra_topk, device, num_splits, max_splits, head_
                                        _native.device_sm_count(device), num_splits, max_splits, head_tiles)
 
 
+def _scope_precision() -> str:
+    return _mla_precision.get()
+
+
 if torch is not None:
+    # Traced calls read the mla_precision scope once, while tracing (Dynamo cannot trace a context
+    # variable): the precision enters the graph as a constant, so a compiled function keeps the
+    # scope it was first traced in.
+    _precision_constant = torch.compiler.assume_constant_result(_scope_precision)
+
     # Traced calls: the plan depends only on shapes, arguments and the device's SM count, so it is
     # computed once while tracing and enters the graph as a constant.
     _plan_constant = torch.compiler.assume_constant_result(_plan)

@@ -269,6 +269,23 @@ def test_mla_precision_bf16():
     assert not torch.equal(one_p, exact)  # a different kernel ran
 
 
+def test_mla_precision_traced():
+    # torch.compile reads the scope once while tracing; the traced call runs the same kernel as eager.
+    p = Mla(seed=6)
+    kiln.warm_mla(p.H, p.page, p.max_seq_len, p.SQ, precision="bf16", devices=[p.device.index])
+
+    def step(q):
+        return kiln.prims_ts_batch_decode_with_kv_cache_mla(q, p.kv, p.workspace, 512, 64, p.block_tables, p.seq_lens,
+                                                           p.max_seq_len, out=p.out, bmm1_scale=p.bmm1,
+                                                           bmm2_scale=p.bmm2)
+
+    with kiln.mla_precision("bf16"):
+        eager = step(p.q).clone()
+        traced = torch.compile(step, fullgraph=True)(p.q).clone()
+    assert torch.equal(traced, eager)
+    assert not torch.equal(eager, step(p.q))  # outside the scope: the exact kernel
+
+
 def test_sparse_direct_and_split():
     p = Sparse()
     plan = p.run(num_splits=1)
