@@ -75,7 +75,8 @@ def cpu_stand_in():
     lib = torch.library.Library("kiln", "IMPL")
 
     def mla_cpu(query, kv_cache, workspace_buffer, kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens,
-                max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype):
+                max_seq_len, qo_indptr, max_seq_len_q, out, bmm1_scale, bmm2_scale, mask_type, out_dtype, precision):
+        assert precision == "exact"  # the default scope, read while tracing
         out.copy_((seq_lens.float() * bmm2_scale).view(-1, 1, 1, 1).expand_as(out))
 
     lib.impl("mla_decode", mla_cpu, "CPU")
