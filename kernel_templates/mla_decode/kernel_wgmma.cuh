@@ -101,7 +101,7 @@ struct MlaTileLoader {
   }
 };
 
-// ---- Steps of the bf16 kernel (thread layout as below) ----
+// ---- Steps of the bf16 kernel (the P store also the fp8 kernel's; thread layout as below) ----
 
 // S = Q K^T for this warpgroup's 32 tokens of the tile: Q's 512 latent columns and K both from
 // shared memory (8 column blocks x 4 k-steps), then Q's 64 RoPE columns from registers. Issued and
@@ -121,12 +121,13 @@ __device__ __forceinline__ void mla_wg_scores(float (&s)[16], u64 dq, u64 dk, co
   wgmma_commit();
 }
 
-// P = exp2(S - m) into the shared P tiles as bf16 hi (and, with kSplitP, lo = P - hi): row r, tokens
-// 32 wg + 8 n + 2 c4 (+1) go to chunk 4 wg + n of the row's 128 bytes. Returns the rows' sums of the
-// unrounded P.
-template <bool kSplitP>
+// P = exp2(S - m) into the shared P tiles as bf16 hi (and, with kSplitP, lo = P - hi), or with kF16
+// (the fp8 kernel) as one f16 P: row r, tokens 32 wg + 8 n + 2 c4 (+1) go to chunk 4 wg + n of the
+// row's 128 bytes. Returns the rows' sums of the unrounded P.
+template <bool kF16, bool kSplitP>
 __device__ __forceinline__ void mla_wg_store_p(const float (&s)[16], float muse_lo, float muse_hi, u32 p_hi, u32 p_lo,
                                                u32 p_row_lo, u32 p_row_hi, int wg, int g, float& sum_lo, float& sum_hi) {
+  static_assert(!(kF16 && kSplitP), "an f16 P is kept whole");
   sum_lo = 0.f;
   sum_hi = 0.f;
 #pragma unroll
@@ -137,8 +138,8 @@ __device__ __forceinline__ void mla_wg_store_p(const float (&s)[16], float muse_
     const float p3 = fast_exp2(s[4 * n + 3] - muse_hi);
     sum_lo += p0 + p1;
     sum_hi += p2 + p3;
-    const u32 h01 = pack_bf16x2(p0, p1);
-    const u32 h23 = pack_bf16x2(p2, p3);
+    const u32 h01 = kF16 ? pack_f16x2(p0, p1) : pack_bf16x2(p0, p1);
+    const u32 h23 = kF16 ? pack_f16x2(p2, p3) : pack_bf16x2(p2, p3);
     const u32 chunk = static_cast<u32>(4 * wg + n);
     const u32 off_lo = p_row_lo + ((chunk ^ static_cast<u32>(g)) << 4);
     const u32 off_hi = p_row_hi + ((chunk ^ static_cast<u32>(g)) << 4);
@@ -387,7 +388,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
                               r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
       float sum_lo, sum_hi;
-      mla_wg_store_p<kSplitP>(s, muse_lo, muse_hi, p_hi, p_lo, p_row_lo, p_row_hi, wg, g, sum_lo, sum_hi);
+      mla_wg_store_p<false, kSplitP>(s, muse_lo, muse_hi, p_hi, p_lo, p_row_lo, p_row_hi, wg, g, sum_lo, sum_hi);
       mla_wg_rescale(o, l_lo, l_hi, alpha_lo, alpha_hi, sum_lo, sum_hi);
       // P was written through the generic proxy; both warpgroups' wgmmas read it.
       fence_proxy_async_smem();

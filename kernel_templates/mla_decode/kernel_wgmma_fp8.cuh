@@ -220,20 +220,8 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       mla_wg_row_max<kCausal>(s, pv.t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, pv.t1, lim_lo, lim_hi, scale, sm.red, wg,
                               r_lo, r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
-      // ---- P = exp2(S - m) as f16 into the shared P tile ----
-      float sum_lo = 0.f, sum_hi = 0.f;
-#pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        const float p0 = fast_exp2(s[4 * n + 0] - muse_lo);
-        const float p1 = fast_exp2(s[4 * n + 1] - muse_lo);
-        const float p2 = fast_exp2(s[4 * n + 2] - muse_hi);
-        const float p3 = fast_exp2(s[4 * n + 3] - muse_hi);
-        sum_lo += p0 + p1;
-        sum_hi += p2 + p3;
-        const u32 chunk = static_cast<u32>(4 * wg + n);
-        sts32(sm.p + p_row_lo + ((chunk ^ static_cast<u32>(g)) << 4), pack_f16x2(p0, p1));
-        sts32(sm.p + p_row_hi + ((chunk ^ static_cast<u32>(g)) << 4), pack_f16x2(p2, p3));
-      }
+      float sum_lo, sum_hi;
+      mla_wg_store_p<true, false>(s, muse_lo, muse_hi, sm.p, sm.p, p_row_lo, p_row_hi, wg, g, sum_lo, sum_hi);
       mla_wg_rescale(o, l_lo, l_hi, alpha_lo, alpha_hi, sum_lo, sum_hi);
       // P was written through the generic proxy; both warpgroups' wgmmas read it.
       fence_proxy_async_smem();
