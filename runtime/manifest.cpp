@@ -20,7 +20,7 @@ namespace {
 using nlohmann::json;
 
 // A policy whose lists multiply past this is a mistake (or hostile input), not a key set to prebuild.
-constexpr std::size_t kMaxPoliciesPerEntry = 100000;
+constexpr std::size_t kMaxPoliciesPerEntry = 10000;
 
 Error manifest_error(std::string_view source, std::string_view what) {
   return Error(ErrorCode::kInvalidArgument, fmt::format("manifest {}: {}", source, what));
@@ -52,21 +52,36 @@ std::vector<std::string> archs_of(const json& node, std::string_view source, std
   return out;
 }
 
-// Cartesian product over fields whose value is a list.
-void expand(const json& policy, json::const_iterator it, json& current, std::vector<json>& out) {
-  if (it == policy.end()) {
-    out.push_back(current);
+// The fields of a policy, each as the list of values it takes (a scalar is a list of one); a value
+// repeated in a list is kept once, since it names the same keys again.
+std::vector<std::pair<std::string, std::vector<json>>> value_lists(const json& policy) {
+  std::vector<std::pair<std::string, std::vector<json>>> fields;
+  for (const auto& [field, value] : policy.items()) {
+    std::vector<json> values;
+    std::vector<std::string> seen;
+    for (const json& v : value.is_array() ? value : json::array({value})) {
+      std::string text = v.dump();
+      if (std::find(seen.begin(), seen.end(), text) != seen.end()) continue;
+      seen.push_back(std::move(text));
+      values.push_back(v);
+    }
+    fields.emplace_back(field, std::move(values));
+  }
+  return fields;
+}
+
+// Cartesian product of the value lists, one policy at a time: a bad field fails on the first
+// combination instead of after every combination was built.
+template <typename Visit>
+void for_each_policy(const std::vector<std::pair<std::string, std::vector<json>>>& fields, std::size_t index,
+                     json& current, const Visit& visit) {
+  if (index == fields.size()) {
+    visit(current);
     return;
   }
-  const auto next = std::next(it);
-  if (it.value().is_array()) {
-    for (const json& v : it.value()) {
-      current[it.key()] = v;
-      expand(policy, next, current, out);
-    }
-  } else {
-    current[it.key()] = it.value();
-    expand(policy, next, current, out);
+  for (const json& v : fields[index].second) {
+    current[fields[index].first] = v;
+    for_each_policy(fields, index + 1, current, visit);
   }
 }
 
@@ -149,21 +164,22 @@ ManifestSelection select_manifest(std::string_view text, std::string_view source
         if (!only_archs || !entry.contains("archs") || requested(arch)) archs.push_back(arch);
       }
       if (allowed.empty()) throw manifest_error(source, fmt::format("{} names no archs and the manifest has none", where));
+      const auto fields = value_lists(entry["policy"]);
       std::size_t combinations = 1;
-      for (const auto& [field, value] : entry["policy"].items()) {
-        if (value.is_array()) combinations *= std::max<std::size_t>(value.size(), 1);
+      for (const auto& [field, values] : fields) {
+        combinations *= std::max<std::size_t>(values.size(), 1);
         if (combinations > kMaxPoliciesPerEntry) {
           throw manifest_error(source, fmt::format("{} expands to more than {} policies; split it into smaller entries",
                                                    where, kMaxPoliciesPerEntry));
         }
       }
-      std::vector<json> expanded;
-      json current = json::object();
-      expand(entry["policy"], entry["policy"].begin(), current, expanded);
       const std::string family = entry["family"].get<std::string>();
       // A skipped entry is still checked (family, fields, values) against the arch it names, so that a
       // manifest that prebuilds for one target is not broken for another.
-      for (const json& policy : expanded) {
+      std::size_t expanded = 0;
+      json current = json::object();
+      for_each_policy(fields, 0, current, [&](const json& policy) {
+        ++expanded;
         for (const auto& arch : archs.empty() ? std::vector<std::string>{allowed.front()} : archs) {
           try {
             SemanticKey key(family, policy, arch);
@@ -172,8 +188,8 @@ ManifestSelection select_manifest(std::string_view text, std::string_view source
             throw manifest_error(source, fmt::format("{} ({}): {}", where, json_text(policy), e.what()));
           }
         }
-      }
-      if (archs.empty()) out.skipped.push_back({where, family, allowed, expanded.size()});
+      });
+      if (archs.empty()) out.skipped.push_back({where, family, allowed, expanded});
     }
   }
   return out;

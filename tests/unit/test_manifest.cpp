@@ -1,5 +1,6 @@
 // Manifests: the list of semantic keys a server will ask for (runtime/manifest.h).
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -207,6 +208,24 @@ TEST_CASE("manifest: structural errors name the problem", "[unit]") {
           {"policies[0]", "page_size"});
   rejects(R"({"archs": ["sm_90a"], "policies": [{"policy": {}}]})", {"policies[0] needs \"family\""});
   rejects(R"({"policies": [{"family": "nvfp4_writer", "policy": {}}]})", {"policies[0] names no archs"});
+}
+
+TEST_CASE("manifest: a policy's lists are capped at 10,000 combinations and a bad field fails on the first", "[unit]") {
+  const auto entry = [](int lists) {
+    json policy = {{"op", "pack"}};
+    for (int i = 0; i < lists; ++i) policy[fmt::format("f{}", i)] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    return json{{"archs", {"sm_90a"}}, {"policies", {{{"family", "nvfp4_writer"}, {"policy", policy}}}}}.dump();
+  };
+  rejects(entry(5), {"policies[0]", "expands to more than 10000 policies"});
+  // 10^4 combinations are allowed, and the unknown field is reported from the first one: the error
+  // names f0 = 0 (a policy built after the others would name its last values).
+  rejects(entry(4), {"policies[0]", "\"f0\":0", "\"f3\":0", "f0"});
+  // A value repeated in a list names the same keys again: it counts once towards the cap.
+  json repeated = {{"op", "pack"}, {"page_size", json::array()}};
+  for (int i = 0; i < 20000; ++i) repeated["page_size"].push_back(64);
+  const auto keys = kiln::parse_manifest(
+      json{{"archs", {"sm_90a"}}, {"policies", {{{"family", "nvfp4_writer"}, {"policy", repeated}}}}}.dump(), "test.json");
+  CHECK(strs(keys) == std::vector<std::string>{writer("pack", 64, "sm_90a").str()});
 }
 
 TEST_CASE("manifest: load_manifest of a missing file is kNotFound naming the path", "[unit]") {
