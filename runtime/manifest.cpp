@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
 #include "kiln/cache/file_lock.h"
 #include "kiln/jit/arch.h"
@@ -127,8 +128,9 @@ ManifestSelection select_manifest(std::string_view text, std::string_view source
 
   ManifestSelection out;
   std::vector<SemanticKey>& keys = out.keys;
+  std::unordered_set<SemanticKey> listed;  // an entry may list 10^4 keys: no linear search per key
   const auto add = [&](SemanticKey k) {
-    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(std::move(k));
+    if (listed.insert(k).second) keys.push_back(std::move(k));
   };
   if (doc.contains("keys")) {
     if (!doc["keys"].is_array()) throw manifest_error(source, "keys must be a list of printable semantic keys");
