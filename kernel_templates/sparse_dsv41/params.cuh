@@ -20,8 +20,8 @@ constexpr int kDsv41ExtraRecordBytes = 288;
 constexpr int kDsv41SmallThreads = 256;
 // The Hopper kernel ("sm90" variant): warpgroup MMA, 64 heads per CTA, kSparseSm90Threads threads,
 // grid sparse_sm90_grid(T, H, num_splits), clusters of sparse_sm90_cluster(H).
-// Dynamic shared memory per CTA (provisional until the kernels land).
-KILN_SPARSE_HD constexpr unsigned sparse_dsv41_small_smem_bytes() { return 96u * 1024u; }
+// Dynamic shared memory per CTA: the portable variant has the NVFP4 compact layout (87,600 B).
+KILN_SPARSE_HD constexpr unsigned sparse_dsv41_small_smem_bytes() { return sparse_decode_smem_bytes(1, true); }
 KILN_SPARSE_HD constexpr unsigned sparse_dsv41_sm90_smem_bytes() { return 227u * 1024u; }
 
 }  // namespace kiln

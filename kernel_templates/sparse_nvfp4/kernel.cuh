@@ -160,8 +160,10 @@ __device__ __forceinline__ SparseClusterRow sparse_cluster_row(u32 xs, int n, u3
   return c;
 }
 
-// Where candidate `cand` of `chunk` (of token t) lives: its record's data row and 32-byte scale row,
-// plus the given byte offsets; both are the pool's base, and `valid` false, for a masked slot.
+// Where candidate `cand` of `chunk` (of token t) lives: its record's data row and scale row, plus the
+// given byte offsets; both are the pool's base, and `valid` false, for a masked slot. A page holds
+// page_size data rows of kData bytes, then page_size scale rows of kScale bytes (main pool; the extra
+// pool's rows are kExtraData and kExtraScale bytes).
 struct CandidateRecord {
   const u8* base;
   const u8* data;
@@ -169,14 +171,16 @@ struct CandidateRecord {
   bool valid;
 };
 
-template <bool kHasExtra>
+template <bool kHasExtra, int kData = int(kDataBytes), int kScale = 32, int kExtraData = kData, int kExtraScale = kScale>
 __device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
                                                             int chunk, int cand, int data_offset, int scale_offset) {
   long long page_stride;
-  int page_size, len, slot;
+  int page_size, len, slot, data_bytes, scale_bytes;
   const int* idx_row;
   CandidateRecord r;
   if (!kHasExtra || chunk < w.main_chunks) {
+    data_bytes = kData;
+    scale_bytes = kScale;
     r.base = static_cast<const u8*>(p.kv);
     page_stride = p.kv_page_stride;
     page_size = p.kv_page_size;
@@ -184,6 +188,8 @@ __device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Par
     slot = chunk * kSparseChunk + cand;
     idx_row = static_cast<const int*>(p.indices) + (long long)t * p.indices_row_stride;
   } else {
+    data_bytes = kExtraData;
+    scale_bytes = kExtraScale;
     r.base = static_cast<const u8*>(p.extra_kv);
     page_stride = p.extra_page_stride;
     page_size = p.extra_page_size;
@@ -200,8 +206,8 @@ __device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Par
     const int page = idx / page_size;
     const int row = idx - page * page_size;
     const u8* page_base = r.base + (long long)page * page_stride;
-    r.data = page_base + (long long)row * kDataBytes + data_offset;
-    r.scales = page_base + (long long)page_size * kDataBytes + (long long)row * 32 + scale_offset;
+    r.data = page_base + (long long)row * data_bytes + data_offset;
+    r.scales = page_base + (long long)page_size * data_bytes + (long long)row * scale_bytes + scale_offset;
   }
   return r;
 }
@@ -385,15 +391,35 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
   }
 }
 
-}  // namespace sparse_detail
+// What the decode body needs to know about a cache format: how Q is staged, how a candidate's record
+// half is gathered into registers and decoded into its tile row (compact configuration), and the
+// tile's number formats. kF16Nope: dims below 448 hold f16 value * 2^-7 (and Q's RoPE dims and P
+// follow suit, see the file comment); otherwise every dim of Q and of a tile is bf16, unscaled.
+struct Nvfp4Format {
+  static constexpr bool kF16Nope = true;
+  static constexpr float kNopeUndo = kKScaleUndo;
+  using Record = RecordHalf;
+  template <bool kHasExtra>
+  __device__ static __forceinline__ bool load(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk, int cand, int half,
+                                              Record& rec) {
+    return load_candidate_regs<kHasExtra>(p, w, t, chunk, cand, half, rec);
+  }
+  __device__ static __forceinline__ void decode(const Record& rec, u8* tile_row, int cand, int half) {
+    decode_candidate_regs(rec, tile_row, cand, half);
+  }
+  template <int kHeads, int kRows, int kThreads>
+  __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int idx) {
+    sparse_detail::stage_q<kHeads, kRows, kThreads>(p, t, head0, q_smem, idx);
+  }
+};
 
 // kHeads: H (multiple of 8, <= 128). kHeadTiles: 1 (16 heads per block) or 2 (32 heads share one
 // gather). kHasExtra: a second pool shares the softmax. kSplit: write mid_out/mid_lse (merged by
-// sparse_nvfp4_merge_kernel) instead of output/out_lse. kSmall: the compact configuration.
-template <int kHeads, int kHeadTiles, bool kHasExtra, bool kSplit, bool kSmall = false>
-__global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
-    sparse_nvfp4_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  using namespace sparse_detail;
+// sparse_nvfp4_merge_kernel) instead of output/out_lse. kSmall: the compact configuration, the only
+// one formats other than NVFP4 instantiate.
+template <class F, int kHeads, int kHeadTiles, bool kHasExtra, bool kSplit, bool kSmall>
+__device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
+  static_assert(kSmall || F::kF16Nope, "the staged configuration decodes NVFP4 records");
   static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
   static_assert(kHeadTiles == 1 || kHeadTiles == 2, "head_tiles is 1 or 2");
   static_assert(kHeadTiles == 1 || kHeads % 32 == 0, "head_tiles 2 needs H % 32 == 0");
@@ -464,14 +490,14 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
     // decoded, so their latency hides behind the decode and the consumers' wait on the one tile.
     const int ptid = tid - kConsumers, lane = tid & 31;
     const int cand = ptid >> 1, half = ptid & 1;
-    RecordHalf cur, next;
-    bool valid_cur = n_iter > 0 && load_candidate_regs<kHasExtra>(p, work, t, c_begin, cand, half, cur);
+    typename F::Record cur, next;
+    bool valid_cur = n_iter > 0 && F::template load<kHasExtra>(p, work, t, c_begin, cand, half, cur);
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
       bool valid_next = false;
-      if (i + 1 < n_iter) valid_next = load_candidate_regs<kHasExtra>(p, work, t, c_begin + i + 1, cand, half, next);
+      if (i + 1 < n_iter) valid_next = F::template load<kHasExtra>(p, work, t, c_begin + i + 1, cand, half, next);
       if (i >= 1) mbar_wait(bar_empty, u32((i - 1) & 1));
-      decode_candidate_regs(cur, tiles + cand * kTileRow, cand, half);
+      F::decode(cur, tiles + cand * kTileRow, cand, half);
       const u32 ballot = __ballot_sync(0xffffffffu, valid_cur && half == 0);
       if (lane == 0) masks[b * 4 + (ptid >> 5)] = compress_even_bits(ballot);
       mbar_arrive(bar_full);
@@ -480,6 +506,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
     }
     return;  // the compact configuration is never launched as a cluster
   }
+  if constexpr (!kSmall || F::kF16Nope) {
   if (tid >= kConsumers) {
     // ------------------------------ producers ------------------------------
     // Work item = (candidate, half) of 128; with 64 producer threads each thread takes two items.
@@ -499,7 +526,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       }
       cp_async_commit();  // one group per chunk
     }
-    if (kProducersStageQ) stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
+    if (kProducersStageQ) F::template stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
       cp_async_wait<1>();
@@ -533,6 +560,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
     }
     return;
   }
+  }
 
   // ------------------------------ consumers ------------------------------
   // Team `team` owns heads head0 + 16*team .. +15 (rows 16*team.. of Q, P and the exchanges).
@@ -543,10 +571,10 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
   const int row0 = team * 16;
   // This thread's share of Q: kBarQStaged orders the consumers' shares, the first full barrier the
   // producers' (if any), before any read.
-  stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
+  F::template stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
   named_barrier_sync(kBarQStaged, kConsumers);
 
-  const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
+  const float scale_log2 = p.sm_scale_log2 * F::kNopeUndo;
   float o[kMt][16][4];
   float m_run[kMt][2], l_run[kMt][2];
 #pragma unroll
@@ -589,7 +617,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       for (int mt = 0; mt < kMt; ++mt) {
         u32 qa[4];
         ldmatrix_x4(qa, q_row + mt * 16 * kTileRow + (((2 * ks + q_sub) ^ sw) * 16));
-        if (ks < kNopeDims / 16) {
+        if (F::kF16Nope && ks < kNopeDims / 16) {
           mma_f16_16816(sacc[ks % kSets][mt][0], qa, b0);
           mma_f16_16816(sacc[ks % kSets][mt][1], qa, b1);
         } else {
@@ -641,7 +669,8 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
           const float p1 = fast_exp2(s[mt][nt][2 * hr + 1] - m_use);
           psum += p0 + p1;
           u32 h;
-          asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(p1), "f"(p0));
+          if constexpr (F::kF16Nope) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(p1), "f"(p0));
+          else h = pack_bf16x2(p0, p1);
           const int chunk = 2 * warp + nt;
           *reinterpret_cast<u32*>(pbuf + row * 128 + ((chunk ^ (row & 7)) * 16) + 4 * q4) = h;
         }
@@ -664,7 +693,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       for (int mt = 0; mt < kMt; ++mt) {
         ldmatrix_x4(pa[mt], p_row + mt * 16 * 128 + (((2 * ks + q_sub) ^ sw) * 16));
 #pragma unroll
-        for (int e = 0; e < 4; ++e) pb[mt][e] = f16x2_to_bf16x2(pa[mt][e]);
+        for (int e = 0; e < 4; ++e) pb[mt][e] = F::kF16Nope ? f16x2_to_bf16x2(pa[mt][e]) : pa[mt][e];
       }
       const u8* v_row = tile + (ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * kTileRow;
 #pragma unroll
@@ -675,7 +704,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
         const u32 b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
-          if (np < 7) {
+          if (F::kF16Nope && np < 7) {
             mma_f16_16816(o[mt][2 * np], pa[mt], b0);
             mma_f16_16816(o[mt][2 * np + 1], pa[mt], b1);
           } else {
@@ -759,7 +788,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
           if (head >= kHeads || (kSplit && empty[hr])) continue;  // mid_out of an empty split is never read
           const long long out_row = (long long)t * kHeads + head;
           u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-          const float f = nt < 14 ? factor[hr] * kKScaleUndo : factor[hr];
+          const float f = nt < 14 ? factor[hr] * F::kNopeUndo : factor[hr];
           *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
         }
       }
@@ -792,7 +821,7 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
 #pragma unroll
       for (int nt = 0; nt < 16; ++nt) {
         const int dim = (nt < 14 ? 112 * warp + 8 * nt : 448 + 16 * warp + 8 * (nt - 14)) + 2 * q4;
-        const float f = nt < 14 ? factor * kKScaleUndo : factor;
+        const float f = nt < 14 ? factor * F::kNopeUndo : factor;
         *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(o[mt][nt][2 * hr] * f, o[mt][nt][2 * hr + 1] * f);
       }
       if (warp == 0 && q4 == 0) {
@@ -801,6 +830,14 @@ __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
       }
     }
   }
+}
+
+}  // namespace sparse_detail
+
+template <int kHeads, int kHeadTiles, bool kHasExtra, bool kSplit, bool kSmall = false>
+__global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
+    sparse_nvfp4_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
+  sparse_detail::sparse_decode<sparse_detail::Nvfp4Format, kHeads, kHeadTiles, kHasExtra, kSplit, kSmall>(p);
 }
 
 // Combines the splits of sparse_nvfp4_decode_kernel<..., kSplit = true>: one 64-thread group per

@@ -29,7 +29,7 @@
 // A key can name this kernel for another target (a manifest prebuilt with --arch): say so instead of
 // ptxas rejecting every wgmma.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
-#error "sparse_nvfp4 kernel \"sm90\" runs on sm_90a only: use kernel \"mma\" or \"mma_small\" for this target"
+#error "the sparse \"sm90\" kernels run on sm_90a only: pick the family's portable kernel for this target"
 #endif
 
 namespace kiln {
@@ -53,6 +53,10 @@ constexpr u32 kMaskOff = kFactorOff + 256u;     // u64 tile masks [2] (bit c: ca
 constexpr u32 kValidOff = kMaskOff + 16u;       // shared decode: the raw stage's valid bits, a byte per gather warp
 constexpr u32 kBarOff = kValidOff + 8u;         // mbarriers: tile full [2], tile empty [2], P free, Q dealt
 static_assert(kBarOff + 48u == sparse_sm90_smem_bytes(), "carve-up and launch size disagree");
+
+// What the peer's st.asyncs complete on this CTA's full barrier per chunk (a cluster pair): its 32
+// decoded rows and its word of the tile mask.
+constexpr u32 kPeerBytes = 32u * 1024u + 4u;
 
 constexpr int kBarQ = 1, kBarPReady = 2, kBarRaw = 3, kBarEpilogue = 4;  // named barriers (kBarRaw: producers, else 256 threads)
 constexpr int kConsumers = 256;
@@ -331,78 +335,26 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
   }
 }
 
-}  // namespace sparse_sm90
+// The NVFP4 record format on this kernel: what the producer warpgroup does with each chunk (see the
+// file comment), Q staging, and the tile's number formats (Nvfp4Format in sparse_nvfp4/kernel.cuh).
+struct Nvfp4Sm90Format {
+  static constexpr bool kF16Nope = true;
+  static constexpr float kNopeUndo = sparse_detail::kKScaleUndo;
+  static constexpr bool kDealtQ = true;  // dealt slices share Q's NVFP4 rounding (stage_q)
 
-// kHeads: H (multiple of 8, <= 128), ceil(H / 64) CTAs per (token, split). kHasExtra: a second pool
-// shares the softmax. kSplit: write mid_out/mid_lse (merged by sparse_nvfp4_merge_kernel).
-// For H > 64 the two head groups of a (token, split) run as a cluster of two CTAs that share the
-// decode: CTA r gathers and decodes candidates 32 r .. 32 r + 31 of every chunk and writes them into
-// its own tile and, by st.async, into its peer's, so no candidate is decoded twice.
-// A launch may deal a split's chunks to `deal` CTAs per head group (cluster of deal x groups CTAs,
-// rank = slice * groups + group; the launch's cluster size sets deal): slice k takes chunks
-// [k * ceil(cpb / deal), ...) of the split, and the slices' partial rows are combined in distributed
-// shared memory in slice order (a fixed order: bitwise repeatable), as the mma.sync kernel does.
-template <int kHeads, bool kHasExtra, bool kSplit>
-__global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  using namespace sparse_detail;
-  using namespace sparse_sm90;
-  using namespace sm90;
-  static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
-  constexpr int kGroups = sparse_sm90_head_groups(kHeads);
-  constexpr bool kCross = kGroups == 2;  // launched as clusters of two (sparse_sm90_cluster)
-  // What the peer's st.asyncs complete on this CTA's full barrier per chunk: its 32 decoded rows and
-  // its word of the tile mask.
-  constexpr u32 kPeerBytes = 32u * 1024u + 4u;
-
-  pdl_launch_dependents();  // programmatic dependent launch: sparse_detail
-  extern __shared__ __align__(1024) u8 smem[];
-  const u32 sbase = smem_addr(smem);
-  const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;  // + 8 * buffer
-  // WG1 releases P and the alphas once it has them in registers; an mbarrier (not bar.arrive) so
-  // the release orders WG1's reads before WG0's next writes for every tool that checks it.
-  const u32 bar_p_free = bar_full + 32;
-  // The other slices' shares of Q (stage_q).
-  const u32 bar_q = bar_full + 40;
-
-  const int tid = threadIdx.x;
-  const int ncta = int(cluster_size()), crank = int(cluster_rank());
-  const DealShape shape = deal_shape<kGroups>();
-  const int group = crank % kGroups;
-  const int bx = blockIdx.x / ncta;
-  const int split = kSplit ? bx % p.num_splits : 0;
-  const int t = kSplit ? bx / p.num_splits : bx;
-  const int head0 = group * kSparseSm90Heads;
-  // Shared addresses of the peer CTA are ours plus `peer` (one contiguous window per CTA).
-  const u32 peer = kCross ? peer_addr(sbase, u32(crank ^ 1)) - sbase : 0u;
-
-  if (tid == 0) {
-    for (int b = 0; b < 2; ++b) {
-      mbar_init(bar_full + 8 * b, 128);
-      mbar_init(bar_empty + 8 * b, kCross ? 16 : 8);  // one arrival per consumer warp of each CTA
-    }
-    mbar_init(bar_p_free, 128);
-    mbar_init(bar_q, 1);
-    mbar_fence_init();
+  template <int kHeads>
+  __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, DealShape ds, u32 mine,
+                                                 int group, int groups, u32 q_bar) {
+    sparse_sm90::stage_q<kHeads>(p, t, head0, q_smem, ctid, ds, mine, group, groups, q_bar);
   }
-  pdl_wait();  // the first read of an input
-  const TokenWork work = token_work<kHasExtra>(p, t);
-  // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
-  const int per_cta = (p.chunks_per_block + shape.deal - 1) / shape.deal;
-  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
-  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + shape.slice * per_cta;
-  int c_end = c_begin + per_cta;
-  if (c_end > split_end) c_end = split_end;
-  if (c_end > work.total_chunks) c_end = work.total_chunks;
-  const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
-  // With kCross the peer arrives on and writes into this CTA's barriers and tiles, and dealt slices
-  // write into each other's Q: all initialised.
-  if (kCross || shape.deal > 1) cluster_sync();
-  else __syncthreads();
 
-  const int lane = tid & 31;
-  if (tid >= kConsumers) {
-    // ------------------------------ producer warpgroup ------------------------------
-    setmaxnreg_dec<kRegsProducer>();
+  template <int kHeads, bool kHasExtra, bool kCross>
+  __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
+                                                 int n_iter, u32 sbase, int tid, int group, u32 peer) {
+    using namespace sparse_detail;
+    using namespace sm90;
+    const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;
+    const int lane = tid & 31;
     if constexpr (!kCross) {
       if (n_iter > 0) {
         const int ptid = tid - kConsumers, pw = ptid >> 5;
@@ -535,6 +487,81 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         else mbar_arrive(bar_full + 8 * b);
       }
     }
+  }
+};
+
+}  // namespace sparse_sm90
+
+// kHeads: H (multiple of 8, <= 128), ceil(H / 64) CTAs per (token, split). kHasExtra: a second pool
+// shares the softmax. kSplit: write mid_out/mid_lse (merged by sparse_nvfp4_merge_kernel).
+// For H > 64 the two head groups of a (token, split) run as a cluster of two CTAs that share the
+// decode: CTA r gathers and decodes candidates 32 r .. 32 r + 31 of every chunk and writes them into
+// its own tile and, by st.async, into its peer's, so no candidate is decoded twice.
+// A launch may deal a split's chunks to `deal` CTAs per head group (cluster of deal x groups CTAs,
+// rank = slice * groups + group; the launch's cluster size sets deal): slice k takes chunks
+// [k * ceil(cpb / deal), ...) of the split, and the slices' partial rows are combined in distributed
+// shared memory in slice order (a fixed order: bitwise repeatable), as the mma.sync kernel does.
+// F: the cache format (Nvfp4Sm90Format, or another family's), which owns the producer warpgroup's
+// gather and decode, Q staging and the operands' number formats.
+namespace sparse_sm90 {
+template <class F, int kHeads, bool kHasExtra, bool kSplit>
+__device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
+  using namespace sparse_detail;
+  using namespace sm90;
+  static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
+  constexpr int kGroups = sparse_sm90_head_groups(kHeads);
+  constexpr bool kCross = kGroups == 2;  // launched as clusters of two (sparse_sm90_cluster)
+
+  pdl_launch_dependents();  // programmatic dependent launch: sparse_detail
+  extern __shared__ __align__(1024) u8 smem[];
+  const u32 sbase = smem_addr(smem);
+  const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;  // + 8 * buffer
+  // WG1 releases P and the alphas once it has them in registers; an mbarrier (not bar.arrive) so
+  // the release orders WG1's reads before WG0's next writes for every tool that checks it.
+  const u32 bar_p_free = bar_full + 32;
+  // The other slices' shares of Q (stage_q).
+  const u32 bar_q = bar_full + 40;
+
+  const int tid = threadIdx.x;
+  const int ncta = int(cluster_size()), crank = int(cluster_rank());
+  const DealShape shape = deal_shape<kGroups>();
+  const int group = crank % kGroups;
+  const int bx = blockIdx.x / ncta;
+  const int split = kSplit ? bx % p.num_splits : 0;
+  const int t = kSplit ? bx / p.num_splits : bx;
+  const int head0 = group * kSparseSm90Heads;
+  // Shared addresses of the peer CTA are ours plus `peer` (one contiguous window per CTA).
+  const u32 peer = kCross ? peer_addr(sbase, u32(crank ^ 1)) - sbase : 0u;
+
+  if (tid == 0) {
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(bar_full + 8 * b, 128);
+      mbar_init(bar_empty + 8 * b, kCross ? 16 : 8);  // one arrival per consumer warp of each CTA
+    }
+    mbar_init(bar_p_free, 128);
+    mbar_init(bar_q, 1);
+    mbar_fence_init();
+  }
+  pdl_wait();  // the first read of an input
+  const TokenWork work = token_work<kHasExtra>(p, t);
+  // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
+  const int per_cta = (p.chunks_per_block + shape.deal - 1) / shape.deal;
+  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
+  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + shape.slice * per_cta;
+  int c_end = c_begin + per_cta;
+  if (c_end > split_end) c_end = split_end;
+  if (c_end > work.total_chunks) c_end = work.total_chunks;
+  const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
+  // With kCross the peer arrives on and writes into this CTA's barriers and tiles, and dealt slices
+  // write into each other's Q: all initialised.
+  if (kCross || shape.deal > 1) cluster_sync();
+  else __syncthreads();
+
+  const int lane = tid & 31;
+  if (tid >= kConsumers) {
+    // ------------------------------ producer warpgroup ------------------------------
+    setmaxnreg_dec<kRegsProducer>();
+    F::template produce<kHeads, kHasExtra, kCross>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
     if (deal_shape<kGroups>().deal > 1) {  // the consumers' two publish barriers (dealt epilogue)
       cluster_sync();
       cluster_sync();
@@ -564,16 +591,16 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
     {
       const DealShape ds = deal_shape<kGroups>();
       u32 mine = (1u << kQGroupsPerThread) - 1u;
-      if (ds.deal > 1) {
+      if (F::kDealtQ && ds.deal > 1) {
         mine = 0u;
         for (int k = ds.slice; k < kQGroupsPerThread; k += ds.deal) mine |= 1u << k;
         // The other slices' groups: 32 B per (thread, group).
         if (tid == 0) mbar_arrive_expect_tx(bar_q, u32(kQGroupsPerThread - __popc(mine)) * u32(kConsumers) * 32u);
       }
-      stage_q<kHeads>(p, t, head0, q_smem, tid, ds, mine, group, kGroups, bar_q);
+      F::template stage_q<kHeads>(p, t, head0, q_smem, tid, ds, mine, group, kGroups, bar_q);
       fence_proxy_async_smem();
       named_barrier_sync(kBarQ, kConsumers);
-      if (ds.deal > 1) {  // complete once every other slice's share has landed (no cluster-scope acquire needed)
+      if (F::kDealtQ && ds.deal > 1) {  // complete once every other slice's share has landed (no cluster-scope acquire needed)
         mbar_wait(bar_q, 0);
         fence_proxy_async_smem();
       }
@@ -590,7 +617,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
       float s[32];
       u32 pf[4][4];  // P of the chunk: the A operand of its P V
       float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
-      const float scale_log2 = p.sm_scale_log2 * kKScaleUndo;
+      const float scale_log2 = p.sm_scale_log2 * F::kNopeUndo;
       // Descriptors built once; a k-step or a tile is a constant added to the start-address field.
       const u64 dq = smem_desc(q_smem, 1024, 128), dk0 = smem_desc(sbase + kTileOff, 1024, 128), dv0 = smem_desc(sbase + kTileOff, 128, 1024);
 
@@ -600,10 +627,12 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         wait_tile(b, u32((i >> 1) & 1));
         wgmma_fence_operand(s);
         wgmma_fence();
+        constexpr int kF16Steps = F::kF16Nope ? 28 : 0;
 #pragma unroll
-        for (int ks = 0; ks < 28; ++ks) wgmma_m64n64k16_ss_f16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+        for (int ks = 0; ks < kF16Steps; ++ks) wgmma_m64n64k16_ss_f16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
 #pragma unroll
-        for (int ks = 28; ks < 32; ++ks) wgmma_m64n64k16_ss_bf16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), 1);
+        for (int ks = kF16Steps; ks < 32; ++ks)
+          wgmma_m64n64k16_ss_bf16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operand(s);
@@ -640,7 +669,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
             const float p0 = fast_exp2(s[e] - m_use[r & 1]);
             const float p1 = fast_exp2(s[e + 1] - m_use[r & 1]);
             psum[r & 1] += p0 + p1;
-            pf[kk][r] = pack_f16x2(p0, p1);
+            pf[kk][r] = F::kF16Nope ? pack_f16x2(p0, p1) : pack_bf16x2(p0, p1);
           }
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + psum[hr];
@@ -662,7 +691,10 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         wgmma_fence_operand(o);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
+        for (int kk = 0; kk < 4; ++kk) {
+          if constexpr (F::kF16Nope) wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
+          else WgmmaBf16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 256), true);
+        }
         wgmma_commit();
         // P V retires before S(i + 1) is issued, so the tile goes back to the producer now and the
         // decode of chunk i + 2 overlaps S(i + 1) instead of following it (with both queued, the
@@ -696,7 +728,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         }
         const u32 units = sbase + kTileOff + u32(tid) * 16u;
 #pragma unroll
-        for (int j = 0; j < 32; ++j) dealt_publish(units + j * 4096u, o + 4 * j, d, kKScaleUndo);
+        for (int j = 0; j < 32; ++j) dealt_publish(units + j * 4096u, o + 4 * j, d, F::kNopeUndo);
         cluster_sync();
         dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
       } else {
@@ -729,7 +761,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
           }
           if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
           u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-          const float f = factor[hr] * kKScaleUndo;
+          const float f = factor[hr] * F::kNopeUndo;
 #pragma unroll
           for (int j = 0; j < 32; ++j)
             *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
@@ -761,7 +793,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-          for (int r = 0; r < 4; ++r) pb[kk][r] = f16x2_to_bf16x2(pf[kk][r]);
+          for (int r = 0; r < 4; ++r) pb[kk][r] = F::kF16Nope ? f16x2_to_bf16x2(pf[kk][r]) : pf[kk][r];
         if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
           for (int e = 0; e < 96; ++e) o_nope[e] *= alpha[(e >> 1) & 1];
@@ -774,7 +806,8 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          wgmma_m64n192k16_rs_f16(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
+          if constexpr (F::kF16Nope) wgmma_m64n192k16_rs_f16(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
+          else wgmma_m64n192k16_rs_bf16(o_nope, pb[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
           wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256));
         }
         wgmma_commit();
@@ -791,7 +824,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
         const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
         const u32 units = sbase + kTileOff + u32(tid) * 16u;
 #pragma unroll
-        for (int j = 0; j < 24; ++j) dealt_publish(units + j * 4096u, o_nope + 4 * j, d, kKScaleUndo);
+        for (int j = 0; j < 24; ++j) dealt_publish(units + j * 4096u, o_nope + 4 * j, d, F::kNopeUndo);
 #pragma unroll
         for (int j = 0; j < 8; ++j) dealt_publish(units + (24 + j) * 4096u, o_rope + 4 * j, d, 1.0f);
         cluster_sync();
@@ -809,7 +842,7 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
           }
           const long long out_row = (long long)t * kHeads + head;
           u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-          const float fn = f * kKScaleUndo;
+          const float fn = f * F::kNopeUndo;
 #pragma unroll
           for (int j = 0; j < 24; ++j)
             *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
@@ -823,6 +856,12 @@ __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kerne
   // The peer may still arrive on this CTA's barriers (releases of the last tiles), and a dealt
   // epilogue reads every slice's shared memory: no CTA of the cluster exits first.
   if (kCross || deal_shape<kGroups>().deal > 1) cluster_sync();
+}
+}  // namespace sparse_sm90
+
+template <int kHeads, bool kHasExtra, bool kSplit>
+__global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
+  sparse_sm90::sparse_sm90_decode<sparse_sm90::Nvfp4Sm90Format, kHeads, kHasExtra, kSplit>(p);
 }
 
 #endif  // __CUDACC__

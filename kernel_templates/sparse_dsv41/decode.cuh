@@ -1,0 +1,53 @@
+#pragma once
+// Decode of the DeepSeek-V4.1 cache records into exact bf16 values (runtime/sparse_dsv41/README.md).
+// Both products are exact in bf16: an E4M3 value has at most 4 significant bits and a power-of-two
+// scale only moves its exponent; E2M1 times an E4M3 scale has at most 6 (the one exception, an FP8
+// group within ~3% of the bf16 maximum, overflows as the format says it does).
+#include "common/mma.cuh"
+#include "common/numeric.cuh"
+#include "common/nvfp4.cuh"
+
+namespace kiln {
+
+#ifdef __CUDACC__
+namespace dsv41 {
+
+// UE8M0 scale byte -> 2^(b - 127); 0xFF is NaN and 0x00 is 2^-127 (an f32 subnormal: kiln compiles
+// without flush-to-zero, so the product keeps it).
+__device__ __forceinline__ float ue8m0_to_float(u32 b) {
+  return b == 255u ? __uint_as_float(0x7fc00000u) : b == 0u ? __uint_as_float(0x00400000u) : __uint_as_float(b << 23);
+}
+
+// Two f16 values (packed) times `scale`, as packed bf16 (exact for every value this file produces).
+__device__ __forceinline__ u32 f16x2_scaled_to_bf16x2(u32 v, float scale) {
+  return pack_bf16x2(f16_bits_to_float(u16(v & 0xffffu)) * scale, f16_bits_to_float(u16(v >> 16)) * scale);
+}
+
+// 16 E4M3 codes of one 32-dim scale group (low byte first) -> 8 packed bf16 pairs in memory order:
+// out[0..3] is dims 0..7 of the 16, out[4..7] dims 8..15.
+__device__ __forceinline__ void e4m3x16_to_bf16(U32x4 codes, float scale, u32 (&out)[8]) {
+  const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = f16x2_scaled_to_bf16x2(e4m3x2_to_f16x2(u16(w[i] & 0xffffu)), scale);
+    out[2 * i + 1] = f16x2_scaled_to_bf16x2(e4m3x2_to_f16x2(u16(w[i] >> 16)), scale);
+  }
+}
+
+// 32 E2M1 codes (two 16-dim groups) with their two E4M3 scales (low byte = first group) -> four
+// 16-byte pieces of 8 packed bf16 values each. The shared NVFP4 decode yields value * 2^-7 in f16
+// (exact, f16 subnormals included: every product is a multiple of 2^-17 below 21), which the
+// conversion scales back by 2^7.
+__device__ __forceinline__ void e2m1x32_to_bf16(const u32 (&codes)[4], u16 two_scales, u32 (&out)[4][4]) {
+  constexpr int kShift = 7;
+  e2m1x32_to_f16_scaled<kE2m1RawExponent - kShift>(codes, two_scales, out);
+#pragma unroll
+  for (int p = 0; p < 4; ++p)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[p][i] = f16x2_scaled_to_bf16x2(out[p][i], float(1 << kShift));
+}
+
+}  // namespace dsv41
+#endif  // __CUDACC__
+
+}  // namespace kiln

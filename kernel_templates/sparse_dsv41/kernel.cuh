@@ -1,0 +1,113 @@
+#pragma once
+// Sparse MLA decode over the DeepSeek-V4.1 cache (528 B FP8 main records, optional 288 B FP4 extra
+// records), portable configuration: the NVFP4 family's compact mma.sync decode body
+// (sparse_nvfp4/kernel.cuh, fits 99 KiB) with this format's Q staging, gather and record decode.
+// Q stays bf16 and every decoded row is exact bf16, so QK and PV run on bf16 operands throughout and
+// P is rounded to bf16 once.
+#include "sparse_dsv41/decode.cuh"
+#include "sparse_dsv41/params.cuh"
+#include "sparse_nvfp4/kernel.cuh"
+
+namespace kiln {
+
+#ifdef __CUDACC__
+namespace dsv41 {
+
+// One candidate's record half in registers: units 2k + half of the data row (16 of 32 main units,
+// or 8 of 16 extra ones, so a lane pair reads whole 32-byte sectors) and the scale bytes they need.
+struct Record {
+  U32x4 data[16];
+  U32x4 scales[2];  // main: scales[0] holds all 16 UE8M0 bytes; extra: the 32 E4M3 bytes
+  bool extra;
+};
+
+struct Format {
+  static constexpr bool kF16Nope = false;
+  static constexpr float kNopeUndo = 1.0f;
+  using Record = dsv41::Record;
+
+  template <bool kHasExtra>
+  __device__ static __forceinline__ bool load(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int t, int chunk, int cand,
+                                              int half, Record& rec) {
+    const sparse_detail::CandidateRecord r =
+        sparse_detail::locate_candidate<kHasExtra, kDsv41MainDataBytes, kDsv41MainScaleBytes, kDsv41ExtraDataBytes, kDsv41ExtraScaleBytes>(
+            p, w, t, chunk, cand, half * 16, 0);
+    rec.extra = kHasExtra && chunk >= w.main_chunks;
+    if (!rec.extra) {
+#pragma unroll
+      for (int k = 0; k < 16; ++k) rec.data[k] = ldg128_if(r.data + 32 * k, r.valid);
+      rec.scales[0] = ldg128_if(r.scales, r.valid);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) rec.data[k] = ldg128_if(r.data + 32 * k, r.valid);
+      rec.scales[0] = ldg128_if(r.scales, r.valid);
+      rec.scales[1] = ldg128_if(r.scales + 16, r.valid);
+    }
+    return r.valid;
+  }
+
+  // Tile row layout as in the NVFP4 body: 16-byte piece j (dims 8j .. 8j + 7) at (j ^ (cand & 7)) * 16.
+  __device__ static __forceinline__ void decode(const Record& rec, u8* tile_row, int cand, int half) {
+    const int sw = cand & 7;
+    const auto put = [&](int piece, u32 a, u32 b, u32 c, u32 d) {
+      *reinterpret_cast<uint4*>(tile_row + ((piece ^ sw) * 16)) = make_uint4(a, b, c, d);
+    };
+    if (!rec.extra) {
+      const u32 sc[4] = {rec.scales[0].x, rec.scales[0].y, rec.scales[0].z, rec.scales[0].w};
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const int u = 2 * k + half;  // dims 16u .. 16u + 15, scale group u / 2 = k
+        u32 o[8];
+        e4m3x16_to_bf16(rec.data[k], ue8m0_to_float((sc[k >> 2] >> (8 * (k & 3))) & 0xffu), o);
+        put(2 * u, o[0], o[1], o[2], o[3]);
+        put(2 * u + 1, o[4], o[5], o[6], o[7]);
+      }
+    } else {
+      const u32 sc[8] = {rec.scales[0].x, rec.scales[0].y, rec.scales[0].z, rec.scales[0].w,
+                         rec.scales[1].x, rec.scales[1].y, rec.scales[1].z, rec.scales[1].w};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int u = 2 * k + half;  // dims 32u .. 32u + 31, scale groups 2u, 2u + 1 (bytes 4k + 2 half ..)
+        const u32 words[4] = {rec.data[k].x, rec.data[k].y, rec.data[k].z, rec.data[k].w};
+        u32 o[4][4];
+        e2m1x32_to_bf16(words, u16(sc[k] >> (16 * half)), o);
+#pragma unroll
+        for (int wi = 0; wi < 4; ++wi) put(4 * u + wi, o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
+      }
+    }
+  }
+
+  // Q rows head0 .. head0 + kRows - 1 copied as bf16 (rows past H are zero); the rows' 64 pieces are
+  // dealt round-robin to kThreads threads, every load issued before the first store.
+  template <int kHeads, int kRows, int kThreads>
+  __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int idx) {
+    constexpr int kPieces = kRows * 64, kPer = (kPieces + kThreads - 1) / kThreads;
+    const uint4* q = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.q) + (long long)t * kHeads * 512);
+    uint4 v[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int u = idx + k * kThreads, r = u / 64, head = head0 + r;
+      v[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (u < kPieces && head < kHeads) v[k] = __ldg(q + (long long)head * 64 + (u - r * 64));
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int u = idx + k * kThreads, r = u / 64, j = u - r * 64;
+      if (u < kPieces) *reinterpret_cast<uint4*>(q_smem + r * sparse_detail::kTileRow + ((j ^ (r & 7)) * 16)) = v[k];
+    }
+  }
+};
+
+}  // namespace dsv41
+
+// kHeads: H (one of 8, 16, 32, 48, ..., 128). kHasExtra: an FP4 extra cache shares the softmax.
+// kSplit: write mid_out/mid_lse, merged by sparse_nvfp4_merge_kernel.
+template <int kHeads, bool kHasExtra, bool kSplit>
+__global__ void __launch_bounds__(kDsv41SmallThreads, 1) sparse_dsv41_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
+  static_assert(kDsv41SmallThreads == sparse_block_threads(1), "the portable variant is the compact body");
+  sparse_detail::sparse_decode<dsv41::Format, kHeads, 1, kHasExtra, kSplit, true>(p);
+}
+
+#endif  // __CUDACC__
+
+}  // namespace kiln
