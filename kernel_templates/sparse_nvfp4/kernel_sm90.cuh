@@ -63,8 +63,11 @@ constexpr int kConsumers = 256;
 // Register split: setmaxnreg moves registers only within the block's launch allocation (168 x 384,
 // the __launch_bounds__ cap), so the three counts sum to 3 x 168 = 504. WG0 holds O (128), S (32)
 // and P (16); WG1 O (128) and two copies of P (32); the producer one chunk's codes and scales.
-constexpr int kRegsWg0 = 208, kRegsWg1 = 208, kRegsProducer = 88;
-static_assert(kRegsWg0 + kRegsWg1 + kRegsProducer == 3 * 168, "the warpgroups share the launch allocation");
+// A format may move registers between WG1 and the producer (Regs below).
+struct Regs {
+  int wg0, wg1, producer;
+};
+constexpr Regs kNvfp4Regs{208, 208, 88};
 
 __device__ __forceinline__ u32 lds_u32(u32 addr) {
   u32 v;
@@ -341,6 +344,7 @@ struct Nvfp4Sm90Format {
   static constexpr bool kF16Nope = true;
   static constexpr float kNopeUndo = sparse_detail::kKScaleUndo;
   static constexpr bool kDealtQ = true;  // dealt slices share Q's NVFP4 rounding (stage_q)
+  static constexpr Regs kRegs = kNvfp4Regs;
 
   template <int kHeads>
   __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, DealShape ds, u32 mine,
@@ -509,6 +513,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   using namespace sparse_detail;
   using namespace sm90;
   static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
+  static_assert(F::kRegs.wg0 + F::kRegs.wg1 + F::kRegs.producer == 3 * 168, "the warpgroups share the launch allocation");
   constexpr int kGroups = sparse_sm90_head_groups(kHeads);
   constexpr bool kCross = kGroups == 2;  // launched as clusters of two (sparse_sm90_cluster)
 
@@ -560,7 +565,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   const int lane = tid & 31;
   if (tid >= kConsumers) {
     // ------------------------------ producer warpgroup ------------------------------
-    setmaxnreg_dec<kRegsProducer>();
+    setmaxnreg_dec<F::kRegs.producer>();
     F::template produce<kHeads, kHasExtra, kCross>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
     if (deal_shape<kGroups>().deal > 1) {  // the consumers' two publish barriers (dealt epilogue)
       cluster_sync();
@@ -586,8 +591,8 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
     const int wg = tid >> 7;
     const int wtid = tid & 127, w = wtid >> 5, g = lane >> 2, q4 = lane & 3;
     const u32 q_smem = sbase + kQOff;
-    if (wg == 0) setmaxnreg_inc<kRegsWg0>();
-    else setmaxnreg_inc<kRegsWg1>();
+    if (wg == 0) setmaxnreg_inc<F::kRegs.wg0>();
+    else setmaxnreg_inc<F::kRegs.wg1>();
     {
       const DealShape ds = deal_shape<kGroups>();
       u32 mine = (1u << kQGroupsPerThread) - 1u;
