@@ -29,7 +29,7 @@
 // A key can name this kernel for another target (a manifest prebuilt with --arch): say so instead of
 // ptxas rejecting every wgmma.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
-#error "the sparse \"sm90\" kernels run on sm_90a only: pick the family's portable kernel for this target"
+#error "kernel \"sm90\" runs on sm_90a only: use \"mma\" or \"mma_small\" (sparse_nvfp4) or \"default\" (sparse_dsv41) for this target"
 #endif
 
 namespace kiln {
