@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "kiln/jit/compiler.h"
+#include "kiln/kernel_templates/sparse_dsv41/params.cuh"
 #include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
 #include "kiln/runtime/config.h"
 #include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_dsv41/family.h"
 #include "kiln/runtime/sparse_nvfp4/family.h"
 #include "tests/support/cubin_shared.h"
 #include "tests/support/temp_dir.h"
@@ -58,6 +60,15 @@ TEST_CASE("every sm_120a sparse decode render fits 99 KiB per block", "[nvrtc]")
     const kiln::SemanticKey key = policy.key("sm_120a");
     INFO(key.str());
     const std::uint64_t total = decode_static_shared(service, key) + kiln::sparse_decode_smem_bytes(1, true);
+    CHECK(total <= kSm120BlockShared);
+  }
+  kiln::dsv41::register_dsv41_family();
+  namespace ds = kiln::dsv41;
+  for (const ds::Dsv41Policy& policy : {ds::Dsv41Policy{16, true, true, ds::Dsv41Variant::kDefault},
+                                        ds::Dsv41Policy{128, false, false, ds::Dsv41Variant::kDefault}}) {
+    const kiln::SemanticKey key = policy.key("sm_120a");
+    INFO(key.str());
+    const std::uint64_t total = decode_static_shared(service, key) + kiln::sparse_dsv41_small_smem_bytes();
     CHECK(total <= kSm120BlockShared);
   }
 }
