@@ -26,6 +26,8 @@ _lib.define(
     "int max_splits, int? head_tiles) -> ()")
 _lib.define("nvfp4_pack(Tensor latent, Tensor(a!) cache) -> ()")
 _lib.define("nvfp4_append(Tensor rows, Tensor slot_mapping, Tensor(a!) cache) -> ()")
+_lib.define("dsv41_pack(str format, Tensor latent_kv, Tensor(a!) cache) -> ()")
+_lib.define("dsv41_append(str format, Tensor latent_kv, Tensor slot_mapping, Tensor(a!) cache) -> ()")
 
 
 def _sparse_decode(*args) -> None:
@@ -36,6 +38,8 @@ _lib.impl("mla_decode", _native.mla_decode, "CUDA")
 _lib.impl("sparse_decode", _sparse_decode, "CUDA")
 _lib.impl("nvfp4_pack", _native.nvfp4_pack, "CUDA")
 _lib.impl("nvfp4_append", _native.nvfp4_append, "CUDA")
+_lib.impl("dsv41_pack", _native.dsv41_pack, "CUDA")
+_lib.impl("dsv41_append", _native.dsv41_append, "CUDA")
 
 
 @torch.library.register_fake("kiln::mla_decode")
@@ -62,7 +66,19 @@ def _nvfp4_append_fake(rows, slot_mapping, cache):
     return None
 
 
+@torch.library.register_fake("kiln::dsv41_pack")
+def _dsv41_pack_fake(format, latent_kv, cache):
+    return None
+
+
+@torch.library.register_fake("kiln::dsv41_append")
+def _dsv41_append_fake(format, latent_kv, slot_mapping, cache):
+    return None
+
+
 mla_decode = torch.ops.kiln.mla_decode.default
 sparse_decode = torch.ops.kiln.sparse_decode.default
 nvfp4_pack = torch.ops.kiln.nvfp4_pack.default
 nvfp4_append = torch.ops.kiln.nvfp4_append.default
+dsv41_pack = torch.ops.kiln.dsv41_pack.default
+dsv41_append = torch.ops.kiln.dsv41_append.default
