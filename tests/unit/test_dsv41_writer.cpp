@@ -3,6 +3,8 @@
 // and the launchers. Only calls that must fail in validation reach the launchers here (a valid one
 // would need a driver).
 #include <catch2/catch.hpp>
+#include <cuda_fp4.h>
+#include <cuda_fp8.h>
 
 #include <array>
 #include <cmath>
@@ -425,4 +427,35 @@ TEST_CASE("dsv41_writer: pack and append argument rules", "[unit]") {
                           u8_view(0x4000000, {4, 64, 528}), nullptr);
              }, "cache"),
              Catch::Contains("288"));
+}
+
+TEST_CASE("dsv41 reference: the E4M3 and E2M1 encoders agree with CUDA's host models of the cvt instructions", "[unit]") {
+  // cuda_fp8.hpp / cuda_fp4.hpp implement cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.satfinite.e2m1x2.f32
+  // on the host. Every float of up to 12 significant bits over the ranges that matter (each bf16 and
+  // fp16 value times a power of two), one ulp either side, both signs: ties, subnormal codes, zeros
+  // and saturation.
+  long checked = 0, differ_e4m3 = 0, differ_e2m1 = 0;
+  for (int e = -40; e <= 12; ++e) {
+    for (int m = 0; m < 4096; ++m) {
+      for (const int d : {-1, 0, 1}) {
+        float v = std::ldexp(1.0f + m / 4096.0f, e);
+        std::uint32_t b;
+        std::memcpy(&b, &v, 4);
+        b += static_cast<std::uint32_t>(d);
+        std::memcpy(&v, &b, 4);
+        for (const float x : {v, -v}) {
+          ++checked;
+          differ_e4m3 += __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) != kt::dsv41_e4m3_encode(x);
+          differ_e2m1 += __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest) != kt::dsv41_e2m1_encode(x);
+        }
+      }
+    }
+  }
+  for (const float x : {0.0f, -0.0f, 1e30f, -1e30f, kInf, -kInf}) {
+    differ_e4m3 += __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) != kt::dsv41_e4m3_encode(x);
+    differ_e2m1 += __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest) != kt::dsv41_e2m1_encode(x);
+  }
+  CHECK(checked == 53 * 4096 * 3 * 2);
+  CHECK(differ_e4m3 == 0);
+  CHECK(differ_e2m1 == 0);
 }
