@@ -19,10 +19,10 @@
 #                    download): its tests skip with the reason; they run on the GPU machine.
 #
 # The NVRTC-bound tests (every default-manifest key, the MLA, sparse and DeepSeek-V4.1 writer
-# template sets) spend nearly all their time inside NVRTC, which is the same uninstrumented library in every tree and gives
-# byte-identical cubins whoever calls it; running them in both trees would cost ~100 s of the
-# 20-minute budget for no new coverage, so they run where kiln's own code around them is checked:
-# under ASan + UBSan.
+# template sets) spend nearly all their time inside NVRTC, which is the same uninstrumented library
+# in every tree and gives byte-identical cubins whoever calls it; running them in both trees would
+# cost ~100 s of the 20-minute budget for no new coverage, so they run where kiln's own code around
+# them is checked: under ASan + UBSan.
 #
 # Every stage runs even if an earlier one failed (one CI run shows every problem); the script exits
 # non-zero if any stage failed. Needs, besides the README's build packages: clang and
