@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <climits>
+
 #include "kiln/runtime/validation.h"
 
 namespace kiln {
@@ -56,6 +58,9 @@ Dsv41CacheGeometry check_dsv41_cache(const TensorView& cache, std::string_view a
   if (g.pages < 1 || g.page_size < 1) {
     check::fail_as(fmt::format("{} must have at least one page of at least one row", arg), arg, "num_pages >= 1 and page_size >= 1",
                    fmt::format("shape {}", cache.shape_string()));
+  }
+  if (g.page_size > INT_MAX / record_bytes) {  // byte offsets inside a page stay in int32
+    check::unsupported(arg, fmt::format("page sizes up to {}", INT_MAX / record_bytes), fmt::format("page size {}", g.page_size));
   }
   const std::int64_t page_bytes = g.page_size * record_bytes;
   if (g.pages > 1 && g.page_stride < page_bytes) {  // one page: its stride is never used

@@ -21,7 +21,8 @@ struct Dsv41CacheGeometry {
 //   (row stride == record);
 // the byte dimension contiguous, at least one page of at least one row, and (with more than one
 // page) a page stride that is a multiple of 16 and holds a whole page. `record_bytes` is 528 or
-// 288. Throws Error(kInvalidArgument) naming `arg`, with the phrase FlashInfer's refusal carries.
+// 288. Throws Error(kInvalidArgument) naming `arg`, with the phrase FlashInfer's refusal carries;
+// a page of more than INT_MAX / record_bytes rows is kUnsupported (in-page offsets are int32).
 Dsv41CacheGeometry check_dsv41_cache(const TensorView& cache, std::string_view arg, int record_bytes);
 
 }  // namespace kiln

@@ -86,14 +86,16 @@ PackLatent check_pack_latent(const TensorView& latent) {
     check::fail_as("latent_kv must have at least one page of at least one row", kLatent, "num_pages >= 1 and page_size >= 1",
                    fmt::format("shape {}", latent.shape_string()));
   }
-  if (l.pages * l.page_size > INT_MAX) check::unsupported(kLatent, "at most 2^31-1 rows", fmt::format("{}", l.pages * l.page_size));
+  if (l.pages > INT_MAX / l.page_size) check::unsupported(kLatent, "at most 2^31-1 rows", fmt::format("{} pages of {} rows", l.pages, l.page_size));
   return l;
 }
 
 // The cache's geometry; its slots are numbered in int32.
 Dsv41CacheGeometry check_cache(CacheFormat format, const TensorView& cache) {
   const Dsv41CacheGeometry g = check_dsv41_cache(cache, "cache", record_bytes(format));
-  if (g.pages * g.page_size > INT_MAX) check::unsupported("cache", "at most 2^31-1 token slots", fmt::format("{}", g.pages * g.page_size));
+  if (g.pages > INT_MAX / g.page_size) {
+    check::unsupported("cache", "at most 2^31-1 token slots", fmt::format("{} pages of {} rows", g.pages, g.page_size));
+  }
   return g;
 }
 

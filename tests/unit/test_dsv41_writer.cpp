@@ -364,6 +364,19 @@ TEST_CASE("dsv41 cache views: refusals carry upstream's phrase and name the argu
   TensorView wrong_type = TensorView::contiguous(addr(base), DType::kI8, {4, 64, 528});
   CHECK_THAT(cache_error(wrong_type, 528), Catch::Contains("torch.uint8"));
   CHECK_THAT(cache_error(u8_view(base + 8, {4, 64, 528}), 528), Catch::Contains("16-byte aligned"));
+  // Shapes too large for int32 offsets or slot numbers are refused as unsupported, without overflow.
+  for (const auto& huge : {u8_view(base, {2, std::int64_t{1} << 40, 288}), u8_view(base, {2, 288 * (std::int64_t{1} << 40)})}) {
+    const kiln::Error e = kt::expect_error([&] { kiln::check_dsv41_cache(huge, "cache", 288); });
+    CHECK(e.code() == ErrorCode::kUnsupported);
+    CHECK_THAT(e.what(), Catch::Contains("page sizes up to"));
+  }
+  const TensorView many_pages = u8_view(base, {std::int64_t{1} << 40, 64, 528});
+  const kiln::Error e = kt::expect_error([&] {
+    dw::append(dw::CacheFormat::kFp8, TensorView::contiguous(addr(0x100000), DType::kBf16, {1, 512}),
+               TensorView::contiguous(addr(0x200000), DType::kI32, {1}), many_pages, nullptr);
+  });
+  CHECK(e.code() == ErrorCode::kUnsupported);
+  CHECK_THAT(e.what(), Catch::Contains("2^31-1 token slots"));
 }
 
 namespace {
