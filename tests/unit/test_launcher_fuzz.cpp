@@ -1203,6 +1203,13 @@ std::vector<Mutation<Dsv41Case>> dsv41_catalogue(bool append) {
       {"cache page stride not a multiple of 16", X, [](Dsv41Case& c, Rng& r) { if (c.P < 2) return false; c.cache.strides[0] = c.cache.strides[0] / 16 * 16 + pick(r, {1, 8}); return true; }},
       {"cache page stride < page * record", X, [](Dsv41Case& c, Rng&) { if (c.P < 2) return false; c.cache.strides[0] = c.page * c.rec - 16; return true; }},
       {"cache with no page", X, [](Dsv41Case& c, Rng&) { c.cache.shape[0] = 0; c.P = 0; return true; }},
+      {"cache page of 2^31 rows or more (unsupported)", X, [](Dsv41Case& c, Rng& r) {
+         const std::int64_t page = std::int64_t{1} << rnd(r, 31, 36);  // extents stay far inside int64
+         const int d = dsv41_row_dim(c.cache);
+         c.cache.shape[d < 0 ? 1 : d] = d < 0 ? page * c.rec : page;
+         c.cache.strides[0] = page * c.rec;
+         return true;
+       }},
       {"cache base misaligned (not 16 B)", X, [](Dsv41Case& c, Rng& r) { shift(c.cache, pick(r, {1, 4, 8})); return true; }},
       {"cache null", X, [](Dsv41Case& c, Rng&) { c.cache.data = nullptr; return true; }},
   };
