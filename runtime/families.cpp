@@ -1,5 +1,6 @@
 #include "kiln/runtime/families.h"
 
+#include "kiln/runtime/dsv41_writer/writer.h"
 #include "kiln/runtime/mla_decode/family.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "kiln/runtime/sparse_dsv41/family.h"
@@ -13,6 +14,7 @@ void register_builtin_families() {
   mla::register_mla_family();
   sparse::register_sparse_family();
   dsv41::register_dsv41_family();
+  dsv41::register_writer_family();
 }
 
 }  // namespace kiln

@@ -3,17 +3,10 @@
 // 288 B FP4 extra cache; runtime/sparse_dsv41/README.md). The launch parameters are the NVFP4 sparse
 // family's SparseNvfp4Params (kv / extra_kv address the 528 B and 288 B caches), and a split plan is
 // merged by that family's merge kernel: only the gather and the decode of a record differ.
+#include "common/dsv41_format.cuh"  // record geometry (FOOTER layout)
 #include "sparse_nvfp4/params.cuh"
 
 namespace kiln {
-
-// Record geometry (FOOTER layout): page p holds page_size data rows, then page_size scale rows.
-constexpr int kDsv41MainDataBytes = 512;   // 512 E4M3 codes
-constexpr int kDsv41MainScaleBytes = 16;   // 16 UE8M0 scales, one per 32 dims
-constexpr int kDsv41MainRecordBytes = 528;
-constexpr int kDsv41ExtraDataBytes = 256;  // 512 E2M1 codes, two per byte (low nibble first)
-constexpr int kDsv41ExtraScaleBytes = 32;  // 32 E4M3 scales, one per 16 dims
-constexpr int kDsv41ExtraRecordBytes = 288;
 
 // The portable kernel ("default" variant): mma.sync, one 16-head tile per CTA, 256 threads, fits
 // sm_120's 99 KiB. Grid: sparse_decode_grid(T, H, 1, num_splits).

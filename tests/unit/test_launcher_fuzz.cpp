@@ -10,7 +10,8 @@
 // `fuzz_one(launcher, seed, index)` reproduces it.
 //
 // Contracts: runtime/mla_decode/README.md ("Arguments"), runtime/sparse_nvfp4/README.md ("Arguments",
-// "Chunks, splits, head tiles"), runtime/nvfp4_writer/README.md (the 384-byte format, the writer).
+// "Chunks, splits, head tiles"), runtime/nvfp4_writer/README.md (the 384-byte format, the writer),
+// runtime/dsv41_writer/README.md (the 528 B and 288 B formats, their views, the writers).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "kiln/jit/error.h"
+#include "kiln/runtime/dsv41_writer/writer.h"
 #include "kiln/runtime/mla_decode/launcher.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
@@ -1115,6 +1117,157 @@ std::vector<Mutation<WriterCase>> writer_catalogue(bool append) {
   return m;
 }
 
+// ================================================================================================
+// DeepSeek-V4.1 writers: pack and append into the 528 B / 288 B caches (runtime/dsv41_writer/README.md)
+
+namespace dw = kiln::dsv41;
+
+struct Dsv41Case {
+  dw::CacheFormat format = dw::CacheFormat::kFp8;
+  std::int64_t rec = 528, P = 1, page = 1, N = 0;
+  TensorView cache, latent, rows, slots;
+};
+
+int dsv41_row_dim(const TensorView& v) { return v.rank == 2 ? -1 : cache_row_dim(v); }
+
+// Any accepted view: 2-D [P, page * rec], 3-D, HND or NHD; page stride >= page * rec, a multiple of 16.
+TensorView dsv41_cache(Rng& r, std::uintptr_t a, std::int64_t pages, std::int64_t page, std::int64_t rec) {
+  const std::int64_t stride = page * rec + (coin(r, 0.3) ? 16 * rnd(r, 1, 64) : 0);
+  TensorView v;
+  switch (rnd(r, 0, 3)) {
+    case 0: v = make(a, DType::kU8, {pages, page * rec}); break;
+    case 1: v = make(a, DType::kU8, {pages, page, rec}); break;
+    case 2: v = make(a, DType::kU8, {pages, 1, page, rec}); break;
+    default: v = make(a, DType::kU8, {pages, page, 1, rec}); break;
+  }
+  v.strides[0] = stride;
+  return v;
+}
+
+Dsv41Case dsv41_generate(Rng& r) {
+  Dsv41Case c;
+  c.format = coin(r) ? dw::CacheFormat::kFp8 : dw::CacheFormat::kFp4;
+  c.rec = c.format == dw::CacheFormat::kFp8 ? 528 : 288;
+  c.P = rnd(r, 1, 64);
+  c.page = coin(r, 0.5) ? pick<std::int64_t>(r, {1, 2, 32, 53, 61, 64, 128}) : rnd(r, 1, 300);
+  c.cache = dsv41_cache(r, region(r, 0), c.P, c.page, c.rec);
+  const DType dt = coin(r) ? DType::kBf16 : DType::kF16;
+  c.latent = make(region(r, 1), dt, {c.P, c.page, 512});
+  c.N = coin(r, 0.03) ? 0 : rnd(r, 1, 600);
+  c.rows = make(region(r, 2), dt, {c.N, 512});
+  c.slots = make(region(r, 3), coin(r) ? DType::kI32 : DType::kI64, {c.N});
+  return c;
+}
+
+std::vector<Mutation<Dsv41Case>> dsv41_catalogue(bool append) {
+  using M = Mutation<Dsv41Case>;
+  const auto K = Kind::kKeeps;
+  const auto X = Kind::kBreaks;
+  std::vector<M> m = {
+      {"pad cache page stride (multiple of 16)", K, [](Dsv41Case& c, Rng& r) { c.cache.strides[0] += 16 * rnd(r, 1, 50); return true; }},
+      {"cache: arbitrary strides on size-1 dims", K, [](Dsv41Case& c, Rng& r) {
+         const std::int64_t ps = c.cache.strides[0];
+         scramble_unit_strides(c.cache, r);
+         c.cache.strides[0] = ps;
+         return true;
+       }},
+      {"cache: another accepted view of the same pages", K, [](Dsv41Case& c, Rng& r) {
+         const std::int64_t ps = c.cache.strides[0];
+         c.cache = dsv41_cache(r, ptr(c.cache), c.P, c.page, c.rec);
+         c.cache.strides[0] = ps;
+         return true;
+       }},
+      {"cache wrong dtype", X, [](Dsv41Case& c, Rng& r) { c.cache.dtype = pick(r, {DType::kI8, DType::kBf16, DType::kE4m3}); return true; }},
+      {"cache rank 1 or 5", X, [](Dsv41Case& c, Rng& r) {
+         if (coin(r)) reshape(c.cache, {c.P * c.page * c.rec});
+         else reshape(c.cache, {c.P, 1, c.page, 1, c.rec});
+         return true;
+       }},
+      {"cache record of the other format or the 384 B one", X, [](Dsv41Case& c, Rng& r) {
+         const std::int64_t other = pick<std::int64_t>(r, {384, c.rec == 528 ? 288 : 528});
+         if (c.cache.rank == 2) c.cache.shape[1] = c.page * c.rec + pick<std::int64_t>(r, {16, -16});  // not a multiple
+         else c.cache.shape[c.cache.rank - 1] = other;
+         return true;
+       }},
+      {"cache 4-D with neither axis 1 nor 2 == 1", X, [](Dsv41Case& c, Rng& r) {
+         c.cache = make(ptr(c.cache), DType::kU8, {c.P, rnd(r, 2, 3), std::max<std::int64_t>(2, c.page), c.rec});
+         return true;
+       }},
+      {"cache stride(-1) != 1", X, [](Dsv41Case& c, Rng& r) { c.cache.strides[c.cache.rank - 1] = pick(r, {0, 2}); return true; }},
+      {"cache rows not packed", X, [](Dsv41Case& c, Rng& r) {
+         const int d = dsv41_row_dim(c.cache);
+         if (d < 0 || c.page < 2) return false;
+         c.cache.strides[d] = c.rec + pick<std::int64_t>(r, {16, -16, 512});
+         return true;
+       }},
+      {"cache page stride not a multiple of 16", X, [](Dsv41Case& c, Rng& r) { if (c.P < 2) return false; c.cache.strides[0] = c.cache.strides[0] / 16 * 16 + pick(r, {1, 8}); return true; }},
+      {"cache page stride < page * record", X, [](Dsv41Case& c, Rng&) { if (c.P < 2) return false; c.cache.strides[0] = c.page * c.rec - 16; return true; }},
+      {"cache with no page", X, [](Dsv41Case& c, Rng&) { c.cache.shape[0] = 0; c.P = 0; return true; }},
+      {"cache page of 2^31 rows or more (unsupported)", X, [](Dsv41Case& c, Rng& r) {
+         const std::int64_t page = std::int64_t{1} << rnd(r, 31, 36);  // extents stay far inside int64
+         const int d = dsv41_row_dim(c.cache);
+         c.cache.shape[d < 0 ? 1 : d] = d < 0 ? page * c.rec : page;
+         c.cache.strides[0] = page * c.rec;
+         return true;
+       }},
+      {"cache base misaligned (not 16 B)", X, [](Dsv41Case& c, Rng& r) { shift(c.cache, pick(r, {1, 4, 8})); return true; }},
+      {"cache null", X, [](Dsv41Case& c, Rng&) { c.cache.data = nullptr; return true; }},
+  };
+  if (!append) {
+    std::vector<M> p = {
+        {"latent with a singleton head axis (HND or NHD)", K, [](Dsv41Case& c, Rng& r) {
+           reshape(c.latent, coin(r) ? std::vector<std::int64_t>{c.P, 1, c.page, 512} : std::vector<std::int64_t>{c.P, c.page, 1, 512});
+           return true;
+         }},
+        {"latent wrong dtype", X, [](Dsv41Case& c, Rng& r) { c.latent.dtype = pick(r, {DType::kF32, DType::kU8, DType::kE4m3}); return true; }},
+        {"latent 2-D (no page dimension)", X, [](Dsv41Case& c, Rng&) { reshape(c.latent, {c.P * c.page, 512}); return true; }},
+        {"latent 4-D without a singleton axis", X, [](Dsv41Case& c, Rng&) {
+           if (c.page < 2) return false;
+           reshape(c.latent, {c.P, 2, c.page, 512});
+           return true;
+         }},
+        {"latent last dim != 512", X, [](Dsv41Case& c, Rng& r) { c.latent.shape[2] = pick(r, {448, 576, 511}); return true; }},
+        {"latent P != cache P", X, [](Dsv41Case& c, Rng& r) { reshape(c.latent, {c.P + pick(r, {1, 2}), c.page, 512}); return true; }},
+        {"latent page != cache page", X, [](Dsv41Case& c, Rng&) { reshape(c.latent, {c.P, c.page + 1, 512}); return true; }},
+        {"latent not contiguous", X, [](Dsv41Case& c, Rng& r) { return break_contiguity(c.latent, r); }},
+        {"latent misaligned (not 16 B)", X, [](Dsv41Case& c, Rng& r) { shift(c.latent, pick(r, {2, 8})); return true; }},
+        {"latent null", X, [](Dsv41Case& c, Rng&) { c.latent.data = nullptr; return true; }},
+        {"latent overlaps cache", X, [](Dsv41Case& c, Rng&) { return overlap_into(c.latent, c.cache, 16); }},
+    };
+    m.insert(m.end(), p.begin(), p.end());
+  } else {
+    std::vector<M> a = {
+        {"rows [N, 1, 512]", K, [](Dsv41Case& c, Rng&) { reshape(c.rows, {c.N, 1, 512}); return true; }},
+        {"rows: arbitrary row stride when N == 1", K, [](Dsv41Case& c, Rng& r) {
+           if (c.N != 1) return false;
+           c.rows.strides[0] = rnd(r, 0, 1 << 20);
+           return true;
+         }},
+        {"slot_mapping: arbitrary stride when N == 1", K, [](Dsv41Case& c, Rng& r) { if (c.N != 1) return false; c.slots.strides[0] = rnd(r, 0, 99); return true; }},
+        {"N == 0: empty rows aliased inside cache (addresses no byte)", K, [](Dsv41Case& c, Rng&) { return c.N == 0 && alias_empty_into(c.rows, c.cache, 16); }},
+        {"rows wrong dtype", X, [](Dsv41Case& c, Rng& r) { c.rows.dtype = pick(r, {DType::kF32, DType::kU8}); return true; }},
+        {"rows wrong rank or head axis", X, [](Dsv41Case& c, Rng& r) {
+           reshape(c.rows, coin(r) ? std::vector<std::int64_t>{c.N * 512} : std::vector<std::int64_t>{c.N, 2, 512});
+           return true;
+         }},
+        {"rows last dim != 512", X, [](Dsv41Case& c, Rng& r) { c.rows.shape[1] = pick(r, {448, 576}); return true; }},
+        {"rows not contiguous", X, [](Dsv41Case& c, Rng& r) { return break_contiguity(c.rows, r); }},
+        {"rows misaligned (not 16 B)", X, [](Dsv41Case& c, Rng& r) { if (!c.N) return false; shift(c.rows, pick(r, {2, 8})); return true; }},
+        {"rows null", X, [](Dsv41Case& c, Rng&) { if (!c.N) return false; c.rows.data = nullptr; return true; }},
+        {"rows overlap cache", X, [](Dsv41Case& c, Rng&) { return overlap_into(c.rows, c.cache, 16); }},
+        {"slot_mapping wrong dtype", X, [](Dsv41Case& c, Rng& r) { c.slots.dtype = pick(r, {DType::kU8, DType::kF32, DType::kI8}); return true; }},
+        {"slot_mapping wrong length", X, [](Dsv41Case& c, Rng& r) { reshape(c.slots, {c.N + pick(r, {1, 2})}); return true; }},
+        {"slot_mapping wrong rank", X, [](Dsv41Case& c, Rng&) { reshape(c.slots, {c.N, 1}); return true; }},
+        {"slot_mapping non-contiguous", X, [](Dsv41Case& c, Rng& r) { return break_contiguity(c.slots, r); }},
+        {"slot_mapping misaligned", X, [](Dsv41Case& c, Rng& r) { if (!c.N) return false; shift(c.slots, pick(r, {1, 2})); return true; }},
+        {"slot_mapping null", X, [](Dsv41Case& c, Rng&) { if (!c.N) return false; c.slots.data = nullptr; return true; }},
+        {"slot_mapping overlaps cache", X, [](Dsv41Case& c, Rng&) { return overlap_into(c.slots, c.cache, 8); }},
+    };
+    m.insert(m.end(), a.begin(), a.end());
+  }
+  return m;
+}
+
 // ------------------------------------------------------------------------------------------------
 
 template <class Case>
@@ -1172,5 +1325,19 @@ TEST_CASE("launcher fuzz: NVFP4 writer append arguments", "[unit][fuzz]") {
   const Stats st = fuzz_launcher<WriterCase>(
       "nvfp4_writer_append", [](Rng& r) { return writer_generate(r, true); }, writer_catalogue(true),
       {{"append", [](const WriterCase& c) { return run_call([&] { nv::append(c.rows, c.slots, c.cache, nullptr); }, true); }}});
+  check_stats(st);
+}
+
+TEST_CASE("launcher fuzz: DeepSeek-V4.1 writer pack arguments", "[unit][fuzz]") {
+  const Stats st = fuzz_launcher<Dsv41Case>(
+      "dsv41_writer_pack", dsv41_generate, dsv41_catalogue(false),
+      {{"pack", [](const Dsv41Case& c) { return run_call([&] { dw::pack(c.format, c.latent, c.cache, nullptr); }, true); }}});
+  check_stats(st);
+}
+
+TEST_CASE("launcher fuzz: DeepSeek-V4.1 writer append arguments", "[unit][fuzz]") {
+  const Stats st = fuzz_launcher<Dsv41Case>(
+      "dsv41_writer_append", dsv41_generate, dsv41_catalogue(true),
+      {{"append", [](const Dsv41Case& c) { return run_call([&] { dw::append(c.format, c.rows, c.slots, c.cache, nullptr); }, true); }}});
   check_stats(st);
 }

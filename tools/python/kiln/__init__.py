@@ -7,10 +7,13 @@ The decode entry points have FlashInfer's exact signatures and run kiln's NVRTC-
                                               plan/run BatchMLADecodePagedTSWrapper are here too
     cake_sparse_mla_sm120_dsv4_nvfp4_decode   sparse MLA decode over the NVFP4 cache
     cake_sparse_mla_sm120_dsv41_mixed_decode  sparse MLA decode over DeepSeek-V4.1's FP8 + FP4 caches
+    dsv41_fp8/fp4_quantize_{pack,append}_sparse_mla_cache
+                                              the DeepSeek-V4.1 cache writers (528 B FP8, 288 B FP4)
 
 Each is also a torch custom op (torch.ops.kiln.*) when torch is installed, so torch.compile traces it
 and CUDA graphs capture it. Warm the kernels you will launch before capturing (warm_mla, warm_sparse,
-warm_sparse_dsv41, warm_nvfp4_writer, warm_manifest), then optionally seal(). Errors are kiln.Error subclasses.
+warm_sparse_dsv41, warm_nvfp4_writer, warm_dsv41_writer, warm_manifest), then optionally seal(). Errors
+are kiln.Error subclasses.
 """
 from . import errors
 from ._torch import torch as _torch_module
@@ -61,6 +64,7 @@ from .service import (
     warm_keys,
     warm_manifest,
     warm_mla,
+    warm_dsv41_writer,
     warm_nvfp4_writer,
     warm_sparse,
     warm_sparse_dsv41,
@@ -74,7 +78,14 @@ from .prims_ts import (
     validate_mla_metadata,
     validate_sparse_metadata,
 )
-from .writer import nvfp4_append, nvfp4_pack
+from .writer import (
+    dsv41_fp4_quantize_append_sparse_mla_cache,
+    dsv41_fp4_quantize_pack_sparse_mla_cache,
+    dsv41_fp8_quantize_append_sparse_mla_cache,
+    dsv41_fp8_quantize_pack_sparse_mla_cache,
+    nvfp4_append,
+    nvfp4_pack,
+)
 
 from . import _native
 
@@ -110,6 +121,11 @@ __all__ = [
     "mla_workspace_size",
     "nvfp4_pack",
     "nvfp4_append",
+    "dsv41_fp8_quantize_pack_sparse_mla_cache",
+    "dsv41_fp8_quantize_append_sparse_mla_cache",
+    "dsv41_fp4_quantize_pack_sparse_mla_cache",
+    "dsv41_fp4_quantize_append_sparse_mla_cache",
+    "warm_dsv41_writer",
     "warm_mla",
     "warm_sparse",
     "warm_sparse_dsv41",

@@ -31,6 +31,8 @@ _lib.define(
     "int max_splits, int? head_tiles, str? variant, str compute_precision, bool? enable_pdl) -> ()")
 _lib.define("nvfp4_pack(Tensor latent, Tensor(a!) cache) -> ()")
 _lib.define("nvfp4_append(Tensor rows, Tensor slot_mapping, Tensor(a!) cache) -> ()")
+_lib.define("dsv41_pack(str format, Tensor latent_kv, Tensor(a!) cache) -> ()")
+_lib.define("dsv41_append(str format, Tensor latent_kv, Tensor slot_mapping, Tensor(a!) cache) -> ()")
 
 
 def _sparse_decode(*args) -> None:
@@ -46,6 +48,8 @@ _lib.impl("sparse_decode", _sparse_decode, "CUDA")
 _lib.impl("dsv41_decode", _dsv41_decode, "CUDA")
 _lib.impl("nvfp4_pack", _native.nvfp4_pack, "CUDA")
 _lib.impl("nvfp4_append", _native.nvfp4_append, "CUDA")
+_lib.impl("dsv41_pack", _native.dsv41_pack, "CUDA")
+_lib.impl("dsv41_append", _native.dsv41_append, "CUDA")
 
 
 @torch.library.register_fake("kiln::mla_decode")
@@ -79,8 +83,20 @@ def _nvfp4_append_fake(rows, slot_mapping, cache):
     return None
 
 
+@torch.library.register_fake("kiln::dsv41_pack")
+def _dsv41_pack_fake(format, latent_kv, cache):
+    return None
+
+
+@torch.library.register_fake("kiln::dsv41_append")
+def _dsv41_append_fake(format, latent_kv, slot_mapping, cache):
+    return None
+
+
 mla_decode = torch.ops.kiln.mla_decode.default
 sparse_decode = torch.ops.kiln.sparse_decode.default
 dsv41_decode = torch.ops.kiln.dsv41_decode.default
 nvfp4_pack = torch.ops.kiln.nvfp4_pack.default
 nvfp4_append = torch.ops.kiln.nvfp4_append.default
+dsv41_pack = torch.ops.kiln.dsv41_pack.default
+dsv41_append = torch.ops.kiln.dsv41_append.default

@@ -51,6 +51,15 @@ def warm_nvfp4_writer(page_size: int, *, ops: Sequence[str] = ("pack", "append")
         _native.warm_nvfp4_writer(op, int(page_size), _devices(devices))
 
 
+def warm_dsv41_writer(*, formats: Sequence[str] = ("fp8", "fp4"), ops: Sequence[str] = ("pack", "append"),
+                      devices: Devices = None) -> None:
+    """Warm the DeepSeek-V4.1 cache writers (``"fp8"`` / ``"fp4"``, ``"pack"`` / ``"append"``); page
+    sizes and row dtypes are run-time, so these four keys serve every cache."""
+    for fmt in formats:
+        for op in ops:
+            _native.warm_dsv41_writer(fmt, op, _devices(devices))
+
+
 def warm_keys(keys: Sequence[str], devices: Devices = None) -> int:
     """Warm printable semantic keys (as in a manifest) on each device whose arch they target;
     returns the number of (key, device) pairs warmed."""

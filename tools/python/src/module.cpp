@@ -14,6 +14,7 @@
 #include "kiln/jit/semantic_key.h"
 #include "py_tensors.h"
 #include "kiln/runtime/driver.h"
+#include "kiln/runtime/dsv41_writer/writer.h"
 #include "kiln/runtime/families.h"
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/mla_decode/launcher.h"
@@ -232,6 +233,44 @@ void nvfp4_append(nb::handle rows, nb::handle slot_mapping, nb::handle cache) {
   nvfp4::append(r, s, c, args.stream());
 }
 
+dsv41::CacheFormat dsv41_format_of(const std::string& format) {
+  if (format == "fp8") return dsv41::CacheFormat::kFp8;
+  if (format == "fp4") return dsv41::CacheFormat::kFp4;
+  throw Error(ErrorCode::kInvalidArgument, fmt::format("format: expected 'fp8' or 'fp4', got '{}'", format));
+}
+
+// The uint8 cache shape pack() fills for this latent and layout; checks both first.
+std::tuple<long long, long long, long long, long long> dsv41_pack_shape(const std::string& format, nb::handle latent_kv,
+                                                                       const std::string& kv_layout) {
+  const dsv41::CacheFormat f = dsv41_format_of(format);
+  const dsv41::KvLayout layout = dsv41::parse_kv_layout(kv_layout);
+  TensorArgs args;
+  const TensorView l = args.get(latent_kv.ptr(), "latent_kv");
+  const auto shape = dsv41::pack_cache_shape(f, l, layout);
+  return {shape[0], shape[1], shape[2], shape[3]};
+}
+
+void dsv41_pack(const std::string& format, nb::handle latent_kv, nb::handle cache) {
+  const dsv41::CacheFormat f = dsv41_format_of(format);
+  TensorArgs args;
+  const TensorView l = args.get(latent_kv.ptr(), "latent_kv");
+  const TensorView c = args.get(cache.ptr(), "cache");
+  nb::gil_scoped_release release;
+  DeviceScope scope(args.device());
+  dsv41::pack(f, l, c, args.stream());
+}
+
+void dsv41_append(const std::string& format, nb::handle latent_kv, nb::handle slot_mapping, nb::handle cache) {
+  const dsv41::CacheFormat f = dsv41_format_of(format);
+  TensorArgs args;
+  const TensorView l = args.get(latent_kv.ptr(), "latent_kv");
+  const TensorView s = args.get(slot_mapping.ptr(), "slot_mapping");
+  const TensorView c = args.get(cache.ptr(), "cache");
+  nb::gil_scoped_release release;
+  DeviceScope scope(args.device());
+  dsv41::append(f, l, s, c, args.stream());
+}
+
 mla::MlaDecodePolicy mla_policy(int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed,
                                 nb::handle dtype, nb::handle out_dtype, nb::handle mask_type,
                                 mla::MlaPrecision precision = mla::MlaPrecision::kExact) {
@@ -318,6 +357,9 @@ NB_MODULE(_native, m) {
         "max_splits"_a, "head_tiles"_a.none());
   m.def("nvfp4_pack", &nvfp4_pack);
   m.def("nvfp4_append", &nvfp4_append);
+  m.def("dsv41_pack_shape", &dsv41_pack_shape);
+  m.def("dsv41_pack", &dsv41_pack);
+  m.def("dsv41_append", &dsv41_append);
   m.def("time_mla_cpp", &time_mla_cpp);
   m.def("time_sparse_cpp", &time_sparse_cpp);
 
@@ -408,6 +450,15 @@ NB_MODULE(_native, m) {
     nb::gil_scoped_release release;
     nvfp4::warm({op == "pack" ? nvfp4::WriterOp::kPack : nvfp4::WriterOp::kAppend, page_size}, list);
   }, "op"_a, "page_size"_a, "devices"_a.none());
+  m.def("warm_dsv41_writer", [](const std::string& format, const std::string& op, std::optional<std::vector<int>> devices) {
+    const dsv41::CacheFormat f = dsv41_format_of(format);
+    if (op != "pack" && op != "append") {
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("op: expected 'pack' or 'append', got '{}'", op));
+    }
+    const std::vector<int> list = device_list(devices);
+    nb::gil_scoped_release release;
+    dsv41::warm({f, op == "pack" ? dsv41::WriterOp::kPack : dsv41::WriterOp::kAppend}, list);
+  }, "format"_a, "op"_a, "devices"_a.none());
   m.def("warm_keys", [](const std::vector<std::string>& keys, std::optional<std::vector<int>> devices) {
     const std::vector<int> list = device_list(devices);
     nb::gil_scoped_release release;

@@ -1,4 +1,4 @@
-"""kiln from torch on the GPU: both decode ops and the NVFP4 writer against torch fp32 references at
+"""kiln from torch on the GPU: both decode ops and the NVFP4 and DeepSeek-V4.1 writers against torch fp32 references at
 the spec tolerances, CUDA graph capture and replay after in-place metadata changes, not-warm and
 sealed errors, torch.compile(fullgraph=True), torch.library.opcheck, two streams, and (with two
 GPUs) per-device handles and refusal of tensors spread over devices."""
@@ -222,6 +222,84 @@ def test_writer_matches_the_reference_bytes():
     assert int(got.abs().sum(1).ne(0).sum()) == 2  # nothing else was written
 
 
+def dsv41_reference(rows, fmt):
+    """runtime/dsv41_writer/README.md "Byte rules" in torch: [N, 512] -> (data [N, 512 or 256], scales [N, 16 or 32]) bytes."""
+    x = rows.float()
+    n = x.shape[0]
+    if fmt == "fp8":
+        g = x.view(n, 16, 32)
+        nan, inf = g.isnan().any(-1), g.isinf().any(-1)
+        a = torch.where(g.isfinite(), g.abs(), torch.zeros_like(g)).amax(-1)
+        floor = torch.tensor(0x38D1B717, dtype=torch.int32).view(torch.float32).item()
+        r = torch.clamp(torch.clamp(a, min=floor) / 448.0, min=floor)
+        m, e = torch.frexp(r)  # r = m * 2^e, m in [0.5, 1): the least k with 2^k >= r
+        k = torch.where(m == 0.5, e - 1, e).float()
+        y = (g * torch.exp2(-k)[..., None]).clamp(-448, 448)
+        codes = torch.nan_to_num(y, nan=0.0).to(torch.float8_e4m3fn).view(torch.uint8)
+        signed_zero = torch.where(torch.signbit(g), 0x80, 0x00).to(torch.uint8)
+        codes = torch.where(inf[..., None], torch.where(g.isinf(), torch.full_like(codes, 0x7F), signed_zero), codes)
+        codes = torch.where(nan[..., None], torch.full_like(codes, 0x7F), codes)
+        scales = torch.where(nan | inf, torch.full_like(k, 255), k + 127).to(torch.uint8)
+        return codes.view(n, 512), scales
+    g = x.view(n, 32, 16)
+    bad = (~g.isfinite()).any(-1)
+    a = torch.where(bad[..., None], torch.zeros_like(g), g).abs().amax(-1)
+    scale = (a / 6.0).clamp(2.0 ** -9, 448.0).to(torch.float8_e4m3fn)
+    y = torch.where(bad[..., None], torch.zeros_like(g), g) / scale.float()[..., None]
+    mag = y.abs()
+    code = ((mag > 0.25).int() + (mag >= 0.75).int() + (mag > 1.25).int() + (mag >= 1.75).int() + (mag > 2.5).int()
+            + (mag >= 3.5).int() + (mag > 5.0).int() + torch.signbit(y).int() * 8)
+    code = torch.where(bad[..., None], torch.zeros_like(code), code).view(n, 256, 2)
+    data = (code[..., 0] | (code[..., 1] << 4)).to(torch.uint8)
+    scales = torch.where(bad, torch.full_like(scale.view(torch.uint8), 0x7F), scale.view(torch.uint8))
+    return data, scales
+
+
+def dsv41_pages(rows, page, fmt):
+    """Rows packed into FOOTER pages: [P, page * record] bytes."""
+    data, scales = dsv41_reference(rows, fmt)
+    pages = rows.shape[0] // page
+    return torch.cat([data.view(pages, -1), scales.view(pages, -1)], 1)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp4"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_dsv41_writers_match_the_reference_bytes(fmt, dtype):
+    pack = getattr(kiln, f"dsv41_{fmt}_quantize_pack_sparse_mla_cache")
+    append = getattr(kiln, f"dsv41_{fmt}_quantize_append_sparse_mla_cache")
+    record = 528 if fmt == "fp8" else 288
+    page, pages = 61, 5
+    latent = (torch.randn(pages * page, 512, device="cuda") / 10).to(dtype)
+    latent[3, :32] = 0
+    latent[4, 64:96] *= 1000 if dtype == torch.bfloat16 else 60
+    latent[5, 100:110] *= 1e-5
+    latent[6, 200] = float("nan")
+    latent[7, 300] = float("-inf")
+    want = dsv41_pages(latent, page, fmt)
+    hnd = pack(latent.view(pages, page, 512))
+    assert hnd.shape == (pages, 1, page, record) and hnd.dtype == torch.uint8
+    assert torch.equal(hnd.view(pages, -1), want)
+    nhd = pack(latent.view(pages, page, 1, 512), kv_layout="NHD")
+    assert nhd.shape == (pages, page, 1, record) and torch.equal(nhd.view(pages, -1), want)
+    # A shuffled permutation of every slot reproduces pack, into a padded pool (padding untouched).
+    perm = torch.randperm(pages * page, device="cuda")
+    pool = torch.full((pages, page * record + 128), 0xAB, dtype=torch.uint8, device="cuda")
+    view = pool[:, :page * record].view(pages, page, record)
+    append(latent[perm], perm.to(torch.int64), view)
+    assert torch.equal(pool[:, :page * record], want)
+    assert bool((pool[:, page * record:] == 0xAB).all())
+    # Duplicates keep the lowest row, invalid slots are skipped, other bytes stay.
+    rows = torch.randn(4, 512, device="cuda").to(dtype)
+    before = pool.clone()
+    append(rows, torch.tensor([7, -1, 7, pages * page], dtype=torch.int32, device="cuda"), view)
+    data, scales = dsv41_reference(rows[:1], fmt)
+    d = data.shape[1]
+    expected = before.clone()
+    expected[0, 7 * d:8 * d] = data[0]
+    expected[0, page * d + 7 * (record - d):page * d + 8 * (record - d)] = scales[0]
+    assert torch.equal(pool, expected)
+
+
 class DLPackOnly:
     """A DLPack producer that is not a torch.Tensor."""
 
@@ -397,6 +475,10 @@ def test_opcheck():
     torch.library.opcheck(ops.nvfp4_pack.default, (latent, cache))
     torch.library.opcheck(ops.nvfp4_append.default, (latent[0], torch.arange(64, dtype=torch.int32, device="cuda"),
                                                      cache))
+    for fmt, record in (("fp8", 528), ("fp4", 288)):
+        cache = torch.empty(2, 1, 64, record, dtype=torch.uint8, device="cuda")
+        torch.library.opcheck(ops.dsv41_pack.default, (fmt, latent, cache))
+        torch.library.opcheck(ops.dsv41_append.default, (fmt, latent[0], torch.arange(64, device="cuda"), cache))
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")

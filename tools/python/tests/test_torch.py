@@ -12,7 +12,7 @@ pytestmark = needs_torch
 
 WRITES = {"mla_decode": {"workspace_buffer", "out"}, "sparse_decode": {"output", "out_lse", "mid_out", "mid_lse"},
           "dsv41_decode": {"output", "out_lse", "mid_out", "mid_lse"},
-          "nvfp4_pack": {"cache"}, "nvfp4_append": {"cache"}}
+          "nvfp4_pack": {"cache"}, "nvfp4_append": {"cache"}, "dsv41_pack": {"cache"}, "dsv41_append": {"cache"}}
 
 
 @pytest.mark.parametrize("name", sorted(WRITES))
@@ -56,6 +56,10 @@ def test_fake_tensors_go_through_the_dispatcher():
         assert kiln.prims_ts_batch_decode_with_kv_cache_mla(**args, out=given) is given
         latent = torch.empty(4, 64, 512, dtype=torch.bfloat16)
         assert kiln.nvfp4_pack(latent).shape == (4, 64, 384)
+        assert kiln.dsv41_fp8_quantize_pack_sparse_mla_cache(latent).shape == (4, 1, 64, 528)
+        packed = kiln.dsv41_fp4_quantize_pack_sparse_mla_cache(latent.view(4, 64, 1, 512), kv_layout="NHD")
+        assert packed.shape == (4, 64, 1, 288) and packed.dtype == torch.uint8
+        kiln.dsv41_fp4_quantize_append_sparse_mla_cache(latent[0], torch.arange(64), packed)  # through the fake op
 
 
 def test_eager_cpu_tensors_are_refused_by_name():
@@ -105,3 +109,31 @@ def test_compile_fullgraph_traces_the_public_function(cpu_stand_in):
     seq_lens[1] = 10  # same graph, new values
     compiled(args["query"], seq_lens, out)
     assert out[1, 0, 0, 0].item() == 5.0
+
+
+@pytest.fixture
+def dsv41_cpu_stand_in():
+    """A CPU implementation of kiln::dsv41_pack for tracing tests: every cache byte = the record size % 256."""
+    import torch
+
+    lib = torch.library.Library("kiln", "IMPL")
+
+    def pack_cpu(format, latent_kv, cache):
+        cache.fill_((528 if format == "fp8" else 288) % 256)
+
+    lib.impl("dsv41_pack", pack_cpu, "CPU")
+    yield
+    lib._destroy()
+
+
+def test_compile_fullgraph_traces_the_dsv41_pack(dsv41_cpu_stand_in):
+    import torch
+
+    import kiln
+
+    def step(latent):
+        return kiln.dsv41_fp4_quantize_pack_sparse_mla_cache(latent, kv_layout="NHD").sum(dtype=torch.int64)
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    latent = torch.zeros(3, 5, 512, dtype=torch.float16)
+    assert compiled(latent).item() == 3 * 5 * 288 * (288 % 256)

@@ -42,6 +42,11 @@ UPSTREAM = {
         "qo_indptr: Optional[Tensor] = None, bmm1_scale: float = 1.0, bmm2_scale: float = 1.0, "
         "out: Optional[Tensor] = None, validate: bool = True) -> Tensor",
     "cake_sparse_mla_sm120_dsv4_nvfp4_format_info": ") -> dict",
+    # flashinfer.mla's DeepSeek-V4.1 cache writers (docs: dsv41_fp8_quantize_pack_sparse_mla_cache and siblings).
+    "dsv41_fp8_quantize_pack_sparse_mla_cache": "latent_kv: Tensor, *, kv_layout: str = 'HND') -> Tensor",
+    "dsv41_fp4_quantize_pack_sparse_mla_cache": "latent_kv: Tensor, *, kv_layout: str = 'HND') -> Tensor",
+    "dsv41_fp8_quantize_append_sparse_mla_cache": "latent_kv: Tensor, slot_mapping: Tensor, cache: Tensor) -> None",
+    "dsv41_fp4_quantize_append_sparse_mla_cache": "latent_kv: Tensor, slot_mapping: Tensor, cache: Tensor) -> None",
 }
 # kiln's own keyword-only additions after upstream's parameters (documented in tools/python/README.md).
 KILN_EXTRA = {"BatchMLADecodePagedTSWrapper.plan": ["precision"]}
