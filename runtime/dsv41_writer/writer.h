@@ -51,7 +51,7 @@ std::array<std::int64_t, 4> pack_cache_shape(CacheFormat format, const TensorVie
 
 // latent_kv: bf16 or fp16, contiguous, 16-byte aligned, [P, page, 512] or with a singleton head axis
 // ([P, 1, page, 512] or [P, page, 1, 512]); a 2-D latent has no page dimension and is refused.
-// cache: any accepted view of the format (runtime/dsv41_cache_view.h) with the same P and page.
+// cache: any accepted view of the format (runtime/paged_cache_view.h) with the same P and page.
 // Writes every row's data and scale bytes; a padded page's padding is left untouched.
 void pack(CacheFormat format, const TensorView& latent_kv, const TensorView& cache, CUstream stream,
           KernelService& service = KernelService::global());
