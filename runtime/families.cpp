@@ -2,6 +2,7 @@
 
 #include "kiln/runtime/mla_decode/family.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/sparse_dsv41/family.h"
 #include "kiln/runtime/sparse_nvfp4/family.h"
 
 namespace kiln {
@@ -11,6 +12,7 @@ void register_builtin_families() {
   nvfp4::register_writer_family();
   mla::register_mla_family();
   sparse::register_sparse_family();
+  dsv41::register_dsv41_family();
 }
 
 }  // namespace kiln

@@ -6,15 +6,12 @@
 #include <string_view>
 
 #include "kiln/kernel_templates/common/nvfp4_format.cuh"
+#include "kiln/runtime/paged_cache_view.h"
 #include "kiln/runtime/tensor_view.h"
 
 namespace kiln {
 
-struct Nvfp4CacheGeometry {
-  std::int64_t pages = 0;
-  std::int64_t page_size = 0;    // tokens per page
-  std::int64_t page_stride = 0;  // bytes
-};
+using Nvfp4CacheGeometry = PagedCacheGeometry;
 
 // What differs between the users of check_nvfp4_cache.
 struct Nvfp4CacheRules {

@@ -8,24 +8,14 @@
 #include <vector>
 
 #include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_nvfp4/decode_call.h"
 #include "kiln/runtime/sparse_nvfp4/family.h"
 #include "kiln/runtime/tensor_view.h"
 
 namespace kiln::sparse {
 
-// The seed's keyword arguments. Optional tensors are absent when empty; every given one is checked.
-struct SparseOptions {
-  std::optional<TensorView> topk_length;        // int32 [>= T]: active prefix of each indices row
-  std::optional<TensorView> attn_sink;          // fp32 [>= H]: natural-log sink logit per head
-  std::optional<TensorView> extra_kv_cache;     // second pool, same format; needs extra_indices
-  std::optional<TensorView> extra_indices;      // int32 [T, extra_topk] or [T, 1, extra_topk]; needs extra_kv_cache
-  std::optional<TensorView> extra_topk_length;  // int32 [>= T]; needs extra_indices
-  std::optional<TensorView> mid_out;            // bf16 [T, H, S, 512], S >= num_splits: required when the plan splits
-  std::optional<TensorView> mid_lse;            // fp32 [T, H, S], same S as mid_out
-  double lse_scale = 1.0;                       // multiplies the base-2 LSE (ln 2 gives natural log)
-  std::optional<int> num_splits;                // overrides plan_splits (normalised like a planned value)
-  int max_splits = 16;                          // caps plan_splits
-  std::optional<int> head_tiles;                // overrides plan_head_tiles: 1, or 2 when H % 32 == 0
+// The seed's keyword arguments (the shared ones, then kiln's overrides of its own kernel choice).
+struct SparseOptions : SparseCallOptions {
   std::optional<SparseKernel> kernel;           // overrides the launcher's choice of decode kernel (tests, benchmarks)
   std::optional<bool> cluster;                  // overrides sparse_cluster_size's choice (true: always when it can, false: never)
 };

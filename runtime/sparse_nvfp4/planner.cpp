@@ -33,12 +33,10 @@ void check_common(int tokens, int heads, int topk, int extra_topk, int sms) {
 
 int num_chunks(int topk, int extra_topk) {
   check_topk(topk, extra_topk);
-  return ceil_div(topk, kSparseChunk) + ceil_div(extra_topk, kSparseChunk);
+  return chunks_of(topk, extra_topk);
 }
 
-int min_splits(int topk, int extra_topk, int max_splits) {
-  if (max_splits < 1) check::fail("max_splits", ">= 1", num(max_splits));
-  const int chunks = num_chunks(topk, extra_topk);
+int min_splits_for_chunks(int chunks, int max_splits) {
   const int n = ceil_div(chunks, kSparseMaxChunksPerBlock);
   if (n > max_splits) {
     check::fail_as(fmt::format("{} chunks need at least {} splits (at most {} chunks per block), max_splits={}", chunks, n,
@@ -50,11 +48,22 @@ int min_splits(int topk, int extra_topk, int max_splits) {
   return n;
 }
 
-int64_t scratch_bytes(int tokens, int heads, int topk, int extra_topk) {
+int min_splits(int topk, int extra_topk, int max_splits) {
+  if (max_splits < 1) check::fail("max_splits", ">= 1", num(max_splits));
+  return min_splits_for_chunks(num_chunks(topk, extra_topk), max_splits);
+}
+
+int64_t scratch_bytes_for_chunks(int tokens, int heads, int chunks) {
   if (tokens < 0) check::fail("tokens (T)", ">= 0", num(tokens));
   if (heads < 1) check::fail("heads (H)", ">= 1", num(heads));
   const int64_t rows = int64_t(tokens) * heads;
-  return rows * num_chunks(topk, extra_topk) * (512 * 2 + 4) + rows * 4 + 48;
+  return rows * chunks * (512 * 2 + 4) + rows * 4 + 48;
+}
+
+int64_t scratch_bytes(int tokens, int heads, int topk, int extra_topk) {
+  if (tokens < 0) check::fail("tokens (T)", ">= 0", num(tokens));
+  if (heads < 1) check::fail("heads (H)", ">= 1", num(heads));
+  return scratch_bytes_for_chunks(tokens, heads, num_chunks(topk, extra_topk));
 }
 
 int plan_head_tiles(int tokens, int heads, int topk, int extra_topk, int sms) {
@@ -101,8 +110,7 @@ SplitPlan plan_splits(int tokens, int heads, int topk, int extra_topk, int sms, 
   return SplitPlan{ceil_div(chunks, cpb), cpb};
 }
 
-SplitPlan resolve_splits(int topk, int extra_topk, int num_splits) {
-  const int chunks = num_chunks(topk, extra_topk);
+SplitPlan resolve_splits_for_chunks(int chunks, int num_splits) {
   if (num_splits < 1) check::fail_as(fmt::format("num_splits must be positive, got {}", num_splits), "num_splits", ">= 1", num(num_splits));
   const int cpb = ceil_div(chunks, num_splits);
   if (cpb > kSparseMaxChunksPerBlock) {
@@ -114,6 +122,10 @@ SplitPlan resolve_splits(int topk, int extra_topk, int num_splits) {
                 fmt::format("{} ({} chunks per block)", num_splits, cpb));
   }
   return SplitPlan{ceil_div(chunks, cpb), cpb};
+}
+
+SplitPlan resolve_splits(int topk, int extra_topk, int num_splits) {
+  return resolve_splits_for_chunks(num_chunks(topk, extra_topk), num_splits);
 }
 
 }  // namespace kiln::sparse

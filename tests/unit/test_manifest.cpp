@@ -10,6 +10,7 @@
 #include "kiln/jit/error.h"
 #include "kiln/jit/semantic_key.h"
 #include "kiln/runtime/manifest.h"
+#include "kiln/runtime/sparse_dsv41/launcher.h"
 #include "tools/default_manifest.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/files.h"
@@ -175,6 +176,30 @@ TEST_CASE("manifest: the default manifest's sm_120a-only policies are skipped fo
   CHECK(skipped_120 == without_twin(all_90, got_120, "sm_120a"));
   CHECK(skipped_90 > 0);
   CHECK(skipped_120 > 0);
+}
+
+TEST_CASE("manifest: the default sparse_dsv41 policies are the variants the launcher picks, on both targets", "[unit]") {
+  // The fragment default_manifest() holds once kDefaultHasDsv41 is set, as a manifest of its own.
+  const std::string text = fmt::format(R"({{"archs": ["sm_90a", "sm_120a"], "policies": [{}]}})", kiln::tools::dsv41_default_policies());
+  const std::vector<SemanticKey> keys = kiln::parse_manifest(text, "(dsv41 defaults)");
+  // H 64 and 128, with and without the extra cache, split or not, on each of two targets.
+  CHECK(keys.size() == 2 * 2 * 2 * 2);
+  std::set<std::string> shapes;
+  for (const SemanticKey& k : keys) {
+    INFO(k.str());
+    CHECK(k.family() == "sparse_dsv41");
+    const json& p = k.policy();
+    const int heads = p["heads"].get<int>();
+    const auto variants = kiln::dsv41::dsv41_variants_for(k.arch(), heads);
+    REQUIRE(variants.size() == 1);
+    CHECK(p["variant"] == kiln::dsv41::dsv41_variant_name(variants[0]));
+    shapes.insert(k.arch() + " " + p["heads"].dump() + " " + p["has_extra"].dump() + " " + p["split"].dump());
+  }
+  CHECK(shapes.size() == keys.size());
+  // Until the kernels land the default manifest leaves them out (kiln prebuild compiles every default key).
+  bool any = false;
+  for (const SemanticKey& k : kiln::parse_manifest(kiln::tools::default_manifest(), "(default)")) any |= k.family() == "sparse_dsv41";
+  CHECK(any == (kiln::tools::default_manifest().find("sparse_dsv41") != std::string_view::npos));
 }
 
 TEST_CASE("manifest: an empty manifest gives no keys", "[unit]") {

@@ -1,0 +1,207 @@
+#include "kiln/runtime/sparse_dsv41/launcher.h"
+
+#include <fmt/format.h>
+
+#include <climits>
+
+#include "kiln/jit/error.h"
+#include "kiln/kernel_templates/sparse_dsv41/params.cuh"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/paged_cache_view.h"
+#include "kiln/runtime/sparse_dsv41/planner.h"
+#include "kiln/runtime/stream_device.h"
+#include "kiln/runtime/validation.h"
+
+namespace kiln::dsv41 {
+
+namespace {
+
+using sparse::SparseCall;
+using sparse::SparseCallArgs;
+
+// At T == 0 the split planner gives the same plan for every SM count >= 4 (no CTA reaches any
+// threshold), so the zero-token path resolves its plan with this stand-in and needs no driver.
+constexpr int kZeroTokenSms = 132;
+
+void check_heads(const TensorView& q, std::int64_t heads) {
+  if (dsv41_heads_supported(heads)) return;
+  check::fail_as(fmt::format("Cake SM120 DSv4.1 mixed sparse MLA supports (8, 16, 32, 48, 64, 80, 96, 112, 128) query heads, got {}", heads),
+                 "q", "H one of 8, 16, 32, 48, 64, 80, 96, 112, 128", fmt::format("H = {} (shape {})", heads, q.shape_string()));
+}
+
+PagedCacheGeometry check_main(const TensorView& cache, std::string_view arg) {
+  return check_record_cache(cache, arg, kDsv41MainRecordBytes);
+}
+
+PagedCacheGeometry check_extra(const TensorView& cache, std::string_view arg) {
+  return check_record_cache(cache, arg, kDsv41ExtraRecordBytes);
+}
+
+constexpr sparse::SparseCallFormat kDsv41Format{&check_heads, &check_main, &check_extra, 1};
+
+struct Args : SparseCallArgs {
+  const Dsv41Options& opt;
+  Args(const TensorView& q, const TensorView& kv, const TensorView& idx, const TensorView& out, const TensorView& lse,
+       double sm_scale, const Dsv41Options& o)
+      : SparseCallArgs{q, kv, idx, out, lse, sm_scale, o}, opt(o) {}
+};
+
+// Every rule that does not depend on the device (no driver call).
+SparseCall check_static(const Args& a) {
+  const Dsv41Options& opt = a.opt;
+  const SparseCall c = check_sparse_tensors(a, kDsv41Format);
+  resolve_precision(opt.compute_precision);
+  if (opt.variant) resolve_variant("sm_90a", c.heads, opt.variant);  // the name alone; the device is checked later
+  const int chunks = num_chunks(c.topk, c.extra_topk);
+  if (opt.num_splits) {
+    const SplitPlan s = sparse::resolve_splits_for_chunks(chunks, *opt.num_splits);
+    require_sparse_scratch(a, c, s.num_splits, "num_splits makes the plan split");
+  } else {
+    require_sparse_scratch(a, c, sparse::min_splits_for_chunks(chunks, opt.max_splits), "more than 16 chunks always split");
+  }
+  check_sparse_aliasing(a, c);
+  return c;
+}
+
+// The variant and the plan for `device`, and the checks that depend on them (still no driver call).
+Dsv41Plan finish_plan(const Args& a, const SparseCall& c, const Dsv41Device& device) {
+  const Dsv41Options& opt = a.opt;
+  const Dsv41Variant variant = resolve_variant(device.arch, c.heads, opt.variant);
+  const int tiles = variant_head_tiles(variant, c.heads);
+  if (opt.head_tiles && *opt.head_tiles != tiles) {
+    check::fail_as(fmt::format("head_tiles={} does not match variant '{}', which uses {} for {} heads", *opt.head_tiles,
+                               dsv41_variant_name(variant), tiles, c.heads),
+                   "head_tiles", fmt::format("{} (or None)", tiles), fmt::format("{}", *opt.head_tiles));
+  }
+  const bool ragged = opt.topk_length.has_value() || opt.extra_topk_length.has_value();
+  const Dsv41Plan plan = resolve_dsv41_plan(static_cast<int>(c.tokens), c.heads, c.topk, c.extra_topk, device, variant,
+                                            opt.num_splits, opt.max_splits, ragged);
+  require_sparse_scratch(a, c, plan.num_splits, "the planned num_splits is > 1 (pass num_splits = 1 to forbid splitting)");
+  check_sparse_grid(c, plan.num_splits);
+  return plan;
+}
+
+// Without a device the variant is the pinned one or "default" (the one every target runs).
+Dsv41Device zero_token_device(const Dsv41Options& opt) {
+  const bool sm90 = opt.variant && *opt.variant == dsv41_variant_name(Dsv41Variant::kSm90);
+  return Dsv41Device{sm90 ? "sm_90a" : "sm_120a", kZeroTokenSms, false};
+}
+
+LaunchConfig decode_config(const Dsv41Policy& policy, const SparseNvfp4Params& params) {
+  LaunchConfig decode;
+  if (policy.variant == Dsv41Variant::kSm90) {
+    decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits));
+    decode.block[0] = kSparseSm90Threads;
+    decode.smem_bytes = sparse_dsv41_sm90_smem_bytes();
+    if (sparse_sm90_cluster(policy.heads) > 1) decode.cluster[0] = static_cast<unsigned>(sparse_sm90_cluster(policy.heads));
+  } else {
+    decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));
+    decode.block[0] = kDsv41SmallThreads;
+    decode.smem_bytes = sparse_dsv41_small_smem_bytes();
+  }
+  return decode;
+}
+
+const char* target_arch(sparse::SparseTarget t, KernelService& service, int device) {
+  switch (t) {
+    case sparse::SparseTarget::kSm90a: return "sm_90a";
+    case sparse::SparseTarget::kSm120a: return "sm_120a";
+    case sparse::SparseTarget::kOther: break;
+  }
+  return service.device_arch(device).c_str();  // refused by resolve_variant, which names it
+}
+
+}  // namespace
+
+int resolve_precision(std::string_view compute_precision) {
+  if (compute_precision == "default" || compute_precision == "bf16") return 0;
+  if (compute_precision == "fp8") {
+    check::unsupported_as("compute_precision='fp8' is not available in kiln; only (\"bf16\",) is available", "compute_precision",
+                          "(\"bf16\",) (\"default\" selects it)", "'fp8'");
+  }
+  check::fail_as(fmt::format("compute_precision must be one of ('default', 'bf16', 'fp8'), got '{}'", compute_precision),
+                 "compute_precision", "\"default\" or \"bf16\"", fmt::format("'{}'", compute_precision));
+}
+
+Dsv41Variant resolve_variant(std::string_view arch, int heads, std::optional<std::string_view> requested) {
+  const bool sm90 = arch == "sm_90a";
+  if (!sm90 && arch != "sm_120a") {
+    check::unsupported("device", "an sm_90a or sm_120a GPU (the targets kiln has this decode for)", fmt::format("arch {}", arch));
+  }
+  if (requested) {
+    const std::optional<Dsv41Variant> v = parse_dsv41_variant(*requested);
+    if (!v) {
+      check::fail_as(fmt::format("unknown exact variant '{}'; kiln's variants are ('default', 'sm90')", *requested), "variant",
+                     "\"default\" or \"sm90\" (format_info()[\"variants\"]) or None", fmt::format("'{}'", *requested));
+    }
+    if (*v == Dsv41Variant::kSm90 && !sm90) {
+      check::fail_as(fmt::format("variant 'sm90' is not exported for {} ({} heads); it needs sm_90a", arch, heads), "variant",
+                     "\"default\" (or None) on this GPU", "'sm90'");
+    }
+    return *v;
+  }
+  return sm90 && heads >= 32 ? Dsv41Variant::kSm90 : Dsv41Variant::kDefault;
+}
+
+int variant_head_tiles(Dsv41Variant variant, int heads) {
+  return variant == Dsv41Variant::kSm90 ? plan_head_tiles(0, heads, 1, 0, 1) : 1;
+}
+
+Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, const Dsv41Device& device, Dsv41Variant variant,
+                             std::optional<int> num_splits, int max_splits, bool ragged) {
+  Dsv41Plan r;
+  r.variant = variant;
+  r.head_tiles = variant_head_tiles(variant, heads);
+  const SplitPlan s =
+      num_splits ? resolve_splits(topk, extra_topk, *num_splits)
+                 : plan_splits(tokens, heads, topk, extra_topk, device.sms,
+                               SplitOptions{max_splits, plan_head_tiles(tokens, heads, topk, extra_topk, device.sms),
+                                            device.unified_memory, ragged});
+  r.num_splits = s.num_splits;
+  r.chunks_per_block = s.chunks_per_block;
+  return r;
+}
+
+std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads) {
+  return {resolve_variant(arch, heads)};
+}
+
+Dsv41Policy dsv41_policy(int heads, bool has_extra, const Dsv41Plan& plan) {
+  return Dsv41Policy{heads, has_extra, plan.num_splits > 1, plan.variant};
+}
+
+Dsv41Plan plan_dsv41_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
+                            const TensorView& output, const TensorView& out_lse, double sm_scale, const Dsv41Options& opt,
+                            const Dsv41Device& device) {
+  if (device.sms < 1) check::fail("sms", ">= 1", fmt::format("{}", device.sms));
+  const Args a{q, kv_cache, indices, output, out_lse, sm_scale, opt};
+  const SparseCall c = check_static(a);
+  return finish_plan(a, c, c.tokens == 0 ? zero_token_device(opt) : device);
+}
+
+Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
+                                                   const TensorView& output, const TensorView& out_lse, double sm_scale,
+                                                   const Dsv41Options& opt, CUstream stream, KernelService& service) {
+  const Args a{q, kv_cache, indices, output, out_lse, sm_scale, opt};
+  const SparseCall c = check_static(a);
+  if (c.tokens == 0) return finish_plan(a, c, zero_token_device(opt));
+  const StreamDevice on(stream);
+  check_sparse_devices(on, a);
+  const int device = on.device();
+  // kiln has no target for CC 12.1 (device_arch refuses it), so no device it runs on shares host memory.
+  const Dsv41Device target{target_arch(sparse::device_target(service, device), service, device), service.device_sm_count(device),
+                           false};
+  const Dsv41Plan plan = finish_plan(a, c, target);
+  const SparseNvfp4Params params = sparse_params(a, c, plan.num_splits, plan.chunks_per_block);
+  const Dsv41Policy policy = dsv41_policy(c.heads, c.has_extra, plan);
+  const KernelHandle& handle = acquire(service, policy, stream, device);
+  sparse::launch_sparse_decode(handle, decode_config(policy, params), params, policy.heads, policy.split, opt.enable_pdl.value_or(true),
+                               stream);
+  return plan;
+}
+
+void warm_sparse_dsv41(const Dsv41Policy& policy, const std::vector<int>& devices, KernelService& service) {
+  warm_policy(service, policy, devices);
+}
+
+}  // namespace kiln::dsv41

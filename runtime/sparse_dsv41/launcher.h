@@ -1,0 +1,87 @@
+#pragma once
+// Engine API of the sparse DeepSeek-V4.1 MLA decode (seed: FlashInfer's
+// cake_sparse_mla_sm120_dsv41_mixed_decode; contract: runtime/sparse_dsv41/README.md). Host
+// validation, variant and plan resolution, key, launch.
+#include <cuda.h>
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_dsv41/family.h"
+#include "kiln/runtime/sparse_nvfp4/decode_call.h"
+#include "kiln/runtime/tensor_view.h"
+
+namespace kiln::dsv41 {
+
+// The seed's keyword arguments: the sparse decode's shared ones, then this entry's three.
+struct Dsv41Options : sparse::SparseCallOptions {
+  std::optional<std::string_view> variant;      // "default" or "sm90"; none: kiln's choice for the device
+  std::string_view compute_precision = "bf16";  // "default" or "bf16" (upstream's "fp8" is not implemented)
+  std::optional<bool> enable_pdl;               // programmatic dependent launch; none: on
+};
+
+// The seed's returned dict {"variant", "head_tiles", "num_splits", "chunks_per_block", "precision"}.
+struct Dsv41Plan {
+  Dsv41Variant variant = Dsv41Variant::kDefault;
+  int head_tiles = 1;  // the variant's tile count: 1 for "default", plan_head_tiles(H) for "sm90"
+  int num_splits = 1;
+  int chunks_per_block = 1;
+  int precision = 0;  // 0 = bf16
+  bool operator==(const Dsv41Plan&) const = default;
+};
+
+// What resolving a plan needs to know about the GPU.
+struct Dsv41Device {
+  std::string_view arch = "sm_90a";  // kiln's target for the device
+  int sms = 132;
+  bool unified_memory = false;  // CC 12.1 (GB10); kiln has no target for it, so the launcher passes false
+};
+
+// Writes output [T, H, 512] bf16 and out_lse [T, H] fp32 in place on `stream` and returns the
+// resolved plan. Every argument is checked on the host before any driver call (kiln::Error naming
+// the argument, with upstream's phrase); T == 0 returns the plan without touching the driver (the
+// variant is then the pinned one, or "default", since the device is not asked). Allocates nothing and
+// formats nothing unless it throws, so it can run inside CUDA graph capture once the plan's key is
+// warm (warm_sparse_dsv41).
+Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
+                                                   const TensorView& output, const TensorView& out_lse, double sm_scale,
+                                                   const Dsv41Options& opt, CUstream stream,
+                                                   KernelService& service = KernelService::global());
+
+// The same checks and plan resolution as the launcher for `device`, without a driver and without
+// launching: lets an engine (and the unit tests) validate a call and size mid_out/mid_lse.
+Dsv41Plan plan_dsv41_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
+                            const TensorView& output, const TensorView& out_lse, double sm_scale, const Dsv41Options& opt,
+                            const Dsv41Device& device);
+
+// The precision code of compute_precision: 0 (bf16) for "default" and "bf16"; "fp8" is kUnsupported,
+// anything else kInvalidArgument, both naming compute_precision.
+int resolve_precision(std::string_view compute_precision);
+
+// The variant a call runs on `arch`: `requested` when given (an unknown name is invalid; "sm90"
+// anywhere but sm_90a is not exported there), else "sm90" on sm_90a for H >= 32 and "default"
+// otherwise. An arch kiln has no kernel for is kUnsupported naming it.
+Dsv41Variant resolve_variant(std::string_view arch, int heads, std::optional<std::string_view> requested = std::nullopt);
+
+// The head tiles a variant reports: 1 for "default" (one 16-head tile per CTA), plan_head_tiles(H)
+// for "sm90".
+int variant_head_tiles(Dsv41Variant variant, int heads);
+
+// Plan resolution from shapes alone (the launcher's rule): num_splits = resolve_splits(override) or
+// plan_splits with plan_head_tiles(H) whatever the variant, `ragged` when a length tensor is given.
+Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, const Dsv41Device& device, Dsv41Variant variant,
+                             std::optional<int> num_splits = std::nullopt, int max_splits = 16, bool ragged = false);
+
+// Every variant the launcher picks on `arch` for H heads without an override (what a prebuild
+// manifest needs for that target).
+std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads);
+
+// The policy (kernel key) a resolved plan launches.
+Dsv41Policy dsv41_policy(int heads, bool has_extra, const Dsv41Plan& plan);
+
+// Compiles (or loads from cache) and loads `policy`'s module on each device (arch from the device).
+void warm_sparse_dsv41(const Dsv41Policy& policy, const std::vector<int>& devices, KernelService& service = KernelService::global());
+
+}  // namespace kiln::dsv41
