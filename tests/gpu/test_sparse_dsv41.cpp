@@ -93,35 +93,7 @@ struct Pool {
   int record() const { return kt::dsv41_geometry(format).record_bytes; }
   long long slots() const { return pages * page_size; }
   kt::Dsv41Cache cache() const { return {format, host.data(), page_stride, page_size}; }
-  TensorView view(View v) const {
-    TensorView t;
-    t.data = dev->get();
-    t.dtype = DType::kU8;
-    const std::int64_t rec = record(), page_bytes = rec * page_size;
-    switch (v) {
-      case View::k2d:
-        t.rank = 2;
-        t.shape = {pages, page_bytes};
-        t.strides = {page_stride, 1};
-        break;
-      case View::k3d:
-        t.rank = 3;
-        t.shape = {pages, page_size, rec};
-        t.strides = {page_stride, rec, 1};
-        break;
-      case View::kHnd:
-        t.rank = 4;
-        t.shape = {pages, 1, page_size, rec};
-        t.strides = {page_stride, page_bytes, rec, 1};
-        break;
-      case View::kNhd:
-        t.rank = 4;
-        t.shape = {pages, page_size, 1, rec};
-        t.strides = {page_stride, rec, rec, 1};
-        break;
-    }
-    return t;
-  }
+  TensorView view(View v) const { return cache_view(dev->get(), record(), page_size, page_stride, pages, v); }
   void upload() {
     dev = std::make_unique<DeviceBuffer>(host.size());
     dev->upload(host.data(), host.size());
@@ -172,7 +144,7 @@ Pool make_pool(Dsv41Format format, int page_size, int stride_pad, const std::vec
   p.format = format;
   p.page_size = page_size;
   p.page_stride = static_cast<long long>(page_size) * p.record() + stride_pad;
-  p.pages = std::max<long long>(8, (4096 + page_size - 1) / page_size);
+  p.pages = pool_pages(page_size);
   p.host.assign(static_cast<std::size_t>(p.pages * p.page_stride), kNanByte);
   for (long long pg = 0; pg < p.pages; ++pg) {
     std::memset(&p.host[pg * p.page_stride + static_cast<long long>(page_size) * p.record()], pad_byte, stride_pad);
@@ -263,8 +235,6 @@ std::vector<std::int32_t> draw_indices(Rng& rng, const Dsv41Case& c, bool extra,
   }
   return idx;
 }
-
-long long pool_pages(int page) { return std::max<long long>(8, (4096 + page - 1) / page); }
 
 // One case: its rounds of inputs (the graph test rewrites them in place), its pools and sinks.
 struct HostCase {
@@ -428,53 +398,35 @@ struct DeviceCase {
     for (DeviceBuffer* b : {&out, &lse, &mid_out, &mid_lse}) b->fill(kNanByte);
   }
 
-  TensorView q_view() const { return TensorView::contiguous(q.get(), DType::kBf16, {c.tokens, c.heads, kDims}); }
-  TensorView out_view() const { return TensorView::contiguous(out.get(), DType::kBf16, {c.tokens, c.heads, kDims}); }
-  TensorView lse_view() const { return TensorView::contiguous(lse.get(), DType::kF32, {c.tokens, c.heads}); }
-  TensorView indices_view() const {
-    TensorView v;
-    v.data = idx.get();
-    v.dtype = DType::kI32;
-    const std::int64_t stride = c.topk + c.idx_pad;
-    if (c.rank3_indices) {
-      v.rank = 3;
-      v.shape = {c.tokens, 1, c.topk};
-      v.strides = {stride, stride, 1};
-    } else {
-      v.rank = 2;
-      v.shape = {c.tokens, c.topk};
-      v.strides = {stride, 1};
-    }
-    return v;
-  }
-  Dsv41Options options(const Launch& l, bool with_scratch) const {
-    Dsv41Options o;
-    if (c.main_lengths_given()) o.topk_length = TensorView::contiguous(len.get(), DType::kI32, {c.tokens});
-    if (c.sink) o.attn_sink = TensorView::contiguous(sink.get(), DType::kF32, {c.heads});
-    if (c.has_extra) {
-      o.extra_kv_cache = extra_view;
-      o.extra_indices = TensorView::contiguous(xidx.get(), DType::kI32, {c.tokens, c.extra_topk});
-      if (c.extra_lengths_given()) o.extra_topk_length = TensorView::contiguous(xlen.get(), DType::kI32, {c.tokens});
-    }
+  CallBuffers buffers(bool with_scratch) const {
+    CallBuffers b;
+    b.main_cache = main_view;
+    b.extra_cache = extra_view;
+    b.q = q.get();
+    b.indices = idx.get();
+    b.extra_indices = xidx.get();
+    b.lengths = len.get();
+    b.extra_lengths = xlen.get();
+    b.sink = sink.get();
+    b.out = out.get();
+    b.lse = lse.get();
     if (with_scratch) {
       const Scratch s = external.value_or(Scratch{mid_out.get(), mid_lse.get(), split_stride});
-      o.mid_out = TensorView::contiguous(s.mid_out, DType::kBf16, {c.tokens, c.heads, s.splits, kDims});
-      o.mid_lse = TensorView::contiguous(s.mid_lse, DType::kF32, {c.tokens, c.heads, s.splits});
+      b.mid_out = s.mid_out;
+      b.mid_lse = s.mid_lse;
+      b.splits = s.splits;
     }
-    o.lse_scale = lse_scale;
-    o.num_splits = l.num_splits;
-    if (l.variant) o.variant = kiln::dsv41::dsv41_variant_name(to_kiln(*l.variant));
-    o.enable_pdl = l.enable_pdl;
-    return o;
+    return b;
   }
   Dsv41Plan launch(const Launch& l, bool with_scratch, CUstream stream) const {
-    return kiln::dsv41::cake_sparse_mla_sm120_dsv41_mixed_decode(q_view(), main_view, indices_view(), out_view(), lse_view(), h.sm_scale,
-                                                                options(l, with_scratch), stream);
+    const Call call = make_call(c, l, buffers(with_scratch), lse_scale);
+    return kiln::dsv41::cake_sparse_mla_sm120_dsv41_mixed_decode(call.q, call.kv_cache, call.indices, call.output, call.out_lse, h.sm_scale,
+                                                                call.opt, stream);
   }
   // The plan the launcher resolves for this call on this device, without launching.
   Dsv41Plan plan(const Launch& l, bool with_scratch = true) const {
-    return kiln::dsv41::plan_dsv41_decode(q_view(), main_view, indices_view(), out_view(), lse_view(), h.sm_scale, options(l, with_scratch),
-                                          device());
+    const Call call = make_call(c, l, buffers(with_scratch), lse_scale);
+    return kiln::dsv41::plan_dsv41_decode(call.q, call.kv_cache, call.indices, call.output, call.out_lse, h.sm_scale, call.opt, device());
   }
 };
 

@@ -1,5 +1,6 @@
 #include "tests/support/dsv41_matrix.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace kiln::testing::dsv41_matrix {
@@ -233,6 +234,78 @@ std::vector<Launch> launches(const Dsv41Case& c, bool sm90) {
     else if (i % 3 == 2) out[i].enable_pdl = false;
   }
   return out;
+}
+
+long long pool_pages(int page) { return std::max<long long>(8, (4096 + page - 1) / page); }
+
+kiln::TensorView cache_view(void* base, int record, int page, long long page_stride, long long pages, View v) {
+  kiln::TensorView t;
+  t.data = base;
+  t.dtype = kiln::DType::kU8;
+  const std::int64_t rec = record, page_bytes = static_cast<std::int64_t>(record) * page;
+  switch (v) {
+    case View::k2d:
+      t.rank = 2;
+      t.shape = {pages, page_bytes};
+      t.strides = {page_stride, 1};
+      break;
+    case View::k3d:
+      t.rank = 3;
+      t.shape = {pages, page, rec};
+      t.strides = {page_stride, rec, 1};
+      break;
+    case View::kHnd:
+      t.rank = 4;
+      t.shape = {pages, 1, page, rec};
+      t.strides = {page_stride, page_bytes, rec, 1};
+      break;
+    case View::kNhd:
+      t.rank = 4;
+      t.shape = {pages, page, 1, rec};
+      t.strides = {page_stride, rec, rec, 1};
+      break;
+  }
+  return t;
+}
+
+Call make_call(const Dsv41Case& c, const Launch& l, const CallBuffers& b, double lse_scale) {
+  using kiln::DType;
+  using kiln::TensorView;
+  constexpr std::int64_t kDims = 512;
+  Call call;
+  call.q = TensorView::contiguous(b.q, DType::kBf16, {c.tokens, c.heads, kDims});
+  call.kv_cache = b.main_cache;
+  call.indices.data = b.indices;
+  call.indices.dtype = DType::kI32;
+  const std::int64_t stride = c.topk + c.idx_pad;
+  if (c.rank3_indices) {
+    call.indices.rank = 3;
+    call.indices.shape = {c.tokens, 1, c.topk};
+    call.indices.strides = {stride, stride, 1};
+  } else {
+    call.indices.rank = 2;
+    call.indices.shape = {c.tokens, c.topk};
+    call.indices.strides = {stride, 1};
+  }
+  call.output = TensorView::contiguous(b.out, DType::kBf16, {c.tokens, c.heads, kDims});
+  call.out_lse = TensorView::contiguous(b.lse, DType::kF32, {c.tokens, c.heads});
+  kiln::dsv41::Dsv41Options& o = call.opt;
+  if (c.main_lengths_given()) o.topk_length = TensorView::contiguous(b.lengths, DType::kI32, {c.tokens});
+  if (c.sink) o.attn_sink = TensorView::contiguous(b.sink, DType::kF32, {c.heads});
+  if (c.has_extra) {
+    o.extra_kv_cache = b.extra_cache;
+    o.extra_indices = TensorView::contiguous(b.extra_indices, DType::kI32, {c.tokens, c.extra_topk});
+    if (c.extra_lengths_given()) o.extra_topk_length = TensorView::contiguous(b.extra_lengths, DType::kI32, {c.tokens});
+  }
+  if (b.splits > 0) {
+    o.mid_out = TensorView::contiguous(b.mid_out, DType::kBf16, {c.tokens, c.heads, b.splits, kDims});
+    o.mid_lse = TensorView::contiguous(b.mid_lse, DType::kF32, {c.tokens, c.heads, b.splits});
+  }
+  o.lse_scale = lse_scale;
+  o.num_splits = l.num_splits;
+  if (l.variant) o.variant = variant_name(*l.variant);
+  o.enable_pdl = l.enable_pdl;
+  return call;
 }
 
 double oracle_gmacs(const Dsv41Case& c) { return static_cast<double>(c.tokens) * c.heads * (c.topk + c.xtopk()) * 1024 * 1e-9; }

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/runtime/sparse_dsv41/launcher.h"
+#include "kiln/runtime/tensor_view.h"
+
 namespace kiln::testing::dsv41_matrix {
 
 // How a cache is shown to the decode: [P, page_bytes], [P, page, rec], [P, 1, page, rec], [P, page, 1, rec].
@@ -81,6 +84,38 @@ std::vector<Launch> launches(const Dsv41Case& c, bool sm90);
 
 // num_splits as the decode normalises an explicit count: cpb = ceil(chunks / n), ceil(chunks / cpb).
 int normalised_splits(int chunks, int num_splits);
+
+// Pages of every pool of the suite: max(8, ceil(4096 / page)), so each holds >= 4096 slots.
+long long pool_pages(int page);
+
+// View `v` of a cache of `pages` pages of `page` records of `record` bytes, page_stride bytes apart.
+kiln::TensorView cache_view(void* base, int record, int page, long long page_stride, long long pages, View v);
+
+// Where one launch's tensors live (device memory in the GPU suite, stand-in addresses in the unit
+// suite, which checks every launch of the matrix against the launcher's host validation).
+struct CallBuffers {
+  kiln::TensorView main_cache, extra_cache;  // cache_view()s
+  void* q = nullptr;
+  void* indices = nullptr;
+  void* extra_indices = nullptr;
+  void* lengths = nullptr;
+  void* extra_lengths = nullptr;
+  void* sink = nullptr;
+  void* out = nullptr;
+  void* lse = nullptr;
+  void* mid_out = nullptr;
+  void* mid_lse = nullptr;
+  int splits = 0;  // S of mid_out and mid_lse; 0: no split scratch passed
+};
+
+// The decode call of one launch of a case: q [T, H, 512], indices ([T, topk] or [T, 1, topk] with
+// the case's row padding), output, out_lse and the options (lengths, sink, extra cache, scratch,
+// lse_scale, the launch's num_splits, variant and enable_pdl).
+struct Call {
+  kiln::TensorView q, kv_cache, indices, output, out_lse;
+  kiln::dsv41::Dsv41Options opt;
+};
+Call make_call(const Dsv41Case& c, const Launch& l, const CallBuffers& b, double lse_scale);
 
 // The oracle's cost of one case: T * H * (topk + extra_topk) * 1024 multiply-adds, in G.
 double oracle_gmacs(const Dsv41Case& c);

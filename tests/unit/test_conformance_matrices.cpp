@@ -9,6 +9,8 @@
 #include <set>
 #include <utility>
 
+#include "kiln/jit/error.h"
+#include "kiln/runtime/sparse_dsv41/launcher.h"
 #include "tests/support/dsv41_matrix.h"
 #include "tests/support/mla_matrix.h"
 #include "tests/support/sparse_matrix.h"
@@ -251,4 +253,61 @@ TEST_CASE("dsv41 conformance matrix covers every value of every axis of the cont
   double gmacs = 0;
   for (const dsv41::Dsv41Case& c : m) gmacs += dsv41::oracle_gmacs(c);
   CHECK(gmacs < 16);
+}
+
+// Every launch the GPU suite makes of the matrix is a call the launcher accepts, on both targets,
+// with the plan the suite expects: checked here on the host (plan_dsv41_decode, the launcher's checks
+// without a driver) over stand-in addresses, so that a case the contract refuses fails in CI rather
+// than on the GPU machine.
+TEST_CASE("dsv41 conformance matrix: every launch passes the launcher's host checks", "[unit]") {
+  namespace ds = kiln::dsv41;
+  const auto at = [](int k) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(k + 1) << 40); };  // disjoint, aligned
+  std::size_t calls = 0;
+  for (const dsv41::Dsv41Case& c : dsv41::conformance_matrix()) {
+    INFO(c.label());
+    dsv41::CallBuffers b;
+    b.main_cache = dsv41::cache_view(at(0), 528, c.page, 528LL * c.page + c.stride_pad, dsv41::pool_pages(c.page), c.view);
+    if (c.has_extra) {
+      b.extra_cache = dsv41::cache_view(at(1), 288, c.extra_page, 288LL * c.extra_page + c.extra_stride_pad, dsv41::pool_pages(c.extra_page),
+                                        c.extra_view);
+    }
+    void** buffers[] = {&b.q, &b.indices, &b.extra_indices, &b.lengths, &b.extra_lengths, &b.sink, &b.out, &b.lse, &b.mid_out, &b.mid_lse};
+    for (int k = 0; k < 10; ++k) *buffers[k] = at(2 + k);
+    for (const bool sm90 : {true, false}) {
+      const ds::Dsv41Device device{sm90 ? "sm_90a" : "sm_120a", sm90 ? 132 : 188, false};
+      for (const dsv41::Launch& l : dsv41::launches(c, sm90)) {
+        INFO(device.arch << " [" << l.name() << "]");
+        b.splits = c.chunks();
+        const dsv41::Call call = dsv41::make_call(c, l, b, c.lse_scale);
+        ds::Dsv41Plan plan;
+        REQUIRE_NOTHROW(plan = ds::plan_dsv41_decode(call.q, call.kv_cache, call.indices, call.output, call.out_lse, 0.044, call.opt, device));
+        ++calls;
+        const ds::Dsv41Variant want = l.variant ? (*l.variant == dsv41::Variant::kDefault ? ds::Dsv41Variant::kDefault : ds::Dsv41Variant::kSm90)
+                                                : (sm90 && c.heads >= 32 ? ds::Dsv41Variant::kSm90 : ds::Dsv41Variant::kDefault);
+        CHECK(plan.variant == want);
+        CHECK(plan.head_tiles == (plan.variant == ds::Dsv41Variant::kSm90 && c.heads >= 32 ? 2 : 1));
+        if (l.num_splits) CHECK(plan.num_splits == dsv41::normalised_splits(c.chunks(), *l.num_splits));
+        CHECK(plan.num_splits <= c.chunks());
+        CHECK(plan.chunks_per_block <= 16);
+        if (plan.num_splits == 1) {  // an unsplit plan needs no scratch
+          b.splits = 0;
+          const dsv41::Call bare = dsv41::make_call(c, l, b, c.lse_scale);
+          CHECK_NOTHROW(ds::plan_dsv41_decode(bare.q, bare.kv_cache, bare.indices, bare.output, bare.out_lse, 0.044, bare.opt, device));
+        }
+      }
+      // Counts below ceil(chunks / 16) leave more than 16 chunks to a CTA: refused ("at most").
+      for (int n = 1; n < (c.chunks() + 15) / 16; ++n) {
+        b.splits = c.chunks();
+        const dsv41::Call call = dsv41::make_call(c, dsv41::Launch{n, std::nullopt, std::nullopt}, b, c.lse_scale);
+        try {
+          ds::plan_dsv41_decode(call.q, call.kv_cache, call.indices, call.output, call.out_lse, 0.044, call.opt, device);
+          FAIL_CHECK("num_splits " << n << " accepted");
+        } catch (const kiln::Error& e) {
+          CHECK(e.code() == kiln::ErrorCode::kInvalidArgument);
+          CHECK_THAT(e.what(), Catch::Contains("at most"));
+        }
+      }
+    }
+  }
+  CHECK(calls > 300);
 }
