@@ -122,8 +122,8 @@ void random_main_record(Rng& rng, std::uint8_t* codes, std::uint8_t* scales) {
   }
 }
 
-// A random extra record: any E2M1 pair; per 16 dims an E4M3 scale of 2^-9 .. 0.171875 (a quarter of
-// them subnormal), or an all-zero group (scale 2^-9, codes +-0).
+// A random extra record: any E2M1 pair; per 16 dims an E4M3 scale of 2^-9 .. 0.171875 (the writer's
+// range for |x| <= 1; a fifth of them subnormal), or an all-zero group (scale 2^-9, codes +-0).
 void random_extra_record(Rng& rng, std::uint8_t* codes, std::uint8_t* scales) {
   for (int i = 0; i < 256; ++i) codes[i] = static_cast<std::uint8_t>(rng.next());
   for (int g = 0; g < 32; ++g) {
@@ -132,7 +132,7 @@ void random_extra_record(Rng& rng, std::uint8_t* codes, std::uint8_t* scales) {
       scales[g] = 0x01;
       for (int i = 0; i < 8; ++i) codes[8 * g + i] = static_cast<std::uint8_t>((rng.below(2) ? 0x08 : 0) | (rng.below(2) ? 0x80 : 0));
     } else {
-      scales[g] = static_cast<std::uint8_t>(r < 25 ? 0x01 + rng.below(7) : 0x08 + rng.below(0x2b - 0x08 + 1));
+      scales[g] = static_cast<std::uint8_t>(r < 25 ? 0x01 + rng.below(7) : 0x08 + rng.below(0x23 - 0x08 + 1));
     }
   }
 }
@@ -146,7 +146,7 @@ Pool make_pool(Dsv41Format format, int page_size, int stride_pad, const std::vec
   p.page_stride = static_cast<long long>(page_size) * p.record() + stride_pad;
   p.pages = pool_pages(page_size);
   p.host.assign(static_cast<std::size_t>(p.pages * p.page_stride), kNanByte);
-  for (long long pg = 0; pg < p.pages; ++pg) {
+  for (long long pg = 0; pg < p.pages && stride_pad > 0; ++pg) {
     std::memset(&p.host[pg * p.page_stride + static_cast<long long>(page_size) * p.record()], pad_byte, stride_pad);
   }
   Rng rng(seed);

@@ -102,7 +102,7 @@ void fill_pool(const BenchDeviceMemory& pool, bool extra, CUstream stream) {
     }
     for (std::size_t i = 0; i < kPage * scale; ++i) {
       const std::uint64_t r = rng.next();
-      page[kPage * data + i] = static_cast<std::uint8_t>(extra ? 0x18 + r % (0x2b - 0x18 + 1) : 114 + r % 6);
+      page[kPage * data + i] = static_cast<std::uint8_t>(extra ? 0x18 + r % (0x23 - 0x18 + 1) : 114 + r % 6);
     }
   }
   bench_check(d.cuMemcpyHtoD(pool.ptr(), host.data(), host.size()), "cuMemcpyHtoD", "dsv41 pool pattern");
