@@ -3,14 +3,10 @@
 // (tests/support/dsv41_reference: the exactly dequantized rows, the bf16 query as given, attention in
 // double) at the contract's tolerance: output and LSE atol = rtol = 1e-2.
 //
-// Cache contents. Each case gets its own pools of max(8, ceil(4096 / page)) pages. A row holds data
-// only if some valid candidate of the case (any round) names it; every other byte, page padding
-// included, is 0xff, NaN in both formats. Slot 0 is never a valid candidate, and slots that are
-// masked or past a length name slot 0 or an index far outside the pool: a decode that reads any of
-// them gets NaN (or faults). Data rows hold random codes over every finite value (E4M3 subnormals and
-// -0 included, any E2M1 pair) with scales over the range the writers emit for latents in [-1, 1]
-// (FP8: 2^-22 .. 2^-8, both deployed floors; FP4: E4M3 2^-9 .. 0.171875, subnormal scales included),
-// plus the writers' all-zero groups.
+// Inputs (tests/support/dsv41_inputs, checked by the unit suite): per-case pools whose every byte
+// that no valid candidate names is NaN (slot 0 and page padding included), masked and out-of-length
+// slots naming slot 0 or an index far outside the pool, data rows of random finite codes over the
+// writers' scale range.
 //
 // Every launch gets NaN-poisoned output, out_lse, mid_out and mid_lse. The matrix
 // (tests/support/dsv41_matrix) touches every value of every conformance axis; each case runs the
@@ -21,9 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -33,7 +27,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kiln/jit/error.h"
@@ -43,12 +36,13 @@
 #include "kiln/runtime/sparse_dsv41/launcher.h"
 #include "kiln/runtime/sparse_dsv41/planner.h"
 #include "tests/support/device_buffer.h"
+#include "tests/support/dsv41_inputs.h"
 #include "tests/support/dsv41_matrix.h"
 #include "tests/support/dsv41_reference.h"
 #include "tests/support/nvfp4_reference.h"
 #include "tests/support/rng.h"
 
-using namespace kiln::testing::dsv41_matrix;  // Dsv41Case, Launch, the matrix and its helpers
+using namespace kiln::testing::dsv41_matrix;  // Dsv41Case, Launch, HostCase, the matrix and its helpers
 
 namespace {
 
@@ -59,15 +53,11 @@ using kiln::dsv41::Dsv41Plan;
 using kiln::dsv41::Dsv41Variant;
 using kiln::testing::base_seed;
 using kiln::testing::DeviceBuffer;
-using kiln::testing::Rng;
 using kiln::testing::Dsv41Format;
 namespace kt = kiln::testing;
 
 constexpr int kDims = 512;
-constexpr std::uint8_t kNanByte = 0xff;  // NaN in bf16, fp32, E4M3 and UE8M0 (and an E4M3 NaN FP4 scale)
-constexpr double kTol = 1e-2;            // output and LSE: atol = rtol
-// Named only by slots that are masked or past a length, which the contract says are never read.
-constexpr std::int32_t kFarIndex = 0x7fffff00;
+constexpr double kTol = 1e-2;  // output and LSE: atol = rtol
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -78,276 +68,6 @@ bool on_sm90() { return device_arch() == "sm_90a"; }
 kiln::dsv41::Dsv41Device device() { return {device_arch(), service().device_sm_count(0), false}; }
 
 Dsv41Variant to_kiln(Variant v) { return v == Variant::kDefault ? Dsv41Variant::kDefault : Dsv41Variant::kSm90; }
-
-// ---- caches ----
-
-// One paged cache: host image and device copy.
-struct Pool {
-  Dsv41Format format = Dsv41Format::kMain;
-  int page_size = 0;
-  long long page_stride = 0;
-  long long pages = 0;
-  std::vector<std::uint8_t> host;
-  std::unique_ptr<DeviceBuffer> dev;
-
-  int record() const { return kt::dsv41_geometry(format).record_bytes; }
-  long long slots() const { return pages * page_size; }
-  kt::Dsv41Cache cache() const { return {format, host.data(), page_stride, page_size}; }
-  TensorView view(View v) const { return cache_view(dev->get(), record(), page_size, page_stride, pages, v); }
-  void upload() {
-    dev = std::make_unique<DeviceBuffer>(host.size());
-    dev->upload(host.data(), host.size());
-  }
-};
-
-std::uint8_t finite_e4m3(Rng& rng) {
-  for (;;) {
-    const auto b = static_cast<std::uint8_t>(rng.next());
-    if ((b & 0x7f) != 0x7f) return b;
-  }
-}
-
-// A random main record: every finite E4M3 code; per 32 dims a UE8M0 scale of 2^-13 .. 2^-8 (the
-// writer's range for |x| <= 1), 2^-22 .. 2^-14 (the other deployed floor), or an all-zero group.
-void random_main_record(Rng& rng, std::uint8_t* codes, std::uint8_t* scales) {
-  for (int d = 0; d < 512; ++d) codes[d] = finite_e4m3(rng);
-  for (int g = 0; g < 16; ++g) {
-    const int r = rng.below(100);
-    if (r < 5) {
-      scales[g] = 0x72;
-      for (int d = 0; d < 32; ++d) codes[32 * g + d] = rng.below(2) ? 0x80 : 0x00;
-    } else {
-      scales[g] = static_cast<std::uint8_t>(r < 15 ? 105 + rng.below(9) : 114 + rng.below(6));
-    }
-  }
-}
-
-// A random extra record: any E2M1 pair; per 16 dims an E4M3 scale of 2^-9 .. 0.171875 (the writer's
-// range for |x| <= 1; a fifth of them subnormal), or an all-zero group (scale 2^-9, codes +-0).
-void random_extra_record(Rng& rng, std::uint8_t* codes, std::uint8_t* scales) {
-  for (int i = 0; i < 256; ++i) codes[i] = static_cast<std::uint8_t>(rng.next());
-  for (int g = 0; g < 32; ++g) {
-    const int r = rng.below(100);
-    if (r < 5) {
-      scales[g] = 0x01;
-      for (int i = 0; i < 8; ++i) codes[8 * g + i] = static_cast<std::uint8_t>((rng.below(2) ? 0x08 : 0) | (rng.below(2) ? 0x80 : 0));
-    } else {
-      scales[g] = static_cast<std::uint8_t>(r < 25 ? 0x01 + rng.below(7) : 0x08 + rng.below(0x23 - 0x08 + 1));
-    }
-  }
-}
-
-// A pool whose `live` slots hold random records and every other byte is `nan` (padding: `pad_byte`).
-Pool make_pool(Dsv41Format format, int page_size, int stride_pad, const std::vector<bool>& live, std::uint64_t seed,
-               std::uint8_t pad_byte = kNanByte) {
-  Pool p;
-  p.format = format;
-  p.page_size = page_size;
-  p.page_stride = static_cast<long long>(page_size) * p.record() + stride_pad;
-  p.pages = pool_pages(page_size);
-  p.host.assign(static_cast<std::size_t>(p.pages * p.page_stride), kNanByte);
-  for (long long pg = 0; pg < p.pages && stride_pad > 0; ++pg) {
-    std::memset(&p.host[pg * p.page_stride + static_cast<long long>(page_size) * p.record()], pad_byte, stride_pad);
-  }
-  Rng rng(seed);
-  for (long long s = 0; s < p.slots() && s < static_cast<long long>(live.size()); ++s) {
-    if (!live[s]) continue;
-    std::uint8_t* codes = &p.host[kt::dsv41_data_offset(format, p.page_stride, page_size, s)];
-    std::uint8_t* scales = &p.host[kt::dsv41_scale_offset(format, p.page_stride, page_size, s)];
-    if (format == Dsv41Format::kMain) random_main_record(rng, codes, scales);
-    else random_extra_record(rng, codes, scales);
-  }
-  p.upload();
-  return p;
-}
-
-// The same records at another page stride (padding filled with `pad_byte`).
-Pool restride(const Pool& from, int stride_pad, std::uint8_t pad_byte) {
-  Pool p;
-  p.format = from.format;
-  p.page_size = from.page_size;
-  p.pages = from.pages;
-  const long long used = static_cast<long long>(from.page_size) * from.record();
-  p.page_stride = used + stride_pad;
-  p.host.assign(static_cast<std::size_t>(p.pages * p.page_stride), pad_byte);
-  for (long long pg = 0; pg < p.pages; ++pg) std::memcpy(&p.host[pg * p.page_stride], &from.host[pg * from.page_stride], used);
-  p.upload();
-  return p;
-}
-
-// ---- inputs and the oracle ----
-
-struct Inputs {
-  std::vector<std::uint16_t> q;
-  std::vector<std::int32_t> idx, xidx, len, xlen;
-};
-
-bool empties_main(EmptyRow e) { return e == EmptyRow::kMain || e == EmptyRow::kBoth; }
-bool empties_extra(EmptyRow e) { return e == EmptyRow::kExtra || e == EmptyRow::kBoth; }
-
-// Given lengths of one section: the case's fixed ones, else random in [0, topk] with one token past
-// topk and one negative; tokens with an empty row get 0 for an emptied section, topk when masked.
-std::vector<std::int32_t> draw_lengths(Rng& rng, const Dsv41Case& c, bool extra) {
-  const int topk = extra ? c.extra_topk : c.topk;
-  const std::vector<int>& fixed = extra ? c.extra_lengths : c.main_lengths;
-  std::vector<std::int32_t> len(c.tokens);
-  for (int t = 0; t < c.tokens; ++t) len[t] = fixed.empty() ? rng.below(topk + 1) : fixed[t % fixed.size()];
-  if (fixed.empty() && c.tokens > kLengthNegativeToken) {
-    len[kLengthOverToken] = topk + 7;
-    len[kLengthNegativeToken] = -3;
-  }
-  for (std::size_t t = 0; t < c.empty_rows.size() && t < len.size(); ++t) {
-    const EmptyRow e = c.empty_rows[t];
-    if (e == EmptyRow::kAllMasked) len[t] = topk;
-    else if (extra ? empties_extra(e) : empties_main(e)) len[t] = 0;
-  }
-  return len;
-}
-
-// Slots of one section: in the active prefix, c.masked_percent negative (-1 mostly, INT_MIN and
-// -12345 too), ~5% duplicates of the previous slot, the rest uniform over slots 1..; past the prefix
-// and in row padding, slot 0 or kFarIndex. Tokens with an empty row get only negative slots where
-// their section has no lengths to empty it.
-std::vector<std::int32_t> draw_indices(Rng& rng, const Dsv41Case& c, bool extra, long long slots, const std::vector<std::int32_t>& len) {
-  const int topk = extra ? c.extra_topk : c.topk;
-  const int stride = extra ? topk : topk + c.idx_pad;
-  const bool lengths_given = extra ? c.extra_lengths_given() : c.main_lengths_given();
-  std::vector<std::int32_t> idx(static_cast<std::size_t>(c.tokens) * stride, kFarIndex);
-  for (int t = 0; t < c.tokens; ++t) {
-    std::int32_t* row = &idx[static_cast<std::size_t>(t) * stride];
-    const int active = lengths_given ? std::clamp(len[t], 0, topk) : topk;
-    bool all_negative = false;
-    if (static_cast<std::size_t>(t) < c.empty_rows.size()) {
-      const EmptyRow e = c.empty_rows[t];
-      all_negative = e == EmptyRow::kAllMasked || (!lengths_given && (extra ? empties_extra(e) : empties_main(e)));
-    }
-    for (int j = 0; j < topk; ++j) {
-      if (j >= active) {
-        row[j] = (j % 2) ? 0 : kFarIndex;
-        continue;
-      }
-      const int r = rng.below(100);
-      std::int32_t v = 1 + static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(slots - 1));
-      if (all_negative || r < c.masked_percent) v = r % 10 == 0 ? INT_MIN : r % 10 == 1 ? -12345 : -1;
-      else if (r < c.masked_percent + 5 && j > 0 && row[j - 1] >= 0) v = row[j - 1];
-      row[j] = v;
-    }
-  }
-  return idx;
-}
-
-// One case: its rounds of inputs (the graph test rewrites them in place), its pools and sinks.
-struct HostCase {
-  Dsv41Case c;
-  double sm_scale = 1.0 / std::sqrt(512.0);
-  std::vector<float> sink;
-  std::vector<Inputs> rounds;
-  Pool main, extra;
-
-  HostCase(const Dsv41Case& dc, std::uint64_t seed, int round_count = 1) : c(dc) {
-    Rng rng(seed);
-    sink.resize(c.heads);
-    for (float& s : sink) s = rng.uniform(-2.f, 4.f);
-    const long long main_slots = pool_pages(c.page) * c.page;
-    const long long extra_slots = c.has_extra ? pool_pages(c.extra_page) * c.extra_page : 0;
-    std::vector<bool> main_live(main_slots, false), extra_live(extra_slots, false);
-    for (int r = 0; r < round_count; ++r) {
-      Inputs in;
-      in.q.resize(static_cast<std::size_t>(c.tokens) * c.heads * kDims);
-      for (auto& v : in.q) v = kt::float_to_bf16(rng.normal() * c.q_scale);
-      in.len = c.main_lengths_given() ? draw_lengths(rng, c, false) : std::vector<std::int32_t>{};
-      in.idx = draw_indices(rng, c, false, main_slots, in.len);
-      if (c.has_extra) {
-        in.xlen = c.extra_lengths_given() ? draw_lengths(rng, c, true) : std::vector<std::int32_t>{};
-        in.xidx = draw_indices(rng, c, true, extra_slots, in.xlen);
-      }
-      rounds.push_back(std::move(in));
-      for (int t = 0; t < c.tokens; ++t) {
-        for (const std::int32_t s : kt::dsv41_valid_candidates(section(rounds.back(), false), t)) main_live[s] = true;
-        if (c.has_extra) {
-          for (const std::int32_t s : kt::dsv41_valid_candidates(section(rounds.back(), true), t)) extra_live[s] = true;
-        }
-      }
-    }
-    main = make_pool(Dsv41Format::kMain, c.page, c.stride_pad, main_live, seed * 31 + 1);
-    if (c.has_extra) extra = make_pool(Dsv41Format::kExtra, c.extra_page, c.extra_stride_pad, extra_live, seed * 31 + 2);
-  }
-
-  // The section of one round as the oracle reads it (its valid candidates are known before the
-  // pools are built; their rows, after).
-  kt::Dsv41Section section(const Inputs& in, bool is_extra) const {
-    kt::Dsv41Section s;
-    if (!is_extra) {
-      s.cache = {Dsv41Format::kMain, main.host.data(), main.page_stride, c.page};
-      s.indices = in.idx.data();
-      s.row_stride = c.topk + c.idx_pad;
-      s.topk = c.topk;
-      s.lengths = in.len.empty() ? nullptr : in.len.data();
-    } else {
-      s.cache = {Dsv41Format::kExtra, extra.host.data(), extra.page_stride, c.extra_page};
-      s.indices = in.xidx.data();
-      s.row_stride = c.extra_topk;
-      s.topk = c.extra_topk;
-      s.lengths = in.xlen.empty() ? nullptr : in.xlen.data();
-    }
-    return s;
-  }
-};
-
-struct Reference {
-  std::vector<float> out, lse;
-  std::vector<bool> empty;  // per token: no valid candidate in either section
-};
-
-// The oracle of one round, parallel over (token, 16-head block) units.
-Reference run_oracle(const HostCase& h, const Inputs& in, double lse_scale) {
-  const Dsv41Case& c = h.c;
-  Reference ref;
-  ref.out.assign(static_cast<std::size_t>(c.tokens) * c.heads * kDims, 0.f);
-  ref.lse.assign(static_cast<std::size_t>(c.tokens) * c.heads, 0.f);
-  ref.empty.assign(c.tokens, false);
-  kt::Dsv41Problem pr;
-  pr.tokens = c.tokens;
-  pr.heads = c.heads;
-  pr.q = in.q.data();
-  pr.main = h.section(in, false);
-  if (c.has_extra) pr.extra = h.section(in, true);
-  pr.attn_sink = c.sink ? h.sink.data() : nullptr;
-  pr.sm_scale = h.sm_scale;
-  pr.lse_scale = lse_scale;
-  for (int t = 0; t < c.tokens; ++t) {
-    ref.empty[t] = kt::dsv41_valid_candidates(pr.main, t).empty() && (!c.has_extra || kt::dsv41_valid_candidates(pr.extra, t).empty());
-  }
-  constexpr int kHeadBlock = 16;
-  const int blocks = (c.heads + kHeadBlock - 1) / kHeadBlock;
-  const int units = c.tokens * blocks;
-  std::atomic<int> next{0};
-  auto work = [&] {
-    for (int u = next++; u < units; u = next++) {
-      const int t = u / blocks, h0 = (u % blocks) * kHeadBlock, hn = std::min(kHeadBlock, c.heads - h0);
-      kt::Dsv41Problem s = pr;
-      s.tokens = 1;
-      s.heads = hn;
-      s.q = pr.q + (static_cast<std::size_t>(t) * c.heads + h0) * kDims;
-      for (kt::Dsv41Section* sec : {&s.main, &s.extra}) {
-        if (sec->indices == nullptr) continue;
-        sec->indices += t * sec->row_stride;
-        if (sec->lengths) sec->lengths += t;
-      }
-      if (s.attn_sink) s.attn_sink += h0;
-      kt::dsv41_reference(s, ref.out.data() + (static_cast<std::size_t>(t) * c.heads + h0) * kDims,
-                          ref.lse.data() + static_cast<std::size_t>(t) * c.heads + h0);
-    }
-  };
-  const int threads = std::max(1, std::min<int>(units, static_cast<int>(std::thread::hardware_concurrency())));
-  std::vector<std::thread> pool_threads;
-  for (int i = 1; i < threads; ++i) pool_threads.emplace_back(work);
-  work();
-  for (auto& th : pool_threads) th.join();
-  return ref;
-}
-
-// ---- device side ----
 
 // Split scratch from elsewhere (a shared workspace): mid_out and mid_lse for S splits.
 struct Scratch {
@@ -360,7 +80,7 @@ struct Scratch {
 struct DeviceCase {
   const HostCase& h;
   const Dsv41Case& c;
-  DeviceBuffer q, idx, xidx, len, xlen, sink, out, lse, mid_out, mid_lse;
+  DeviceBuffer main_pool, extra_pool, q, idx, xidx, len, xlen, sink, out, lse, mid_out, mid_lse;
   int split_stride;
   TensorView main_view, extra_view;
   double lse_scale;
@@ -369,6 +89,8 @@ struct DeviceCase {
   explicit DeviceCase(const HostCase& hc, int round = 0)
       : h(hc),
         c(hc.c),
+        main_pool(hc.main.bytes.size()),
+        extra_pool(std::max<std::size_t>(hc.extra.bytes.size(), 1)),
         q(hc.rounds[0].q.size() * 2),
         idx(hc.rounds[0].idx.size() * 4),
         xidx(std::max<std::size_t>(hc.rounds[0].xidx.size(), 1) * 4),
@@ -380,9 +102,11 @@ struct DeviceCase {
         mid_out(static_cast<std::size_t>(hc.c.tokens) * hc.c.heads * hc.c.chunks() * kDims * 2),
         mid_lse(static_cast<std::size_t>(hc.c.tokens) * hc.c.heads * hc.c.chunks() * 4),
         split_stride(hc.c.chunks()),  // S = chunks covers every plan
-        main_view(hc.main.view(hc.c.view)),
-        extra_view(hc.c.has_extra ? hc.extra.view(hc.c.extra_view) : TensorView{}),
+        main_view(hc.main.view(main_pool.get(), hc.c.view)),
+        extra_view(hc.c.has_extra ? hc.extra.view(extra_pool.get(), hc.c.extra_view) : TensorView{}),
         lse_scale(hc.c.lse_scale) {
+    main_pool.upload(h.main.bytes);
+    if (c.has_extra) extra_pool.upload(h.extra.bytes);
     upload(h.rounds[round]);
     sink.upload(h.sink);
   }
@@ -712,19 +436,22 @@ TEST_CASE("dsv41: every view of the same bytes gives the same bits", "[gpu][dsv4
   c.lengths = Lengths::kBoth;
   const HostCase h(c, base_seed() + 505);
   const Reference ref = run_oracle(h, h.rounds[0], c.lse_scale);
-  const Pool main_padded = restride(h.main, 128, 0xab), extra_padded = restride(h.extra, 128, 0xab);
+  const PoolImage main_padded = restride(h.main, 128, 0xab), extra_padded = restride(h.extra, 128, 0xab);
+  DeviceBuffer main_padded_dev(main_padded.bytes.size()), extra_padded_dev(extra_padded.bytes.size());
+  main_padded_dev.upload(main_padded.bytes);
+  extra_padded_dev.upload(extra_padded.bytes);
   DeviceCase dev(h);
   for (const std::optional<int> splits : {std::optional<int>{}, std::optional<int>{1}, std::optional<int>{5}}) {
     for (const Launch& l : forced_variants(splits)) {
-      dev.main_view = h.main.view(View::kHnd);
-      dev.extra_view = h.extra.view(View::kHnd);
+      dev.main_view = h.main.view(dev.main_pool.get(), View::kHnd);
+      dev.extra_view = h.extra.view(dev.extra_pool.get(), View::kHnd);
       const Outputs base = run(dev, l, true);
       check_against_oracle(c, ref, base, l, nullptr);
       for (const View mv : {View::k2d, View::k3d, View::kHnd, View::kNhd}) {
         for (const View xv : {View::k2d, View::k3d, View::kHnd, View::kNhd}) {
           for (const bool padded : {false, true}) {
-            dev.main_view = (padded ? main_padded : h.main).view(mv);
-            dev.extra_view = (padded ? extra_padded : h.extra).view(xv);
+            dev.main_view = padded ? main_padded.view(main_padded_dev.get(), mv) : h.main.view(dev.main_pool.get(), mv);
+            dev.extra_view = padded ? extra_padded.view(extra_padded_dev.get(), xv) : h.extra.view(dev.extra_pool.get(), xv);
             const Outputs o = run(dev, l, true);
             INFO(l.name() << ": main " << view_name(mv) << ", extra " << view_name(xv) << (padded ? ", page stride +128 (0xab padding)" : "")
                            << " differs from HND");
