@@ -48,7 +48,7 @@ TensorView TensorView::from_dlpack(const DLTensor& t, std::string_view name) {
   TensorView v;
   if (t.device.device_type != kDLCUDA && t.device.device_type != kDLCUDAManaged) {
     throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{}: expected CUDA device memory (DLPack device type kDLCUDA = {}), got device type {}; "
+                fmt::format("{}: expected CUDA device memory (a CUDA tensor: DLPack device type kDLCUDA = {}), got device type {}; "
                             "move the tensor to the GPU",
                             name, static_cast<int>(kDLCUDA), static_cast<int>(t.device.device_type)));
   }

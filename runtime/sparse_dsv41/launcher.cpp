@@ -81,9 +81,11 @@ Dsv41Plan finish_plan(const Args& a, const SparseCall& c, const Dsv41Device& dev
   return plan;
 }
 
-// Without a device the variant is the pinned one or "default" (the one every target runs).
+// Without a device (T == 0 asks none) the variant is the pinned one, else the one head_tiles implies
+// ("sm90" is the only variant with two tiles), else "default", the one every target runs: a call
+// that is valid with tokens stays valid without.
 Dsv41Device zero_token_device(const Dsv41Options& opt) {
-  const bool sm90 = opt.variant && *opt.variant == dsv41_variant_name(Dsv41Variant::kSm90);
+  const bool sm90 = opt.variant ? *opt.variant == dsv41_variant_name(Dsv41Variant::kSm90) : opt.head_tiles == 2;
   return Dsv41Device{sm90 ? "sm_90a" : "sm_120a", kZeroTokenSms, false};
 }
 

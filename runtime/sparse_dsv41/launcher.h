@@ -42,7 +42,8 @@ struct Dsv41Device {
 // Writes output [T, H, 512] bf16 and out_lse [T, H] fp32 in place on `stream` and returns the
 // resolved plan. Every argument is checked on the host before any driver call (kiln::Error naming
 // the argument, with upstream's phrase); T == 0 returns the plan without touching the driver (the
-// variant is then the pinned one, or "default", since the device is not asked). Allocates nothing and
+// variant is then the pinned one, "sm90" for head_tiles = 2, else "default": the device is not
+// asked). Allocates nothing and
 // formats nothing unless it throws, so it can run inside CUDA graph capture once the plan's key is
 // warm (warm_sparse_dsv41).
 Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
@@ -51,7 +52,8 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
                                                    KernelService& service = KernelService::global());
 
 // The same checks and plan resolution as the launcher for `device`, without a driver and without
-// launching: lets an engine (and the unit tests) validate a call and size mid_out/mid_lse.
+// launching: lets an engine (and the unit tests) validate a call and size mid_out/mid_lse. At T == 0
+// it resolves as the launcher does (without the device).
 Dsv41Plan plan_dsv41_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
                             const TensorView& output, const TensorView& out_lse, double sm_scale, const Dsv41Options& opt,
                             const Dsv41Device& device);

@@ -6,10 +6,11 @@ The decode entry points have FlashInfer's exact signatures and run kiln's NVRTC-
                                               prims_ts_batch_mla_decode_with_kv_cache and its
                                               plan/run BatchMLADecodePagedTSWrapper are here too
     cake_sparse_mla_sm120_dsv4_nvfp4_decode   sparse MLA decode over the NVFP4 cache
+    cake_sparse_mla_sm120_dsv41_mixed_decode  sparse MLA decode over DeepSeek-V4.1's FP8 + FP4 caches
 
 Each is also a torch custom op (torch.ops.kiln.*) when torch is installed, so torch.compile traces it
 and CUDA graphs capture it. Warm the kernels you will launch before capturing (warm_mla, warm_sparse,
-warm_nvfp4_writer, warm_manifest), then optionally seal(). Errors are kiln.Error subclasses.
+warm_sparse_dsv41, warm_nvfp4_writer, warm_manifest), then optionally seal(). Errors are kiln.Error subclasses.
 """
 from . import errors
 from ._torch import torch as _torch_module
@@ -24,6 +25,15 @@ from .decode import (
     mla_precision,
     mla_workspace_size,
     prims_ts_batch_decode_with_kv_cache_mla,
+)
+from .dsv41 import (
+    cake_sparse_mla_sm120_dsv41_mixed_decode,
+    cake_sparse_mla_sm120_dsv41_mixed_format_info,
+    cake_sparse_mla_sm120_dsv41_mixed_num_chunks,
+    cake_sparse_mla_sm120_dsv41_mixed_plan_head_tiles,
+    cake_sparse_mla_sm120_dsv41_mixed_plan_splits,
+    cake_sparse_mla_sm120_dsv41_mixed_scratch_bytes,
+    cake_sparse_mla_sm120_dsv41_mixed_supported_heads,
 )
 from .errors import (
     CacheCorruptError,
@@ -53,6 +63,7 @@ from .service import (
     warm_mla,
     warm_nvfp4_writer,
     warm_sparse,
+    warm_sparse_dsv41,
 )
 from .prims_ts import (
     BatchMLADecodePagedTSWrapper,
@@ -88,12 +99,20 @@ __all__ = [
     "cake_sparse_mla_sm120_dsv4_nvfp4_plan_head_tiles",
     "cake_sparse_mla_sm120_dsv4_nvfp4_plan_splits",
     "cake_sparse_mla_sm120_dsv4_nvfp4_scratch_bytes",
+    "cake_sparse_mla_sm120_dsv41_mixed_decode",
+    "cake_sparse_mla_sm120_dsv41_mixed_format_info",
+    "cake_sparse_mla_sm120_dsv41_mixed_num_chunks",
+    "cake_sparse_mla_sm120_dsv41_mixed_plan_head_tiles",
+    "cake_sparse_mla_sm120_dsv41_mixed_plan_splits",
+    "cake_sparse_mla_sm120_dsv41_mixed_scratch_bytes",
+    "cake_sparse_mla_sm120_dsv41_mixed_supported_heads",
     "mla_precision",
     "mla_workspace_size",
     "nvfp4_pack",
     "nvfp4_append",
     "warm_mla",
     "warm_sparse",
+    "warm_sparse_dsv41",
     "warm_nvfp4_writer",
     "warm_keys",
     "warm_manifest",

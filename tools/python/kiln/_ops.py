@@ -24,6 +24,11 @@ _lib.define(
     "float sm_scale, Tensor? topk_length, Tensor? attn_sink, Tensor? extra_kv_cache, Tensor? extra_indices, "
     "Tensor? extra_topk_length, Tensor(c!)? mid_out, Tensor(d!)? mid_lse, float lse_scale, int? num_splits, "
     "int max_splits, int? head_tiles) -> ()")
+_lib.define(
+    "dsv41_decode(Tensor q, Tensor kv_cache, Tensor indices, Tensor(a!) output, Tensor(b!) out_lse, "
+    "float sm_scale, Tensor? topk_length, Tensor? attn_sink, Tensor? extra_kv_cache, Tensor? extra_indices, "
+    "Tensor? extra_topk_length, Tensor(c!)? mid_out, Tensor(d!)? mid_lse, float lse_scale, int? num_splits, "
+    "int max_splits, int? head_tiles, str? variant, str compute_precision, bool? enable_pdl) -> ()")
 _lib.define("nvfp4_pack(Tensor latent, Tensor(a!) cache) -> ()")
 _lib.define("nvfp4_append(Tensor rows, Tensor slot_mapping, Tensor(a!) cache) -> ()")
 
@@ -32,8 +37,13 @@ def _sparse_decode(*args) -> None:
     _native.sparse_decode(*args)
 
 
+def _dsv41_decode(*args) -> None:
+    _native.dsv41_decode(*args)
+
+
 _lib.impl("mla_decode", _native.mla_decode, "CUDA")
 _lib.impl("sparse_decode", _sparse_decode, "CUDA")
+_lib.impl("dsv41_decode", _dsv41_decode, "CUDA")
 _lib.impl("nvfp4_pack", _native.nvfp4_pack, "CUDA")
 _lib.impl("nvfp4_append", _native.nvfp4_append, "CUDA")
 
@@ -52,6 +62,13 @@ def _sparse_decode_fake(q, kv_cache, indices, output, out_lse, sm_scale, topk_le
     return None
 
 
+@torch.library.register_fake("kiln::dsv41_decode")
+def _dsv41_decode_fake(q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink, extra_kv_cache,
+                       extra_indices, extra_topk_length, mid_out, mid_lse, lse_scale, num_splits, max_splits,
+                       head_tiles, variant, compute_precision, enable_pdl):
+    return None
+
+
 @torch.library.register_fake("kiln::nvfp4_pack")
 def _nvfp4_pack_fake(latent, cache):
     return None
@@ -64,5 +81,6 @@ def _nvfp4_append_fake(rows, slot_mapping, cache):
 
 mla_decode = torch.ops.kiln.mla_decode.default
 sparse_decode = torch.ops.kiln.sparse_decode.default
+dsv41_decode = torch.ops.kiln.dsv41_decode.default
 nvfp4_pack = torch.ops.kiln.nvfp4_pack.default
 nvfp4_append = torch.ops.kiln.nvfp4_append.default

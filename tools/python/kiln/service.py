@@ -35,6 +35,16 @@ def warm_sparse(num_heads: int, *, has_extra: bool = False, head_tiles: Optional
             _native.warm_sparse(int(num_heads), int(t), bool(has_extra), bool(s), _devices(devices))
 
 
+def warm_sparse_dsv41(num_heads: int, *, has_extra: bool = False, split: Optional[bool] = None,
+                      variant: Optional[str] = None, devices: Devices = None) -> None:
+    """Warm the DeepSeek-V4.1 sparse decode kernels for ``num_heads`` heads (with or without the extra
+    cache): both split variants unless ``split`` names one, for ``variant`` (None: the one the decode
+    picks on each device's target)."""
+    splits = [split] if split is not None else [False, True]
+    for s in splits:
+        _native.warm_sparse_dsv41(int(num_heads), bool(has_extra), bool(s), variant, _devices(devices))
+
+
 def warm_nvfp4_writer(page_size: int, *, ops: Sequence[str] = ("pack", "append"), devices: Devices = None) -> None:
     """Warm the NVFP4 cache writer (``"pack"`` and/or ``"append"``) for one page size."""
     for op in ops:

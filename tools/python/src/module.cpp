@@ -18,8 +18,11 @@
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/mla_decode/launcher.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
+#include "kiln/runtime/sparse_dsv41/launcher.h"
+#include "kiln/runtime/sparse_dsv41/planner.h"
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "kiln/runtime/sparse_nvfp4/planner.h"
+#include "kiln/runtime/validation.h"
 #include "tools/cache_ops.h"
 
 namespace nb = nanobind;
@@ -143,6 +146,71 @@ nb::dict sparse_decode(nb::handle q, nb::handle kv_cache, nb::handle indices, nb
     plan = sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(qv, kv, idx, o, lse, sm_scale, opt, args.stream());
   }
   return plan_dict(plan);
+}
+
+nb::dict dsv41_plan_dict(const dsv41::Dsv41Plan& plan) {
+  nb::dict d;
+  d["variant"] = dsv41::dsv41_variant_name(plan.variant);
+  d["head_tiles"] = plan.head_tiles;
+  d["num_splits"] = plan.num_splits;
+  d["chunks_per_block"] = plan.chunks_per_block;
+  d["precision"] = plan.precision;
+  return d;
+}
+
+// A str argument as a view of Python's own UTF-8 (no copy); anything else is refused naming `arg`.
+std::string_view str_arg(nb::handle value, const char* arg, const char* expected) {
+  if (PyUnicode_Check(value.ptr())) {
+    Py_ssize_t size = 0;
+    if (const char* utf8 = PyUnicode_AsUTF8AndSize(value.ptr(), &size)) return {utf8, static_cast<std::size_t>(size)};
+    PyErr_Clear();
+  }
+  throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: expected {}, got {}", arg, expected, nb::repr(value).c_str()));
+}
+
+nb::dict dsv41_decode(nb::handle q, nb::handle kv_cache, nb::handle indices, nb::handle output, nb::handle out_lse,
+                      double sm_scale, nb::handle topk_length, nb::handle attn_sink, nb::handle extra_kv_cache,
+                      nb::handle extra_indices, nb::handle extra_topk_length, nb::handle mid_out, nb::handle mid_lse,
+                      double lse_scale, std::optional<int> num_splits, int max_splits, std::optional<int> head_tiles,
+                      nb::handle variant, nb::handle compute_precision, std::optional<bool> enable_pdl) {
+  dsv41::Dsv41Options opt;
+  if (!variant.is_none()) opt.variant = str_arg(variant, "variant", "None or a str in format_info()['variants']");
+  opt.compute_precision = str_arg(compute_precision, "compute_precision", "'default' or 'bf16'");
+  TensorArgs args;
+  const TensorView qv = args.get(q.ptr(), "q");
+  const TensorView kv = args.get(kv_cache.ptr(), "kv_cache");
+  const TensorView idx = args.get(indices.ptr(), "indices");
+  const TensorView o = args.get(output.ptr(), "output");
+  const TensorView lse = args.get(out_lse.ptr(), "out_lse");
+  opt.topk_length = args.optional(topk_length.ptr(), "topk_length");
+  opt.attn_sink = args.optional(attn_sink.ptr(), "attn_sink");
+  opt.extra_kv_cache = args.optional(extra_kv_cache.ptr(), "extra_kv_cache");
+  opt.extra_indices = args.optional(extra_indices.ptr(), "extra_indices");
+  opt.extra_topk_length = args.optional(extra_topk_length.ptr(), "extra_topk_length");
+  opt.mid_out = args.optional(mid_out.ptr(), "mid_out");
+  opt.mid_lse = args.optional(mid_lse.ptr(), "mid_lse");
+  opt.lse_scale = lse_scale;
+  opt.num_splits = num_splits;
+  opt.max_splits = max_splits;
+  opt.head_tiles = head_tiles;
+  opt.enable_pdl = enable_pdl;
+  dsv41::Dsv41Plan plan;
+  {
+    nb::gil_scoped_release release;
+    DeviceScope scope(args.device());
+    plan = dsv41::cake_sparse_mla_sm120_dsv41_mixed_decode(qv, kv, idx, o, lse, sm_scale, opt, args.stream());
+  }
+  return dsv41_plan_dict(plan);
+}
+
+// Whether kiln serves the DSv4.1 decode on `device`: an sm_90a or sm_120a GPU (false without a driver).
+bool dsv41_kernels_available(int device) {
+  try {
+    const std::string& arch = KernelService::global().device_arch(device);
+    return arch == "sm_90a" || arch == "sm_120a";
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 void nvfp4_pack(nb::handle latent, nb::handle cache) {
@@ -269,6 +337,40 @@ NB_MODULE(_native, m) {
                                   int max_splits, std::optional<int> head_tiles) {
     return plan_dict(sparse::resolve_plan(tokens, heads, topk, extra_topk, sms, num_splits, max_splits, head_tiles));
   }, "tokens"_a, "heads"_a, "topk"_a, "extra_topk"_a, "sms"_a, "num_splits"_a.none(), "max_splits"_a, "head_tiles"_a.none());
+  m.def("dsv41_decode", &dsv41_decode, "q"_a, "kv_cache"_a, "indices"_a, "output"_a, "out_lse"_a, "sm_scale"_a,
+        "topk_length"_a.none(), "attn_sink"_a.none(), "extra_kv_cache"_a.none(), "extra_indices"_a.none(),
+        "extra_topk_length"_a.none(), "mid_out"_a.none(), "mid_lse"_a.none(), "lse_scale"_a, "num_splits"_a.none(),
+        "max_splits"_a, "head_tiles"_a.none(), "variant"_a.none(), "compute_precision"_a.none(), "enable_pdl"_a.none());
+  m.def("dsv41_num_chunks", &dsv41::num_chunks);
+  m.def("dsv41_scratch_bytes", &dsv41::scratch_bytes);
+  m.def("dsv41_plan_head_tiles", &dsv41::plan_head_tiles);
+  m.def("dsv41_plan_splits", [](int tokens, int heads, int topk, int extra_topk, int sms, int max_splits, int head_tiles,
+                                bool unified_memory, bool ragged) {
+    const sparse::SplitPlan p =
+        dsv41::plan_splits(tokens, heads, topk, extra_topk, sms, dsv41::SplitOptions{max_splits, head_tiles, unified_memory, ragged});
+    return std::make_tuple(p.num_splits, p.chunks_per_block);
+  });
+  m.def("dsv41_supported_heads", [] { return std::vector<int>(dsv41::supported_heads().begin(), dsv41::supported_heads().end()); });
+  m.def("dsv41_two_tile_heads", [] { return std::vector<int>(dsv41::two_tile_heads().begin(), dsv41::two_tile_heads().end()); });
+  m.def("dsv41_variants", [] {
+    return std::vector<std::string>{dsv41::dsv41_variant_name(dsv41::Dsv41Variant::kDefault),
+                                    dsv41::dsv41_variant_name(dsv41::Dsv41Variant::kSm90)};
+  });
+  m.def("dsv41_kernels_available", &dsv41_kernels_available);
+  // The launcher's plan for a call of these shapes on `device` (traced and profiled calls).
+  m.def("dsv41_resolve_plan", [](int tokens, int heads, int topk, int extra_topk, int device, std::optional<int> num_splits,
+                                 int max_splits, std::optional<int> head_tiles, std::optional<std::string> variant, bool ragged) {
+    KernelService& service = KernelService::global();
+    const dsv41::Dsv41Device target{service.device_arch(device), service.device_sm_count(device), false};
+    const std::optional<std::string_view> requested = variant ? std::optional<std::string_view>(*variant) : std::nullopt;
+    const dsv41::Dsv41Variant v = dsv41::resolve_variant(target.arch, heads, requested);
+    if (head_tiles && *head_tiles != dsv41::variant_head_tiles(v, heads)) {
+      check::fail_as(fmt::format("head_tiles={} does not match variant '{}'", *head_tiles, dsv41::dsv41_variant_name(v)), "head_tiles",
+                     fmt::format("{} (or None)", dsv41::variant_head_tiles(v, heads)), fmt::format("{}", *head_tiles));
+    }
+    return dsv41_plan_dict(dsv41::resolve_dsv41_plan(tokens, heads, topk, extra_topk, target, v, num_splits, max_splits, ragged));
+  }, "tokens"_a, "heads"_a, "topk"_a, "extra_topk"_a, "device"_a, "num_splits"_a.none(), "max_splits"_a, "head_tiles"_a.none(),
+     "variant"_a.none(), "ragged"_a);
   m.def("device_sm_count", [](int device) { return KernelService::global().device_sm_count(device); });
 
   m.def("warm_mla", [](int heads, int page_size, long long max_seq_len, int max_seq_len_q, bool packed, nb::handle dtype,
@@ -286,6 +388,18 @@ NB_MODULE(_native, m) {
     nb::gil_scoped_release release;
     sparse::warm_sparse(sparse::SparsePolicy{heads, head_tiles, has_extra, split}, list);
   }, "heads"_a, "head_tiles"_a, "has_extra"_a, "split"_a, "devices"_a.none());
+  m.def("warm_sparse_dsv41", [](int heads, bool has_extra, bool split, std::optional<std::string> variant,
+                                std::optional<std::vector<int>> devices) {
+    const std::vector<int> list = device_list(devices);
+    nb::gil_scoped_release release;
+    KernelService& service = KernelService::global();
+    for (int device : list) {
+      // None: the variant the launcher picks on this device's target.
+      const std::optional<std::string_view> requested = variant ? std::optional<std::string_view>(*variant) : std::nullopt;
+      const dsv41::Dsv41Variant v = dsv41::resolve_variant(service.device_arch(device), heads, requested);
+      dsv41::warm_sparse_dsv41(dsv41::Dsv41Policy{heads, has_extra, split, v}, {device}, service);
+    }
+  }, "heads"_a, "has_extra"_a, "split"_a, "variant"_a.none(), "devices"_a.none());
   m.def("warm_nvfp4_writer", [](const std::string& op, int page_size, std::optional<std::vector<int>> devices) {
     if (op != "pack" && op != "append") {
       throw Error(ErrorCode::kInvalidArgument, fmt::format("op: expected 'pack' or 'append', got '{}'", op));

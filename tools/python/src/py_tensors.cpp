@@ -373,7 +373,7 @@ TensorView TensorArgs::from_dlpack_object(PyObject* obj, const char* name) {
       device = static_cast<int>(as_int64(PyTuple_GET_ITEM(where.p, 1)));
       if (type != kDLCUDA && type != kDLCUDAManaged) {
         throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("{}: expected CUDA device memory (DLPack device type kDLCUDA = {}), got device type {}; "
+                    fmt::format("{}: expected CUDA device memory (a CUDA tensor: DLPack device type kDLCUDA = {}), got device type {}; "
                                 "move the tensor to the GPU",
                                 name, static_cast<int>(kDLCUDA), type));
       }

@@ -27,6 +27,23 @@ PLANNERS = {
         "head_tiles: int = 1) -> Tuple[int, int]",
     "cake_sparse_mla_sm120_dsv4_nvfp4_scratch_bytes":
         "num_tokens: int, num_heads: int, topk: int, extra_topk: int = 0) -> int",
+    # The DeepSeek-V4.1 entry's companions (flashinfer/mla/_sparse_mla_sm120/cake_dsv41_mixed.py).
+    "cake_sparse_mla_sm120_dsv41_mixed_num_chunks": "topk: int, extra_topk: int = 0) -> int",
+    "cake_sparse_mla_sm120_dsv41_mixed_plan_head_tiles":
+        "*, num_tokens: int, num_heads: int, topk: int, extra_topk: int = 0, num_sms: int) -> int",
+    "cake_sparse_mla_sm120_dsv41_mixed_plan_splits":
+        "*, num_tokens: int, num_heads: int, topk: int, extra_topk: int = 0, num_sms: int, max_splits: int = 16, "
+        "head_tiles: int = 1, unified_memory: bool = False, ragged: bool = False) -> Tuple[int, int]",
+    "cake_sparse_mla_sm120_dsv41_mixed_scratch_bytes":
+        "num_tokens: int, num_heads: int, topk: int, extra_topk: int = 0) -> int",
+    "cake_sparse_mla_sm120_dsv41_mixed_supported_heads": ") -> Tuple[int, ...]",
+    "cake_sparse_mla_sm120_dsv41_mixed_decode":
+        "q: Tensor, kv_cache: Tensor, indices: Tensor, output: Tensor, out_lse: Tensor, sm_scale: float, *, "
+        "topk_length: Tensor | None = None, attn_sink: Tensor | None = None, extra_kv_cache: Tensor | None = None, "
+        "extra_indices: Tensor | None = None, extra_topk_length: Tensor | None = None, mid_out: Tensor | None = None, "
+        "mid_lse: Tensor | None = None, lse_scale: float = 1.0, num_splits: int | None = None, max_splits: int = 16, "
+        "head_tiles: int | None = None, variant: str | None = None, compute_precision: str = 'bf16', "
+        "enable_pdl: bool | None = None) -> Dict[str, Any]",
 }
 
 

@@ -11,6 +11,7 @@ from conftest import needs_torch
 pytestmark = needs_torch
 
 WRITES = {"mla_decode": {"workspace_buffer", "out"}, "sparse_decode": {"output", "out_lse", "mid_out", "mid_lse"},
+          "dsv41_decode": {"output", "out_lse", "mid_out", "mid_lse"},
           "nvfp4_pack": {"cache"}, "nvfp4_append": {"cache"}}
 
 
