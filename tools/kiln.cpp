@@ -17,6 +17,7 @@
 #include "tools/bench/options.h"
 #include "tools/bench/mla.h"
 #include "tools/bench/sparse.h"
+#include "tools/bench/sparse_dsv41.h"
 #include "tools/bench/writer.h"
 #include "tools/cache_ops.h"
 
@@ -263,12 +264,12 @@ int main_impl(int argc, char** argv) {
   add_common(stats);
 
   BenchOptions bench_options;
-  auto* bench = app.add_subcommand("bench", "measure on this machine: jit (compile/warm/lookup/launch), mla, sparse, writer (kernels, GPU)");
-  bench->add_option("WHAT", bench_options.what, "jit, mla, sparse or writer")->required();
+  auto* bench = app.add_subcommand("bench", "measure on this machine: jit (compile/warm/lookup/launch), mla, sparse, sparse_dsv41, writer (kernels, GPU)");
+  bench->add_option("WHAT", bench_options.what, "jit, mla, sparse, sparse_dsv41 or writer")->required();
   bench->add_option("--out", bench_options.out, "write the JSON report to this file");
-  bench->add_flag("--quick", bench_options.quick, "mla/sparse/writer: a small smoke subset");
+  bench->add_flag("--quick", bench_options.quick, "mla/sparse/sparse_dsv41/writer: a small smoke subset");
   bench->add_option("--only", bench_options.only,
-                    "sparse: only the config of this name, e.g. \"T=64 H=128 topk=2048\" (for profilers); mla: only "
+                    "sparse, sparse_dsv41: only the config of this name, e.g. \"T=64 H=128 topk=2048\" (for profilers); mla: only "
                     "this group (grid, mixed, fp8, packed, page, kernel) or config name");
   bench->add_option("--splits", bench_options.splits,
                     "sparse with --only: time that config at this split count instead of the planner's (for tuning the planner)");
@@ -306,6 +307,7 @@ int main_impl(int argc, char** argv) {
       bench_options.cache_dir = common.cache_dir;
       if (bench_options.what == "mla") return run_bench_mla(bench_options);
       if (bench_options.what == "sparse") return run_bench_sparse(bench_options);
+      if (bench_options.what == "sparse_dsv41") return run_bench_sparse_dsv41(bench_options);
       if (bench_options.what == "writer") return run_bench_writer(bench_options);
       return run_bench(bench_options);
     }

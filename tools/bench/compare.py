@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Ratios of a `kiln bench mla|sparse --out FILE` report to the H200 anchors beside this script.
+"""Ratios of a `kiln bench mla|sparse|sparse_dsv41 --out FILE` report to the H200 anchors beside this script.
 
     python3 tools/bench/compare.py REPORT.json [--precision MODE] [--csv OUT]
 
@@ -106,7 +106,7 @@ def compare(rows, csv_out=None):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("report", help="JSON written by kiln bench mla|sparse --out")
+    parser.add_argument("report", help="JSON written by kiln bench mla|sparse|sparse_dsv41 --out")
     parser.add_argument("--precision", help="dense reports: keep the rows of this precision mode only")
     parser.add_argument("--csv", help="also write the matched rows to this CSV file (with one precision mode)")
     args = parser.parse_args()

@@ -351,7 +351,7 @@ double prebuild_wall_ms(const std::vector<SemanticKey>& keys, const std::filesys
 
 int run_bench(const BenchOptions& options) {
   if (options.what != "jit") {
-    throw Error(ErrorCode::kInvalidArgument, fmt::format("unknown benchmark '{}'; available: jit, mla, sparse", options.what));
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("unknown benchmark '{}'; available: jit, mla, sparse, sparse_dsv41, writer", options.what));
   }
   const std::string base = options.cache_dir.empty() ? (std::filesystem::temp_directory_path() / "kiln-bench").string() : options.cache_dir;
   const Driver& d = Driver::get();

@@ -259,6 +259,55 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
 
 }  // namespace
 
+struct SparseNvfp4Timer::State {
+  KernelService& service;
+  CUstream stream;
+  std::string arch;
+  int sms;
+  Pools pools;
+  BenchRng rng{0x6e766670};
+  State(KernelService& s, CUstream st) : service(s), stream(st), arch(s.device_arch(0)), sms(s.device_sm_count(0)), pools(st) {}
+};
+
+SparseNvfp4Timer::SparseNvfp4Timer(KernelService& service, CUstream stream) : state_(std::make_unique<State>(service, stream)) {}
+
+SparseNvfp4Timer::~SparseNvfp4Timer() = default;
+
+void SparseNvfp4Timer::warm(const std::vector<SparseNvfp4Config>& configs) {
+  State& s = *state_;
+  std::vector<SemanticKey> keys;
+  for (const SparseNvfp4Config& sc : configs) {
+    const BenchConfig c{sc.tokens, sc.heads, sc.topk, sc.extra_topk};
+    const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, s.sms);
+    const sparse::SparseKernel kernel = sparse::choose_kernel(s.arch, c.tokens, c.heads, plan, s.sms);
+    for (const sparse::SplitPlanResult& p : {plan, launch_plan(c, plan, s.sms, kernel)}) {
+      const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), p, kernel).key(s.arch);
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    }
+  }
+  s.service.warm(keys, {0});
+}
+
+SparseNvfp4Time SparseNvfp4Timer::time(const SparseNvfp4Config& sc) {
+  State& s = *state_;
+  const BenchConfig c{sc.tokens, sc.heads, sc.topk, sc.extra_topk};
+  const Timing t = time_config(c, s.pools.get(c.page), s.sms, std::nullopt, std::nullopt, s.stream, s.rng, s.service);
+  if (t.bad_outputs > 0) {
+    throw Error(ErrorCode::kInternal, fmt::format("sparse NVFP4 timing {}: {} NaN/Inf values in the outputs after a replay", c.name(),
+                                                  t.bad_outputs));
+  }
+  SparseNvfp4Time r;
+  r.us = t.us;
+  r.us_min = t.us_min;
+  r.us_max = t.us_max;
+  r.calls = t.calls;
+  r.kernel = sparse::sparse_kernel_name(sparse::choose_kernel(s.arch, c.tokens, c.heads, t.plan, s.sms));
+  r.head_tiles = t.plan.head_tiles;
+  r.num_splits = t.plan.num_splits;
+  r.chunks_per_block = t.plan.chunks_per_block;
+  return r;
+}
+
 int run_bench_sparse(const BenchOptions& options) {
   const auto t_start = BenchClock::now();
   const Driver& d = Driver::get();

@@ -1,0 +1,670 @@
+// Sparse MLA decode over the DeepSeek-V4.1 caches (528-byte FP8 main, 288-byte FP4 extra) on the GPU,
+// through the public launcher only (runtime/sparse_dsv41/launcher.h), against the oracle
+// (tests/support/dsv41_reference: the exactly dequantized rows, the bf16 query as given, attention in
+// double) at the contract's tolerance: output and LSE atol = rtol = 1e-2.
+//
+// Inputs (tests/support/dsv41_inputs, checked by the unit suite): per-case pools whose every byte
+// that no valid candidate names is NaN (slot 0 and page padding included), masked and out-of-length
+// slots naming slot 0 or an index far outside the pool, data rows of random finite codes over the
+// writers' scale range.
+//
+// Every launch gets NaN-poisoned output, out_lse, mid_out and mid_lse. The matrix
+// (tests/support/dsv41_matrix) touches every value of every conformance axis; each case runs the
+// decode's own choice (twice: bitwise repeat), every variant the device has forced ("default" on
+// sm_90a too), and for sweeps every forced num_splits, with enable_pdl on, off and unset in turn.
+// The other tests check the bitwise rules: views of the same bytes, lse_scale, graph replay and
+// enable_pdl, stale and shared split scratch, and T == 0.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln/jit/error.h"
+#include "kiln/runtime/driver.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_dsv41/family.h"
+#include "kiln/runtime/sparse_dsv41/launcher.h"
+#include "kiln/runtime/sparse_dsv41/planner.h"
+#include "tests/support/device_buffer.h"
+#include "tests/support/dsv41_inputs.h"
+#include "tests/support/dsv41_matrix.h"
+#include "tests/support/dsv41_reference.h"
+#include "tests/support/nvfp4_reference.h"
+#include "tests/support/rng.h"
+
+using namespace kiln::testing::dsv41_matrix;  // Dsv41Case, Launch, HostCase, the matrix and its helpers
+
+namespace {
+
+using kiln::DType;
+using kiln::TensorView;
+using kiln::dsv41::Dsv41Options;
+using kiln::dsv41::Dsv41Plan;
+using kiln::dsv41::Dsv41Variant;
+using kiln::testing::base_seed;
+using kiln::testing::DeviceBuffer;
+using kiln::testing::Dsv41Format;
+namespace kt = kiln::testing;
+
+constexpr int kDims = 512;
+constexpr double kTol = 1e-2;  // output and LSE: atol = rtol
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+kiln::KernelService& service() { return kiln::KernelService::global(); }
+const std::string& device_arch() { return service().device_arch(0); }
+bool on_sm90() { return device_arch() == "sm_90a"; }
+kiln::dsv41::Dsv41Device device() { return {device_arch(), service().device_sm_count(0), false}; }
+
+Dsv41Variant to_kiln(Variant v) { return v == Variant::kDefault ? Dsv41Variant::kDefault : Dsv41Variant::kSm90; }
+
+// Split scratch from elsewhere (a shared workspace): mid_out and mid_lse for S splits.
+struct Scratch {
+  void* mid_out = nullptr;
+  void* mid_lse = nullptr;
+  int splits = 0;
+};
+
+// Device buffers of one case; the launcher's tensor views over them.
+struct DeviceCase {
+  const HostCase& h;
+  const Dsv41Case& c;
+  DeviceBuffer main_pool, extra_pool, q, idx, xidx, len, xlen, sink, out, lse, mid_out, mid_lse;
+  int split_stride;
+  TensorView main_view, extra_view;
+  double lse_scale;
+  std::optional<Scratch> external;  // used instead of mid_out / mid_lse when set
+
+  explicit DeviceCase(const HostCase& hc, int round = 0)
+      : h(hc),
+        c(hc.c),
+        main_pool(hc.main.bytes.size()),
+        extra_pool(std::max<std::size_t>(hc.extra.bytes.size(), 1)),
+        q(hc.rounds[0].q.size() * 2),
+        idx(hc.rounds[0].idx.size() * 4),
+        xidx(std::max<std::size_t>(hc.rounds[0].xidx.size(), 1) * 4),
+        len(std::max<std::size_t>(hc.c.tokens, 1) * 4),
+        xlen(std::max<std::size_t>(hc.c.tokens, 1) * 4),
+        sink(static_cast<std::size_t>(hc.c.heads) * 4),
+        out(static_cast<std::size_t>(hc.c.tokens) * hc.c.heads * kDims * 2),
+        lse(static_cast<std::size_t>(hc.c.tokens) * hc.c.heads * 4),
+        mid_out(static_cast<std::size_t>(hc.c.tokens) * hc.c.heads * hc.c.chunks() * kDims * 2),
+        mid_lse(static_cast<std::size_t>(hc.c.tokens) * hc.c.heads * hc.c.chunks() * 4),
+        split_stride(hc.c.chunks()),  // S = chunks covers every plan
+        main_view(hc.main.view(main_pool.get(), hc.c.view)),
+        extra_view(hc.c.has_extra ? hc.extra.view(extra_pool.get(), hc.c.extra_view) : TensorView{}),
+        lse_scale(hc.c.lse_scale) {
+    main_pool.upload(h.main.bytes);
+    if (c.has_extra) extra_pool.upload(h.extra.bytes);
+    upload(h.rounds[round]);
+    sink.upload(h.sink);
+  }
+  // In place: the graph test replays after these change.
+  void upload(const Inputs& in) {
+    q.upload(in.q);
+    idx.upload(in.idx);
+    if (!in.xidx.empty()) xidx.upload(in.xidx);
+    if (!in.len.empty()) len.upload(in.len);
+    if (!in.xlen.empty()) xlen.upload(in.xlen);
+  }
+  void poison() {
+    for (DeviceBuffer* b : {&out, &lse, &mid_out, &mid_lse}) b->fill(kNanByte);
+  }
+
+  CallBuffers buffers(bool with_scratch) const {
+    CallBuffers b;
+    b.main_cache = main_view;
+    b.extra_cache = extra_view;
+    b.q = q.get();
+    b.indices = idx.get();
+    b.extra_indices = xidx.get();
+    b.lengths = len.get();
+    b.extra_lengths = xlen.get();
+    b.sink = sink.get();
+    b.out = out.get();
+    b.lse = lse.get();
+    if (with_scratch) {
+      const Scratch s = external.value_or(Scratch{mid_out.get(), mid_lse.get(), split_stride});
+      b.mid_out = s.mid_out;
+      b.mid_lse = s.mid_lse;
+      b.splits = s.splits;
+    }
+    return b;
+  }
+  Dsv41Plan launch(const Launch& l, bool with_scratch, CUstream stream) const {
+    const Call call = make_call(c, l, buffers(with_scratch), lse_scale);
+    return kiln::dsv41::cake_sparse_mla_sm120_dsv41_mixed_decode(call.q, call.kv_cache, call.indices, call.output, call.out_lse, h.sm_scale,
+                                                                call.opt, stream);
+  }
+  // The plan the launcher resolves for this call on this device, without launching.
+  Dsv41Plan plan(const Launch& l, bool with_scratch = true) const {
+    const Call call = make_call(c, l, buffers(with_scratch), lse_scale);
+    return kiln::dsv41::plan_dsv41_decode(call.q, call.kv_cache, call.indices, call.output, call.out_lse, h.sm_scale, call.opt, device());
+  }
+};
+
+struct Outputs {
+  std::vector<std::uint16_t> out;
+  std::vector<float> lse;
+  Dsv41Plan plan;
+};
+
+// Poison, launch on the legacy stream, download.
+Outputs run(DeviceCase& dev, const Launch& l, bool with_scratch) {
+  dev.poison();
+  Outputs o;
+  o.plan = dev.launch(l, with_scratch, nullptr);
+  const kiln::Driver& d = kiln::Driver::get();
+  d.check(d.cuCtxSynchronize(), "cuCtxSynchronize after dsv41 launch");
+  o.out = dev.out.download<std::uint16_t>(static_cast<std::size_t>(dev.c.tokens) * dev.c.heads * kDims);
+  o.lse = dev.lse.download<float>(static_cast<std::size_t>(dev.c.tokens) * dev.c.heads);
+  return o;
+}
+
+bool same_bits(const Outputs& a, const Outputs& b) {
+  return a.out.size() == b.out.size() && a.lse.size() == b.lse.size() && std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2) == 0 &&
+         std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0;
+}
+
+std::string plan_string(const Dsv41Plan& p) {
+  std::ostringstream s;
+  s << kiln::dsv41::dsv41_variant_name(p.variant) << " " << p.head_tiles << "/" << p.num_splits << "/" << p.chunks_per_block;
+  return s.str();
+}
+
+// ---- comparison ----
+
+struct Comparison {
+  std::size_t bad = 0, bad_lse = 0, nan = 0, bad_empty = 0;
+  double max_err = 0, max_lse_err = 0, max_ratio = 0;  // ratio: |err| / (atol + rtol |ref|), output and LSE
+  std::size_t worst = 0, worst_lse = 0;
+  float worst_got = 0, worst_ref = 0;
+  bool ok() const { return bad == 0 && bad_lse == 0 && bad_empty == 0; }
+};
+
+double ratio_of(double err, double ref) { return std::isnan(err) ? std::numeric_limits<double>::infinity() : err / (kTol + kTol * std::fabs(ref)); }
+
+Comparison compare(const Outputs& o, const Reference& ref, const Dsv41Case& c) {
+  Comparison r;
+  for (std::size_t i = 0; i < ref.out.size(); ++i) {
+    const float got = kt::bf16_to_float(o.out[i]);
+    const double e = std::fabs(static_cast<double>(got) - ref.out[i]);
+    r.nan += std::isnan(got);
+    if (!(e <= kTol + kTol * std::fabs(ref.out[i]))) ++r.bad;
+    r.max_ratio = std::max(r.max_ratio, ratio_of(e, ref.out[i]));
+    if (!(e <= r.max_err)) {  // NaN compares false: a NaN becomes the worst
+      r.max_err = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
+      r.worst = i;
+      r.worst_got = got;
+      r.worst_ref = ref.out[i];
+    }
+  }
+  for (std::size_t i = 0; i < ref.lse.size(); ++i) {
+    const bool same_inf = std::isinf(ref.lse[i]) && o.lse[i] == ref.lse[i];
+    const double e = same_inf ? 0.0 : std::fabs(static_cast<double>(o.lse[i]) - ref.lse[i]);
+    if (!(e <= kTol + kTol * std::fabs(ref.lse[i]))) ++r.bad_lse;
+    if (!same_inf) r.max_ratio = std::max(r.max_ratio, ratio_of(e, ref.lse[i]));
+    if (!(e <= r.max_lse_err)) {
+      r.max_lse_err = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
+      r.worst_lse = i;
+    }
+  }
+  // A token with no candidate: exactly zero output, and -inf without a sink.
+  for (int t = 0; t < c.tokens; ++t) {
+    if (!ref.empty[t]) continue;
+    for (int hd = 0; hd < c.heads; ++hd) {
+      const std::size_t row = static_cast<std::size_t>(t) * c.heads + hd;
+      for (int d = 0; d < kDims; ++d) r.bad_empty += (o.out[row * kDims + d] & 0x7fff) != 0;
+      if (!c.sink) r.bad_empty += o.lse[row] != -std::numeric_limits<float>::infinity();
+    }
+  }
+  return r;
+}
+
+std::string where(const Dsv41Case& c, std::size_t i, bool lse) {
+  std::ostringstream s;
+  const std::size_t row = lse ? i : i / kDims;
+  s << "token " << row / c.heads << " head " << row % c.heads;
+  if (!lse) s << " dim " << i % kDims;
+  return s.str();
+}
+
+// Errors over every launch of the suite against the oracle: the accuracy table the README quotes.
+struct AccuracyTally {
+  std::size_t launches = 0, elements = 0, outside = 0, lse_values = 0, lse_outside = 0;
+  double max_err = 0, max_lse_err = 0, max_ratio = 0;
+  std::string worst;
+
+  void add(const Dsv41Case& c, const Launch& l, const Comparison& cmp, std::size_t n, std::size_t n_lse) {
+    ++launches;
+    elements += n;
+    lse_values += n_lse;
+    outside += cmp.bad;
+    lse_outside += cmp.bad_lse;
+    max_err = std::max(max_err, cmp.max_err);
+    max_lse_err = std::max(max_lse_err, cmp.max_lse_err);
+    if (cmp.max_ratio > max_ratio) {
+      max_ratio = cmp.max_ratio;
+      worst = c.label() + " [" + l.name() + "]";
+    }
+  }
+  void print(const char* what) const {
+    std::printf("ACCURACY dsv41 %s: launches %zu  max|err| %.3e  max LSE err %.3e (atol = rtol = %.0e)  max err/tol %.3f  outputs outside "
+                "%zu of %zu, LSE outside %zu of %zu\n  worst err/tol: %s\n",
+                what, launches, max_err, max_lse_err, kTol, max_ratio, outside, elements, lse_outside, lse_values, worst.c_str());
+    std::fflush(stdout);
+  }
+};
+
+// CHECKs one launch against the oracle; returns whether it passed (prints failures only).
+bool check_against_oracle(const Dsv41Case& c, const Reference& ref, const Outputs& o, const Launch& l, AccuracyTally* tally) {
+  const Comparison cmp = compare(o, ref, c);
+  if (tally) tally->add(c, l, cmp, ref.out.size(), ref.lse.size());
+  if (!cmp.ok()) {
+    std::printf("FAIL dsv41 %s [%s] plan %s: %zu bad outputs (%zu NaN), max|err| %.3g at %s (got %g, want %g); %zu bad LSE, max %.3g at %s "
+                "(got %g, want %g); %zu wrong values in empty rows\n",
+                c.label().c_str(), l.name().c_str(), plan_string(o.plan).c_str(), cmp.bad, cmp.nan, cmp.max_err,
+                where(c, cmp.worst, false).c_str(), cmp.worst_got, cmp.worst_ref, cmp.bad_lse, cmp.max_lse_err,
+                where(c, cmp.worst_lse, true).c_str(), o.lse[cmp.worst_lse], ref.lse[cmp.worst_lse], cmp.bad_empty);
+    std::fflush(stdout);
+  }
+  INFO(c.label() << " [" << l.name() << "] plan " << plan_string(o.plan));
+  INFO(cmp.bad << " outputs out of tolerance (" << cmp.nan << " NaN), max|err| " << cmp.max_err << " at " << where(c, cmp.worst, false)
+               << "; " << cmp.bad_lse << " LSE out of tolerance, max " << cmp.max_lse_err << " at " << where(c, cmp.worst_lse, true) << "; "
+               << cmp.bad_empty << " wrong values in rows without candidates");
+  CHECK(cmp.ok());
+  return cmp.ok();
+}
+
+// The plan a launch must report: the launcher's plan-only answer for the same call, the variant
+// forced or kiln's choice for the device and H, that variant's tile count, a forced num_splits as
+// normalised, precision 0.
+void check_plan(const DeviceCase& dev, const Launch& l, const Dsv41Plan& got) {
+  const Dsv41Case& c = dev.c;
+  INFO(c.label() << " [" << l.name() << "] plan " << plan_string(got));
+  CHECK(got == dev.plan(l));
+  const Dsv41Variant want = l.variant ? to_kiln(*l.variant) : kiln::dsv41::resolve_variant(device_arch(), c.heads);
+  CHECK(got.variant == want);
+  if (!l.variant) CHECK(got.variant == (on_sm90() && c.heads >= 32 ? Dsv41Variant::kSm90 : Dsv41Variant::kDefault));
+  const int tiles = got.variant == Dsv41Variant::kDefault ? 1 : (c.heads >= 32 ? 2 : 1);
+  CHECK(got.head_tiles == tiles);
+  if (l.num_splits) CHECK(got.num_splits == normalised_splits(c.chunks(), *l.num_splits));
+  CHECK(got.chunks_per_block == (c.chunks() + got.num_splits - 1) / got.num_splits);
+  CHECK(got.precision == 0);
+}
+
+// Every key a list of cases launches, warmed in parallel (compiles overlap on the host's cores), so
+// that compiles stay out of the per-case times. Plans from shapes (the launcher's own rule).
+void warm_all(const std::vector<Dsv41Case>& cases) {
+  std::vector<kiln::SemanticKey> keys;
+  std::set<std::string> seen;
+  for (const Dsv41Case& c : cases) {
+    for (const Launch& l : launches(c, on_sm90())) {
+      const Dsv41Variant v = l.variant ? to_kiln(*l.variant) : kiln::dsv41::resolve_variant(device_arch(), c.heads);
+      const Dsv41Plan plan = kiln::dsv41::resolve_dsv41_plan(c.tokens, c.heads, c.topk, c.xtopk(), device(), v, l.num_splits, 16,
+                                                             c.main_lengths_given() || c.extra_lengths_given());
+      const kiln::SemanticKey key = kiln::dsv41::dsv41_policy(c.heads, c.has_extra, plan).key(device_arch());
+      if (seen.insert(key.str()).second) keys.push_back(key);
+    }
+  }
+  const auto t0 = Clock::now();
+  const auto before = service().counters();
+  service().warm(keys, {0});
+  const auto after = service().counters();
+  std::printf("dsv41: warmed %zu keys in %.0f ms (%llu compiled)\n", keys.size(), ms_since(t0),
+              static_cast<unsigned long long>(after.compiles - before.compiles));
+  std::fflush(stdout);
+}
+
+// One case: oracle, every launch (the first twice: bitwise repeat), host rejection of num_splits
+// below the minimum for sweeps. One summary line per case.
+void run_case(const Dsv41Case& c, std::uint64_t seed, int case_number, AccuracyTally& tally) {
+  const auto t0 = Clock::now();
+  const HostCase h(c, seed);
+  const Reference ref = run_oracle(h, h.rounds[0], c.lse_scale);
+  const double oracle_ms = ms_since(t0);
+  DeviceCase dev(h);
+  int count = 0, failed = 0;
+  Dsv41Plan first;
+  const std::vector<Launch> ls = launches(c, on_sm90());
+  for (std::size_t i = 0; i < ls.size(); ++i) {
+    const Launch& l = ls[i];
+    // Scratch where the plan splits, and on even cases also where it does not (it must not be needed).
+    const bool with_scratch = dev.plan(l).num_splits > 1 || case_number % 2 == 0;
+    const Outputs o = run(dev, l, with_scratch);
+    ++count;
+    check_plan(dev, l, o.plan);
+    failed += check_against_oracle(c, ref, o, l, &tally) ? 0 : 1;
+    if (i == 0) {
+      first = o.plan;
+      const Outputs again = run(dev, l, with_scratch);
+      ++count;
+      INFO(c.label() << ": a repeat of " << l.name() << " (plan " << plan_string(o.plan) << ") is not bitwise identical");
+      const bool same = same_bits(o, again);
+      failed += same ? 0 : 1;
+      CHECK(same);
+    }
+  }
+  if (c.sweep) {
+    const int min_splits = (c.chunks() + 15) / 16;
+    for (int n = 1; n < min_splits; ++n) {
+      INFO(c.label() << ": num_splits " << n << " leaves more than 16 chunks per CTA and must be refused on the host");
+      try {
+        dev.launch(Launch{n, std::nullopt, std::nullopt}, true, nullptr);
+        FAIL_CHECK("no error");
+      } catch (const kiln::Error& e) {
+        CHECK(e.code() == kiln::ErrorCode::kInvalidArgument);
+        CHECK_THAT(e.what(), Catch::Contains("at most"));
+      }
+    }
+  }
+  std::printf("%s dsv41 %-110s plan %-14s %3d launches  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n", failed ? "FAIL" : "PASS",
+              c.label().c_str(), plan_string(first).c_str(), count, oracle_ms, oracle_gmacs(c), ms_since(t0));
+  std::fflush(stdout);
+}
+
+// The variants this device has, forced.
+std::vector<Launch> forced_variants(std::optional<int> num_splits = std::nullopt) {
+  std::vector<Launch> v = {Launch{num_splits, Variant::kDefault, std::nullopt}};
+  if (on_sm90()) v.push_back(Launch{num_splits, Variant::kSm90, std::nullopt});
+  return v;
+}
+
+Dsv41Case dual(int t, int h, int topk, int xtopk, int page, int xpage) {
+  Dsv41Case c;
+  c.tokens = t;
+  c.heads = h;
+  c.topk = topk;
+  c.page = page;
+  c.has_extra = xtopk > 0;
+  c.extra_topk = xtopk;
+  c.extra_page = xpage;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("dsv41: conformance matrix against the oracle", "[gpu][dsv41]") {
+  const auto m = conformance_matrix();
+  warm_all(m);
+  AccuracyTally tally;
+  const auto t0 = Clock::now();
+  for (std::size_t i = 0; i < m.size(); ++i) run_case(m[i], base_seed() + 101 * i, static_cast<int>(i), tally);
+  std::printf("dsv41: %zu cases in %.0f ms\n", m.size(), ms_since(t0));
+  tally.print("matrix");
+  CHECK(tally.outside == 0);
+  CHECK(tally.lse_outside == 0);
+}
+
+// A few launches covering the split path, both caches, the sink, lengths and empty rows, each
+// variant, for compute-sanitizer (slow under it: keep small).
+TEST_CASE("dsv41: sanitizer subset", "[gpu][dsv41][sanitizer]") {
+  Dsv41Case split_extra = dual(3, 32, 128, 64, 61, 2);
+  split_extra.sink = true;
+  split_extra.lengths = Lengths::kBoth;
+  split_extra.view = View::kNhd;
+  split_extra.extra_stride_pad = 32;
+  split_extra.num_splits = 3;
+  Dsv41Case main_only = dual(2, 16, 65, 0, 32, 0);
+  main_only.lengths = Lengths::kMain;
+  Dsv41Case big = dual(2, 128, 200, 512, 1, 53);
+  big.empty_rows = {EmptyRow::kExtra};
+  big.sink = true;
+  const std::vector<Dsv41Case> cases = {split_extra, main_only, big};
+  warm_all(cases);
+  AccuracyTally tally;
+  for (std::size_t i = 0; i < cases.size(); ++i) run_case(cases[i], base_seed() + 7 * i, static_cast<int>(i), tally);
+  tally.print("sanitizer subset");
+}
+
+// The same bytes through every accepted view (2-D, 3-D, HND, NHD; a padded page stride with 0xab
+// padding) give the same bits, per variant, on a split and an unsplit plan.
+TEST_CASE("dsv41: every view of the same bytes gives the same bits", "[gpu][dsv41]") {
+  Dsv41Case c = dual(5, 64, 128, 512, 64, 32);
+  c.sink = true;
+  c.lengths = Lengths::kBoth;
+  const HostCase h(c, base_seed() + 505);
+  const Reference ref = run_oracle(h, h.rounds[0], c.lse_scale);
+  const PoolImage main_padded = restride(h.main, 128, 0xab), extra_padded = restride(h.extra, 128, 0xab);
+  DeviceBuffer main_padded_dev(main_padded.bytes.size()), extra_padded_dev(extra_padded.bytes.size());
+  main_padded_dev.upload(main_padded.bytes);
+  extra_padded_dev.upload(extra_padded.bytes);
+  DeviceCase dev(h);
+  for (const std::optional<int> splits : {std::optional<int>{}, std::optional<int>{1}, std::optional<int>{5}}) {
+    for (const Launch& l : forced_variants(splits)) {
+      dev.main_view = h.main.view(dev.main_pool.get(), View::kHnd);
+      dev.extra_view = h.extra.view(dev.extra_pool.get(), View::kHnd);
+      const Outputs base = run(dev, l, true);
+      check_against_oracle(c, ref, base, l, nullptr);
+      for (const View mv : {View::k2d, View::k3d, View::kHnd, View::kNhd}) {
+        for (const View xv : {View::k2d, View::k3d, View::kHnd, View::kNhd}) {
+          for (const bool padded : {false, true}) {
+            dev.main_view = padded ? main_padded.view(main_padded_dev.get(), mv) : h.main.view(dev.main_pool.get(), mv);
+            dev.extra_view = padded ? extra_padded.view(extra_padded_dev.get(), xv) : h.extra.view(dev.extra_pool.get(), xv);
+            const Outputs o = run(dev, l, true);
+            INFO(l.name() << ": main " << view_name(mv) << ", extra " << view_name(xv) << (padded ? ", page stride +128 (0xab padding)" : "")
+                           << " differs from HND");
+            CHECK(o.plan == base.plan);
+            CHECK(same_bits(o, base));
+          }
+        }
+      }
+    }
+  }
+}
+
+// lse_scale multiplies out_lse and changes no output bit (T = 7; 0.5, 2 and ln 2 against 1), on the
+// direct and the split path of each variant, with a sink and an empty row.
+TEST_CASE("dsv41: lse_scale changes the LSE only", "[gpu][dsv41]") {
+  Dsv41Case c = dual(7, 64, 128, 512, 64, 2);
+  c.sink = true;
+  c.lengths = Lengths::kBoth;
+  c.empty_rows = {EmptyRow::kExtra, EmptyRow::kAllMasked};
+  const HostCase h(c, base_seed() + 707);
+  DeviceCase dev(h);
+  for (const std::optional<int> splits : {std::optional<int>{}, std::optional<int>{1}, std::optional<int>{10}}) {
+    for (const Launch& l : forced_variants(splits)) {
+      dev.lse_scale = 1.0;
+      const Outputs base = run(dev, l, true);
+      for (const double s : {0.5, 2.0, 0.69314718055994531}) {
+        dev.lse_scale = s;
+        const Outputs o = run(dev, l, true);
+        INFO(l.name() << " lse_scale " << s);
+        CHECK(std::memcmp(o.out.data(), base.out.data(), o.out.size() * 2) == 0);
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < o.lse.size(); ++i) {
+          const double want = s * static_cast<double>(base.lse[i]);
+          const bool same_inf = std::isinf(want) && o.lse[i] == want;
+          bad += !(same_inf || std::fabs(o.lse[i] - want) <= 1e-6 + 1e-6 * std::fabs(want));
+        }
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+// Captures a launch after warming its key, then replays after rewriting Q, indices and lengths in
+// place: every replay equals an eager launch bit for bit and the oracle within tolerance. Eager
+// launches with enable_pdl on, off and unset give the same bits.
+TEST_CASE("dsv41: graph replay and enable_pdl give the same bits as eager launches", "[gpu][dsv41]") {
+  const kiln::Driver& d = kiln::Driver::get();
+  struct GraphCase {
+    Dsv41Case c;
+    Launch l;
+  };
+  Dsv41Case a = dual(4, 64, 128, 512, 64, 2);
+  a.sink = true;
+  a.lengths = Lengths::kBoth;
+  Dsv41Case b = dual(3, 16, 2048, 0, 61, 0);
+  b.lengths = Lengths::kMain;
+  Dsv41Case e = dual(6, 128, 512, 128, 53, 32);
+  e.empty_rows = {EmptyRow::kBoth};
+  std::vector<GraphCase> cases = {{a, Launch{}}, {a, Launch{5, Variant::kDefault, false}}, {b, Launch{std::nullopt, Variant::kDefault, true}},
+                                   {e, Launch{3, std::nullopt, std::nullopt}}};
+  if (on_sm90()) cases.push_back({a, Launch{10, Variant::kSm90, true}});
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    const Dsv41Case& c = cases[ci].c;
+    const Launch& l = cases[ci].l;
+    const HostCase h(c, base_seed() + 4242 + ci, 3);
+    DeviceCase dev(h);
+    const Outputs eager0 = run(dev, l, true);  // compiles and loads the key: capture never does
+    check_plan(dev, l, eager0.plan);
+    for (const std::optional<bool> pdl : {std::optional<bool>{true}, std::optional<bool>{false}, std::optional<bool>{}}) {
+      Launch lp = l;
+      lp.enable_pdl = pdl;
+      const Outputs o = run(dev, lp, true);
+      INFO(c.label() << " [" << lp.name() << "]: enable_pdl changed the bits");
+      CHECK(same_bits(o, eager0));
+    }
+
+    CUstream stream = nullptr;
+    d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    Dsv41Plan captured;
+    try {
+      captured = dev.launch(l, true, stream);
+    } catch (...) {
+      d.cuStreamEndCapture(stream, &graph);
+      if (graph) d.cuGraphDestroy(graph);
+      d.cuStreamDestroy(stream);
+      throw;
+    }
+    d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+    d.check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+    CHECK(captured == eager0.plan);
+    for (int round = 0; round < 3; ++round) {
+      dev.upload(h.rounds[round]);
+      const Reference ref = run_oracle(h, h.rounds[round], c.lse_scale);
+      dev.poison();
+      d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
+      d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
+      d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize after replay");
+      Outputs replayed;
+      replayed.plan = captured;
+      replayed.out = dev.out.download<std::uint16_t>(ref.out.size());
+      replayed.lse = dev.lse.download<float>(ref.lse.size());
+      const Outputs eager = run(dev, l, true);
+      INFO(c.label() << " [" << l.name() << "] graph round " << round << ": replay differs from eager");
+      CHECK(same_bits(replayed, eager));
+      const bool ok = check_against_oracle(c, ref, replayed, l, nullptr);
+      std::printf("%s dsv41 graph %-90s round %d plan %s\n", ok && same_bits(replayed, eager) ? "PASS" : "FAIL", c.label().c_str(), round,
+                  plan_string(captured).c_str());
+      std::fflush(stdout);
+    }
+    d.cuGraphExecDestroy(exec);
+    d.cuGraphDestroy(graph);
+    d.cuStreamDestroy(stream);
+  }
+}
+
+// Split scratch needs no zeroing: whatever mid_out and mid_lse hold before a launch (zeros, NaN,
+// large finite values, another launch's partials) the results are the same bits. One workspace
+// shared by a sequence of shapes gives the same bits as fresh scratch for each.
+TEST_CASE("dsv41: stale and shared split scratch never changes a result", "[gpu][dsv41]") {
+  Dsv41Case c = dual(4, 64, 128, 512, 64, 32);
+  c.sink = true;
+  c.lengths = Lengths::kBoth;
+  c.empty_rows = {EmptyRow::kMain};
+  const HostCase h(c, base_seed() + 909);
+  DeviceCase dev(h);
+  for (const Launch& l : forced_variants(10)) {
+    const Outputs base = run(dev, l, true);
+    REQUIRE(base.plan.num_splits == 10);
+    for (const std::uint8_t fill : {std::uint8_t{0x00}, std::uint8_t{0x7f}, std::uint8_t{0x47}, std::uint8_t{0xc7}}) {
+      dev.out.fill(kNanByte);
+      dev.lse.fill(kNanByte);
+      dev.mid_out.fill(fill);
+      dev.mid_lse.fill(fill);
+      dev.launch(l, true, nullptr);
+      Outputs o;
+      o.out = dev.out.download<std::uint16_t>(base.out.size());
+      o.lse = dev.lse.download<float>(base.lse.size());
+      INFO(l.name() << ": scratch filled with 0x" << std::hex << int(fill));
+      CHECK(same_bits(o, base));
+    }
+    // Scratch left by the previous launch (no poison between): same bits again.
+    dev.launch(l, true, nullptr);
+    Outputs again;
+    again.out = dev.out.download<std::uint16_t>(base.out.size());
+    again.lse = dev.lse.download<float>(base.lse.size());
+    CHECK(same_bits(again, base));
+  }
+
+  // One workspace, carved as the functional API does (mid_out, then mid_lse at a 16-byte-aligned
+  // offset), reused across (T, H, topk, extra_topk) = (32,64,128,512), (1,8,128,0), (32,64,128,512),
+  // (5,128,512,512); each launch against the same launch with fresh poisoned scratch.
+  const std::vector<Dsv41Case> seq = {dual(32, 64, 128, 512, 64, 64), dual(1, 8, 128, 0, 64, 0), dual(32, 64, 128, 512, 64, 64),
+                                      dual(5, 128, 512, 512, 64, 64)};
+  std::int64_t bytes = 0;
+  for (const Dsv41Case& s : seq) bytes = std::max(bytes, kiln::dsv41::scratch_bytes(s.tokens, s.heads, s.topk, s.xtopk()));
+  DeviceBuffer workspace(static_cast<std::size_t>(bytes));
+  workspace.fill(kNanByte);
+  for (std::size_t i = 0; i < seq.size(); ++i) {
+    const HostCase hs(seq[i], base_seed() + 9090 + (i % 2 == 0 ? 0 : i));  // cases 0 and 2: the same inputs
+    DeviceCase fresh(hs);
+    DeviceCase shared(hs);
+    const std::size_t mid_out_bytes = static_cast<std::size_t>(seq[i].tokens) * seq[i].heads * seq[i].chunks() * kDims * 2;
+    shared.external = Scratch{workspace.get(), static_cast<char*>(workspace.get()) + (mid_out_bytes + 15) / 16 * 16, seq[i].chunks()};
+    const Launch l{};
+    const Outputs want = run(fresh, l, true);
+    shared.out.fill(kNanByte);
+    shared.lse.fill(kNanByte);
+    shared.launch(l, true, nullptr);
+    Outputs got;
+    got.out = shared.out.download<std::uint16_t>(want.out.size());
+    got.lse = shared.lse.download<float>(want.lse.size());
+    INFO(seq[i].label() << " (step " << i << ", plan " << plan_string(want.plan) << "): shared workspace differs from fresh scratch");
+    CHECK(same_bits(got, want));
+  }
+}
+
+TEST_CASE("dsv41: T == 0 returns the plan without launching, even on a capturing stream", "[gpu][dsv41][sanitizer]") {
+  const kiln::Driver& d = kiln::Driver::get();
+  const int heads = 112, topk = 2048;
+  DeviceBuffer q(4096), out(4096), lse(4096), idx(4096), xidx(4096), cache(528 * 64), xcache(288 * 64);
+  Dsv41Options opt;
+  opt.extra_kv_cache = TensorView::contiguous(xcache.get(), DType::kU8, {1, 64, 288});
+  opt.extra_indices = TensorView::contiguous(xidx.get(), DType::kI32, {0, 512});
+  opt.num_splits = 4;
+  CUstream stream = nullptr;
+  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const auto before = service().counters();
+  d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  Dsv41Plan plan;
+  try {
+    plan = kiln::dsv41::cake_sparse_mla_sm120_dsv41_mixed_decode(
+        TensorView::contiguous(q.get(), DType::kBf16, {0, heads, kDims}), TensorView::contiguous(cache.get(), DType::kU8, {1, 64, 528}),
+        TensorView::contiguous(idx.get(), DType::kI32, {0, topk}), TensorView::contiguous(out.get(), DType::kBf16, {0, heads, kDims}),
+        TensorView::contiguous(lse.get(), DType::kF32, {0, heads}), 1.0 / std::sqrt(512.0), opt, stream);
+  } catch (...) {
+    CUgraph g = nullptr;
+    d.cuStreamEndCapture(stream, &g);
+    if (g) d.cuGraphDestroy(g);
+    d.cuStreamDestroy(stream);
+    throw;
+  }
+  CUgraph graph = nullptr;
+  d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+  if (graph) d.cuGraphDestroy(graph);
+  d.cuStreamDestroy(stream);
+  const auto after = service().counters();
+  CHECK(after.compiles == before.compiles);
+  CHECK(after.loads == before.loads);
+  CHECK(after.memory_hits == before.memory_hits);
+  CHECK(plan.num_splits == 4);  // 40 chunks forced into 4 splits of 10
+  CHECK(plan.chunks_per_block == 10);
+  CHECK(plan.precision == 0);
+}
