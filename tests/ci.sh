@@ -48,7 +48,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_string
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 
-nvrtc_bound='default manifest: kiln prebuild compiles every key|mla_decode compiles|sparse_nvfp4 compiles|dsv41_writer compiles'
+nvrtc_bound='default manifest: kiln prebuild compiles every key|mla_decode compiles|sparse_nvfp4 compiles|every sm_120a sparse decode render|dsv41_writer compiles'
 
 run_stage() {
   local name=$1
