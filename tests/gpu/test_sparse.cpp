@@ -27,7 +27,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -41,7 +40,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kiln/jit/error.h"
@@ -55,6 +53,7 @@
 #include "tests/support/rng.h"
 #include "tests/support/sparse_matrix.h"
 #include "tests/support/sparse_reference.h"
+#include "tests/support/parallel.h"
 
 using namespace kiln::testing::sparse_matrix;  // SparseCase, the conformance matrix and its helpers
 
@@ -322,33 +321,21 @@ void run_oracle(HostCase& h) {
   pr.lse_scale = c.ln2 ? kLn2 : 1.f;
   h.ref.assign(static_cast<std::size_t>(c.tokens) * c.heads * kDims, 0.f);
   h.ref_lse.assign(static_cast<std::size_t>(c.tokens) * c.heads, 0.f);
-  constexpr int kHeadBlock = 16;
-  const int blocks = (c.heads + kHeadBlock - 1) / kHeadBlock;
-  const int units = c.tokens * blocks;
-  std::atomic<int> next{0};
-  auto work = [&] {
-    for (int u = next++; u < units; u = next++) {
-      const int t = u / blocks, h0 = (u % blocks) * kHeadBlock, hn = std::min(kHeadBlock, c.heads - h0);
-      kt::SparseProblem s = pr;
-      s.tokens = 1;
-      s.heads = hn;
-      s.q = pr.q + (static_cast<std::size_t>(t) * c.heads + h0) * kDims;
-      s.main.indices = pr.main.indices + static_cast<std::size_t>(t) * row_stride;
-      if (s.main.lengths) s.main.lengths += t;
-      if (c.has_extra) {
-        s.extra.indices = pr.extra.indices + static_cast<std::size_t>(t) * c.extra_topk;
-        if (s.extra.lengths) s.extra.lengths += t;
-      }
-      if (s.attn_sink) s.attn_sink += h0;
-      kt::sparse_nvfp4_reference(s, h.ref.data() + (static_cast<std::size_t>(t) * c.heads + h0) * kDims,
-                                 h.ref_lse.data() + static_cast<std::size_t>(t) * c.heads + h0);
+  kt::parallel_head_blocks(c.tokens, c.heads, [&](int t, int h0, int hn) {
+    kt::SparseProblem s = pr;
+    s.tokens = 1;
+    s.heads = hn;
+    s.q = pr.q + (static_cast<std::size_t>(t) * c.heads + h0) * kDims;
+    s.main.indices = pr.main.indices + static_cast<std::size_t>(t) * row_stride;
+    if (s.main.lengths) s.main.lengths += t;
+    if (c.has_extra) {
+      s.extra.indices = pr.extra.indices + static_cast<std::size_t>(t) * c.extra_topk;
+      if (s.extra.lengths) s.extra.lengths += t;
     }
-  };
-  const int threads = std::max(1, std::min<int>(units, static_cast<int>(std::thread::hardware_concurrency())));
-  std::vector<std::thread> pool_threads;
-  for (int i = 1; i < threads; ++i) pool_threads.emplace_back(work);
-  work();
-  for (auto& th : pool_threads) th.join();
+    if (s.attn_sink) s.attn_sink += h0;
+    kt::sparse_nvfp4_reference(s, h.ref.data() + (static_cast<std::size_t>(t) * c.heads + h0) * kDims,
+                               h.ref_lse.data() + static_cast<std::size_t>(t) * c.heads + h0);
+  });
 }
 
 // Draws the inputs that change between rounds (Q, indices, lengths); the sinks and scale stay.

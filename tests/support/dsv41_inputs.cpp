@@ -1,13 +1,12 @@
 #include "tests/support/dsv41_inputs.h"
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstring>
-#include <thread>
 
 #include "tests/support/nvfp4_reference.h"
 #include "tests/support/rng.h"
+#include "tests/support/parallel.h"
 
 namespace kiln::testing::dsv41_matrix {
 
@@ -212,32 +211,20 @@ Reference run_oracle(const HostCase& h, const Inputs& in, double lse_scale) {
   for (int t = 0; t < c.tokens; ++t) {
     ref.empty[t] = kt::dsv41_valid_candidates(pr.main, t).empty() && (!c.has_extra || kt::dsv41_valid_candidates(pr.extra, t).empty());
   }
-  constexpr int kHeadBlock = 16;
-  const int blocks = (c.heads + kHeadBlock - 1) / kHeadBlock;
-  const int units = c.tokens * blocks;
-  std::atomic<int> next{0};
-  auto work = [&] {
-    for (int u = next++; u < units; u = next++) {
-      const int t = u / blocks, h0 = (u % blocks) * kHeadBlock, hn = std::min(kHeadBlock, c.heads - h0);
-      kt::Dsv41Problem s = pr;
-      s.tokens = 1;
-      s.heads = hn;
-      s.q = pr.q + (static_cast<std::size_t>(t) * c.heads + h0) * kDims;
-      for (kt::Dsv41Section* sec : {&s.main, &s.extra}) {
-        if (sec->indices == nullptr) continue;
-        sec->indices += t * sec->row_stride;
-        if (sec->lengths) sec->lengths += t;
-      }
-      if (s.attn_sink) s.attn_sink += h0;
-      kt::dsv41_reference(s, ref.out.data() + (static_cast<std::size_t>(t) * c.heads + h0) * kDims,
-                          ref.lse.data() + static_cast<std::size_t>(t) * c.heads + h0);
+  kt::parallel_head_blocks(c.tokens, c.heads, [&](int t, int h0, int hn) {
+    kt::Dsv41Problem s = pr;
+    s.tokens = 1;
+    s.heads = hn;
+    s.q = pr.q + (static_cast<std::size_t>(t) * c.heads + h0) * kDims;
+    for (kt::Dsv41Section* sec : {&s.main, &s.extra}) {
+      if (sec->indices == nullptr) continue;
+      sec->indices += t * sec->row_stride;
+      if (sec->lengths) sec->lengths += t;
     }
-  };
-  const int threads = std::max(1, std::min<int>(units, static_cast<int>(std::thread::hardware_concurrency())));
-  std::vector<std::thread> pool_threads;
-  for (int i = 1; i < threads; ++i) pool_threads.emplace_back(work);
-  work();
-  for (auto& th : pool_threads) th.join();
+    if (s.attn_sink) s.attn_sink += h0;
+    kt::dsv41_reference(s, ref.out.data() + (static_cast<std::size_t>(t) * c.heads + h0) * kDims,
+                        ref.lse.data() + static_cast<std::size_t>(t) * c.heads + h0);
+  });
   return ref;
 }
 
