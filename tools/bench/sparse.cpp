@@ -194,18 +194,7 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
   BenchDeviceMemory indices(idx.size() * 4, where + " indices");
   bench_check(d.cuMemcpyHtoD(indices.ptr(), idx.data(), idx.size() * 4), "cuMemcpyHtoD", where + " indices");
 
-  const std::size_t q_bytes = static_cast<std::size_t>(c.tokens) * c.heads * 512 * 2;
-  BenchDeviceMemory q(q_bytes, where + " q"), out(q_bytes, where + " output");
-  BenchDeviceMemory lse(static_cast<std::size_t>(c.tokens) * c.heads * 4, where + " out_lse");
-  const int splits = t.plan.num_splits;
-  std::optional<BenchDeviceMemory> mid_out, mid_lse;
-  if (splits > 1) {
-    mid_out.emplace(q_bytes * splits, where + " mid_out");
-    mid_lse.emplace(static_cast<std::size_t>(c.tokens) * c.heads * splits * 4, where + " mid_lse");
-  }
-  bench_fill_bf16(q.ptr(), q_bytes, static_cast<std::size_t>(c.tokens) * c.heads + c.topk, where + " q");
-  bench_check(d.cuMemsetD8(out.ptr(), 0xff, out.bytes()), "cuMemsetD8", where + " poison output");  // bf16 NaN
-  bench_check(d.cuMemsetD8(lse.ptr(), 0xff, lse.bytes()), "cuMemsetD8", where + " poison out_lse");
+  const SparseCallBuffers buffers(c.tokens, c.heads, c.topk, t.plan.num_splits, where);
   bench_check(d.cuCtxSynchronize(), "cuCtxSynchronize", where + " uploads");
 
   std::optional<BenchDeviceMemory> lengths;
@@ -221,13 +210,9 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
   opt.num_splits = c.splits;
   if (lengths) opt.topk_length = TensorView::contiguous(lengths->at(0), DType::kI32, {c.tokens});
   if (c.has_extra()) opt.extra_kv_cache = cache;
-  if (splits > 1) {
-    opt.mid_out = TensorView::contiguous(mid_out->at(0), DType::kBf16, {c.tokens, c.heads, splits, 512});
-    opt.mid_lse = TensorView::contiguous(mid_lse->at(0), DType::kF32, {c.tokens, c.heads, splits});
-  }
-  const TensorView q_view = TensorView::contiguous(q.at(0), DType::kBf16, {c.tokens, c.heads, 512});
-  const TensorView out_view = TensorView::contiguous(out.at(0), DType::kBf16, {c.tokens, c.heads, 512});
-  const TensorView lse_view = TensorView::contiguous(lse.at(0), DType::kF32, {c.tokens, c.heads});
+  opt.mid_out = buffers.mid_out();
+  opt.mid_lse = buffers.mid_lse();
+  const TensorView q_view = buffers.q(), out_view = buffers.output(), lse_view = buffers.out_lse();
 
   const auto capture = [&] {
     for (int call = 0; call < t.calls; ++call) {
@@ -245,19 +230,54 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
       }
     }
   };
-  const auto check_warm_up = [&] {  // every output and LSE written and finite (every index is valid: no empty rows)
-    std::vector<std::uint16_t> words(q_bytes / 2);
-    bench_check(d.cuMemcpyDtoH(words.data(), out.ptr(), q_bytes), "cuMemcpyDtoH", where + " output check");
-    for (std::uint16_t w : words) t.bad_outputs += (w & 0x7f80) == 0x7f80;
-    std::vector<float> l(lse.bytes() / 4);
-    bench_check(d.cuMemcpyDtoH(l.data(), lse.ptr(), lse.bytes()), "cuMemcpyDtoH", where + " out_lse check");
-    for (float f : l) t.bad_outputs += !std::isfinite(f);
-  };
+  // Every output and LSE written and finite (every index is valid: no empty rows).
+  const auto check_warm_up = [&] { t.bad_outputs += buffers.nonfinite(where); };
   static_cast<BenchReplayTimes&>(t) = bench_graph_replays(stream, where, t.calls, kLongReplayMs, capture, check_warm_up);
   return t;
 }
 
 }  // namespace
+
+SparseCallBuffers::SparseCallBuffers(int tokens, int heads, int topk, int splits, const std::string& where)
+    : tokens_(tokens),
+      heads_(heads),
+      splits_(splits),
+      q_(static_cast<std::size_t>(tokens) * heads * 512 * 2, where + " q"),
+      out_(q_.bytes(), where + " output"),
+      lse_(static_cast<std::size_t>(tokens) * heads * 4, where + " out_lse") {
+  if (splits > 1) {
+    mid_out_.emplace(q_.bytes() * splits, where + " mid_out");
+    mid_lse_.emplace(lse_.bytes() * splits, where + " mid_lse");
+  }
+  const Driver& d = Driver::get();
+  bench_fill_bf16(q_.ptr(), q_.bytes(), static_cast<std::size_t>(tokens) * heads + topk, where + " q");
+  bench_check(d.cuMemsetD8(out_.ptr(), 0xff, out_.bytes()), "cuMemsetD8", where + " poison output");  // bf16 NaN
+  bench_check(d.cuMemsetD8(lse_.ptr(), 0xff, lse_.bytes()), "cuMemsetD8", where + " poison out_lse");
+}
+
+TensorView SparseCallBuffers::q() const { return TensorView::contiguous(q_.at(0), DType::kBf16, {tokens_, heads_, 512}); }
+TensorView SparseCallBuffers::output() const { return TensorView::contiguous(out_.at(0), DType::kBf16, {tokens_, heads_, 512}); }
+TensorView SparseCallBuffers::out_lse() const { return TensorView::contiguous(lse_.at(0), DType::kF32, {tokens_, heads_}); }
+std::optional<TensorView> SparseCallBuffers::mid_out() const {
+  if (!mid_out_) return std::nullopt;
+  return TensorView::contiguous(mid_out_->at(0), DType::kBf16, {tokens_, heads_, splits_, 512});
+}
+std::optional<TensorView> SparseCallBuffers::mid_lse() const {
+  if (!mid_lse_) return std::nullopt;
+  return TensorView::contiguous(mid_lse_->at(0), DType::kF32, {tokens_, heads_, splits_});
+}
+
+std::size_t SparseCallBuffers::nonfinite(const std::string& where) const {
+  const Driver& d = Driver::get();
+  std::size_t bad = 0;
+  std::vector<std::uint16_t> words(out_.bytes() / 2);
+  bench_check(d.cuMemcpyDtoH(words.data(), out_.ptr(), out_.bytes()), "cuMemcpyDtoH", where + " output check");
+  for (std::uint16_t w : words) bad += (w & 0x7f80) == 0x7f80;
+  std::vector<float> l(lse_.bytes() / 4);
+  bench_check(d.cuMemcpyDtoH(l.data(), lse_.ptr(), lse_.bytes()), "cuMemcpyDtoH", where + " out_lse check");
+  for (float f : l) bad += !std::isfinite(f);
+  return bad;
+}
 
 struct SparseNvfp4Timer::State {
   KernelService& service;

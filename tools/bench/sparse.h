@@ -2,10 +2,13 @@
 #include <cuda.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/tensor_view.h"
+#include "tools/bench/ceilings.h"
 #include "tools/bench/options.h"
 
 namespace kiln::tools {
@@ -31,6 +34,26 @@ struct SparseNvfp4Time {
   int calls = 0;
   std::string kernel;  // the launcher's pick ("mma", "mma_small", "sm90")
   int head_tiles = 1, num_splits = 1, chunks_per_block = 1;
+};
+
+// The per-call buffers of a timed sparse decode (NVFP4 or DeepSeek-V4.1: the same Q, output, LSE and
+// split scratch): Q filled with bf16 values, output and out_lse poisoned with NaN, mid_out/mid_lse
+// for `splits` > 1.
+class SparseCallBuffers {
+ public:
+  SparseCallBuffers(int tokens, int heads, int topk, int splits, const std::string& where);
+  TensorView q() const;
+  TensorView output() const;
+  TensorView out_lse() const;
+  std::optional<TensorView> mid_out() const;
+  std::optional<TensorView> mid_lse() const;
+  // NaN/Inf values among the outputs and LSEs (none when every row had a valid candidate).
+  std::size_t nonfinite(const std::string& where) const;
+
+ private:
+  int tokens_, heads_, splits_;
+  BenchDeviceMemory q_, out_, lse_;
+  std::optional<BenchDeviceMemory> mid_out_, mid_lse_;
 };
 
 class SparseNvfp4Timer {

@@ -166,18 +166,7 @@ Timing time_config(const Dsv41Config& c, const Pool& main, const Pool& extra, co
   BenchDeviceMemory indices(idx.size() * 4, where + " indices");
   bench_check(d.cuMemcpyHtoD(indices.ptr(), idx.data(), idx.size() * 4), "cuMemcpyHtoD", where + " indices");
 
-  const std::size_t q_bytes = static_cast<std::size_t>(c.tokens) * c.heads * 512 * 2;
-  BenchDeviceMemory q(q_bytes, where + " q"), out(q_bytes, where + " output");
-  BenchDeviceMemory lse(static_cast<std::size_t>(c.tokens) * c.heads * 4, where + " out_lse");
-  const int splits = t.plan.num_splits;
-  std::optional<BenchDeviceMemory> mid_out, mid_lse;
-  if (splits > 1) {
-    mid_out.emplace(q_bytes * splits, where + " mid_out");
-    mid_lse.emplace(static_cast<std::size_t>(c.tokens) * c.heads * splits * 4, where + " mid_lse");
-  }
-  bench_fill_bf16(q.ptr(), q_bytes, static_cast<std::size_t>(c.tokens) * c.heads + c.topk, where + " q");
-  bench_check(d.cuMemsetD8(out.ptr(), 0xff, out.bytes()), "cuMemsetD8", where + " poison output");
-  bench_check(d.cuMemsetD8(lse.ptr(), 0xff, lse.bytes()), "cuMemsetD8", where + " poison out_lse");
+  const SparseCallBuffers buffers(c.tokens, c.heads, c.topk, t.plan.num_splits, where);
   bench_check(d.cuCtxSynchronize(), "cuCtxSynchronize", where + " uploads");
 
   const TensorView main_view = TensorView::contiguous(main.mem->at(0), DType::kU8, {main.pages, kPage, static_cast<std::int64_t>(kMainRecord)});
@@ -186,13 +175,9 @@ Timing time_config(const Dsv41Config& c, const Pool& main, const Pool& extra, co
   if (c.has_extra()) {
     opt.extra_kv_cache = TensorView::contiguous(extra.mem->at(0), DType::kU8, {extra.pages, kPage, static_cast<std::int64_t>(kExtraRecord)});
   }
-  if (splits > 1) {
-    opt.mid_out = TensorView::contiguous(mid_out->at(0), DType::kBf16, {c.tokens, c.heads, splits, 512});
-    opt.mid_lse = TensorView::contiguous(mid_lse->at(0), DType::kF32, {c.tokens, c.heads, splits});
-  }
-  const TensorView q_view = TensorView::contiguous(q.at(0), DType::kBf16, {c.tokens, c.heads, 512});
-  const TensorView out_view = TensorView::contiguous(out.at(0), DType::kBf16, {c.tokens, c.heads, 512});
-  const TensorView lse_view = TensorView::contiguous(lse.at(0), DType::kF32, {c.tokens, c.heads});
+  opt.mid_out = buffers.mid_out();
+  opt.mid_lse = buffers.mid_lse();
+  const TensorView q_view = buffers.q(), out_view = buffers.output(), lse_view = buffers.out_lse();
 
   const auto capture = [&] {
     for (int call = 0; call < t.calls; ++call) {
@@ -211,14 +196,8 @@ Timing time_config(const Dsv41Config& c, const Pool& main, const Pool& extra, co
       }
     }
   };
-  const auto check_warm_up = [&] {  // every output and LSE written and finite (every index is valid)
-    std::vector<std::uint16_t> words(q_bytes / 2);
-    bench_check(d.cuMemcpyDtoH(words.data(), out.ptr(), q_bytes), "cuMemcpyDtoH", where + " output check");
-    for (std::uint16_t w : words) t.bad_outputs += (w & 0x7f80) == 0x7f80;
-    std::vector<float> l(lse.bytes() / 4);
-    bench_check(d.cuMemcpyDtoH(l.data(), lse.ptr(), lse.bytes()), "cuMemcpyDtoH", where + " out_lse check");
-    for (float f : l) t.bad_outputs += !std::isfinite(f);
-  };
+  // Every output and LSE written and finite (every index is valid).
+  const auto check_warm_up = [&] { t.bad_outputs += buffers.nonfinite(where); };
   static_cast<BenchReplayTimes&>(t) = bench_graph_replays(stream, where, t.calls, kLongReplayMs, capture, check_warm_up);
   return t;
 }
