@@ -1,6 +1,9 @@
 #pragma once
 // Runs a callable that must throw kiln::Error and returns the error for the test to inspect.
 #include <catch2/catch.hpp>
+#include <functional>
+#include <initializer_list>
+#include <string>
 
 #include "kiln/jit/error.h"
 
@@ -15,6 +18,21 @@ kiln::Error expect_error(F&& f) {
   }
   FAIL("expected a kiln::Error");
   return kiln::Error(ErrorCode::kInternal, "unreachable");
+}
+
+// `f` fails with `code`, naming argument `arg`, and the message contains each of `parts`.
+inline void expect_error(const std::function<void()>& f, const std::string& arg, std::initializer_list<std::string> parts = {},
+                         ErrorCode code = ErrorCode::kInvalidArgument) {
+  try {
+    f();
+    FAIL("no error; expected one naming '" << arg << "'");
+  } catch (const kiln::Error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(std::string(kiln::error_code_name(e.code())) == std::string(kiln::error_code_name(code)));
+    CHECK(what.find("argument '" + arg + "'") != std::string::npos);
+    for (const std::string& p : parts) CHECK(what.find(p) != std::string::npos);
+  }
 }
 
 }  // namespace kiln::testing

@@ -19,6 +19,7 @@
 #include "kiln/runtime/paged_cache_view.h"
 #include "kiln/runtime/sparse_dsv41/launcher.h"
 #include "kiln/runtime/sparse_dsv41/planner.h"
+#include "tests/support/expect_error.h"
 
 namespace {
 
@@ -83,20 +84,7 @@ struct Call {
   d::Dsv41Plan run() const { return d::cake_sparse_mla_sm120_dsv41_mixed_decode(q, kv, indices, output, out_lse, sm_scale, opt, nullptr); }
 };
 
-// The call fails with `code`, naming argument `arg`, and the message contains each of `parts`.
-void expect_error(const std::function<void()>& f, const std::string& arg, std::initializer_list<std::string> parts = {},
-                  ErrorCode code = ErrorCode::kInvalidArgument) {
-  try {
-    f();
-    FAIL("no error; expected one naming '" << arg << "'");
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    INFO(what);
-    CHECK(std::string(kiln::error_code_name(e.code())) == std::string(kiln::error_code_name(code)));
-    CHECK(what.find("argument '" + arg + "'") != std::string::npos);
-    for (const std::string& p : parts) CHECK(what.find(p) != std::string::npos);
-  }
-}
+using kiln::testing::expect_error;  // (call, argument, message parts, code)
 
 // A device-independent rule: both the plan-only entry and the engine API reject the call before any
 // driver call (without a driver the engine API would otherwise throw kDriver).
