@@ -506,7 +506,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
     }
     return;  // the compact configuration is never launched as a cluster
   }
-  if constexpr (!kSmall || F::kF16Nope) {
+  if constexpr (!kSmall) {
   if (tid >= kConsumers) {
     // ------------------------------ producers ------------------------------
     // Work item = (candidate, half) of 128; with 64 producer threads each thread takes two items.
