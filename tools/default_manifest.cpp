@@ -19,8 +19,8 @@ std::string_view default_manifest() {
     {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "kernel": "sm90", "has_extra": true, "split": [false, true]}},
     {"family": "sparse_nvfp4", "archs": ["sm_120a"], "policy": {"heads": [8, 16, 32, 64, 128], "kernel": "mma_small", "has_extra": false, "split": false}},
     {"family": "sparse_nvfp4", "archs": ["sm_120a"], "policy": {"heads": [8, 16, 32, 64, 128], "kernel": "mma_small", "has_extra": true, "split": [false, true]}},
-    {"family": "sparse_dsv41", "archs": ["sm_90a"], "policy": {"heads": [64, 128], "variant": "sm90", "has_extra": [false, true], "split": [false, true]}},
-    {"family": "sparse_dsv41", "archs": ["sm_120a"], "policy": {"heads": [64, 128], "variant": "default", "has_extra": [false, true], "split": [false, true]}}
+    {"family": "sparse_dsv41", "policy": {"heads": [64, 128], "variant": "default", "has_extra": [false, true], "split": [false, true]}},
+    {"family": "sparse_dsv41", "archs": ["sm_90a"], "policy": {"heads": [64, 128], "variant": "sm90", "has_extra": [false, true], "split": [false, true]}}
   ]
 }
 )json";

@@ -9,6 +9,7 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/paged_cache_view.h"
 #include "kiln/runtime/sparse_dsv41/planner.h"
+#include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "kiln/runtime/stream_device.h"
 #include "kiln/runtime/validation.h"
 
@@ -51,7 +52,7 @@ SparseCall check_static(const Args& a) {
   const Dsv41Options& opt = a.opt;
   const SparseCall c = check_sparse_tensors(a, kDsv41Format);
   resolve_precision(opt.compute_precision);
-  if (opt.variant) resolve_variant("sm_90a", c.heads, opt.variant);  // the name alone; the device is checked later
+  if (opt.variant) resolve_variant("sm_90a", c.heads, *opt.variant);  // the name alone; the device is checked later
   const int chunks = num_chunks(c.topk, c.extra_topk);
   if (opt.num_splits) {
     const SplitPlan s = sparse::resolve_splits_for_chunks(chunks, *opt.num_splits);
@@ -63,19 +64,11 @@ SparseCall check_static(const Args& a) {
   return c;
 }
 
-// The variant and the plan for `device`, and the checks that depend on them (still no driver call).
+// The plan for `device` and the checks that depend on it (still no driver call).
 Dsv41Plan finish_plan(const Args& a, const SparseCall& c, const Dsv41Device& device) {
   const Dsv41Options& opt = a.opt;
-  const Dsv41Variant variant = resolve_variant(device.arch, c.heads, opt.variant);
-  const int tiles = variant_head_tiles(variant, c.heads);
-  if (opt.head_tiles && *opt.head_tiles != tiles) {
-    check::fail_as(fmt::format("head_tiles={} does not match variant '{}', which uses {} for {} heads", *opt.head_tiles,
-                               dsv41_variant_name(variant), tiles, c.heads),
-                   "head_tiles", fmt::format("{} (or None)", tiles), fmt::format("{}", *opt.head_tiles));
-  }
   const bool ragged = opt.topk_length.has_value() || opt.extra_topk_length.has_value();
-  const Dsv41Plan plan = resolve_dsv41_plan(static_cast<int>(c.tokens), c.heads, c.topk, c.extra_topk, device, variant,
-                                            opt.num_splits, opt.max_splits, ragged);
+  const Dsv41Plan plan = resolve_dsv41_plan(static_cast<int>(c.tokens), c.heads, c.topk, c.extra_topk, device, opt, ragged);
   require_sparse_scratch(a, c, plan.num_splits, "the planned num_splits is > 1 (pass num_splits = 1 to forbid splitting)");
   check_sparse_grid(c, plan.num_splits);
   return plan;
@@ -89,13 +82,17 @@ Dsv41Device zero_token_device(const Dsv41Options& opt) {
   return Dsv41Device{sm90 ? "sm_90a" : "sm_120a", kZeroTokenSms, false};
 }
 
-LaunchConfig decode_config(const Dsv41Policy& policy, const SparseNvfp4Params& params) {
+sparse::SplitPlanResult split_result(const Dsv41Plan& plan) { return {plan.head_tiles, plan.num_splits, plan.chunks_per_block}; }
+
+// `cluster`: the CTAs dealt one split per head group (dsv41_cluster_size).
+LaunchConfig decode_config(const Dsv41Policy& policy, const SparseNvfp4Params& params, int cluster) {
   LaunchConfig decode;
   if (policy.variant == Dsv41Variant::kSm90) {
-    decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits));
+    const int ctas = sparse_sm90_cluster(policy.heads) * cluster;  // head-group pair x dealt slices
+    decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits) * cluster);
     decode.block[0] = kSparseSm90Threads;
     decode.smem_bytes = sparse_dsv41_sm90_smem_bytes();
-    if (sparse_sm90_cluster(policy.heads) > 1) decode.cluster[0] = static_cast<unsigned>(sparse_sm90_cluster(policy.heads));
+    if (ctas > 1) decode.cluster[0] = static_cast<unsigned>(ctas);
   } else {
     decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));
     decode.block[0] = kDsv41SmallThreads;
@@ -125,47 +122,84 @@ int resolve_precision(std::string_view compute_precision) {
                  "compute_precision", "\"default\" or \"bf16\"", fmt::format("'{}'", compute_precision));
 }
 
-Dsv41Variant resolve_variant(std::string_view arch, int heads, std::optional<std::string_view> requested) {
+std::optional<Dsv41Variant> resolve_variant(std::string_view arch, int heads, std::optional<std::string_view> requested) {
   const bool sm90 = arch == "sm_90a";
   if (!sm90 && arch != "sm_120a") {
     check::unsupported("device", "an sm_90a or sm_120a GPU (the targets kiln has this decode for)", fmt::format("arch {}", arch));
   }
-  if (requested) {
-    const std::optional<Dsv41Variant> v = parse_dsv41_variant(*requested);
-    if (!v) {
-      check::fail_as(fmt::format("unknown exact variant '{}'; kiln's variants are ('default', 'sm90')", *requested), "variant",
-                     "\"default\" or \"sm90\" (format_info()[\"variants\"]) or None", fmt::format("'{}'", *requested));
-    }
-    if (*v == Dsv41Variant::kSm90 && !sm90) {
-      check::fail_as(fmt::format("variant 'sm90' is not exported for {} ({} heads); it needs sm_90a", arch, heads), "variant",
-                     "\"default\" (or None) on this GPU", "'sm90'");
-    }
-    return *v;
+  if (!requested) return std::nullopt;
+  const std::optional<Dsv41Variant> v = parse_dsv41_variant(*requested);
+  if (!v) {
+    check::fail_as(fmt::format("unknown exact variant '{}'; kiln's variants are ('default', 'sm90')", *requested), "variant",
+                   "\"default\" or \"sm90\" (format_info()[\"variants\"]) or None", fmt::format("'{}'", *requested));
   }
-  return sm90 && heads >= 32 ? Dsv41Variant::kSm90 : Dsv41Variant::kDefault;
+  if (*v == Dsv41Variant::kSm90 && !sm90) {
+    check::fail_as(fmt::format("variant 'sm90' is not exported for {} ({} heads); it needs sm_90a", arch, heads), "variant",
+                   "\"default\" (or None) on this GPU", "'sm90'");
+  }
+  return v;
 }
 
 int variant_head_tiles(Dsv41Variant variant, int heads) {
   return variant == Dsv41Variant::kSm90 ? plan_head_tiles(0, heads, 1, 0, 1) : 1;
 }
 
-Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, const Dsv41Device& device, Dsv41Variant variant,
-                             std::optional<int> num_splits, int max_splits, bool ragged) {
-  Dsv41Plan r;
-  r.variant = variant;
-  r.head_tiles = variant_head_tiles(variant, heads);
+Dsv41Variant choose_variant(const Dsv41Device& device, int tokens, int heads, const SplitPlan& split, std::optional<bool> cluster) {
+  resolve_variant(device.arch, heads, std::nullopt);
+  if (device.arch != "sm_90a" || heads < 32) return Dsv41Variant::kDefault;
+  const Dsv41Plan sm90{Dsv41Variant::kSm90, variant_head_tiles(Dsv41Variant::kSm90, heads), split.num_splits, split.chunks_per_block};
+  const int deal = dsv41_cluster_size(device, tokens, heads, sm90, cluster);
+  if (deal > 1 && (split.chunks_per_block + deal - 1) / deal >= 2) return Dsv41Variant::kSm90;
+  // H200, 1 token: 10-20 sm90 CTAs of one chunk each (the chunk's two 32-record gathers in
+  // sequence) 14-16 us, the default variant's 40-80 CTAs 9-11 us; from 8 tokens (40+ CTAs) sm90 is
+  // ahead (18.8 vs 24.3 us at H 64, 128 + 512 candidates).
+  const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * split.num_splits;
+  return 5 * blocks < device.sms ? Dsv41Variant::kDefault : Dsv41Variant::kSm90;
+}
+
+int dsv41_cluster_size(const Dsv41Device& device, int tokens, int heads, const Dsv41Plan& plan, std::optional<bool> cluster) {
+  if (plan.variant != Dsv41Variant::kSm90) return 1;
+  return sparse::sparse_cluster_size(tokens, heads, split_result(plan), device.sms, cluster, sparse::SparseKernel::kSm90);
+}
+
+Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, const Dsv41Device& device,
+                             std::optional<Dsv41Variant> variant, std::optional<int> num_splits, int max_splits, bool ragged,
+                             std::optional<bool> cluster) {
   const SplitPlan s =
       num_splits ? resolve_splits(topk, extra_topk, *num_splits)
                  : plan_splits(tokens, heads, topk, extra_topk, device.sms,
                                SplitOptions{max_splits, plan_head_tiles(tokens, heads, topk, extra_topk, device.sms),
                                             device.unified_memory, ragged});
+  Dsv41Plan r;
+  r.variant = variant ? *variant : choose_variant(device, tokens, heads, s, cluster);
+  r.head_tiles = variant_head_tiles(r.variant, heads);
   r.num_splits = s.num_splits;
   r.chunks_per_block = s.chunks_per_block;
   return r;
 }
 
+Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, const Dsv41Device& device, const Dsv41Options& opt,
+                             bool ragged) {
+  std::optional<Dsv41Variant> variant = resolve_variant(device.arch, heads, opt.variant);
+  // head_tiles names a variant on sm_90a: 2 only "sm90" has, 1 with a two-tile H only "default".
+  if (!variant && opt.head_tiles && device.arch == "sm_90a") {
+    if (*opt.head_tiles == 2) variant = Dsv41Variant::kSm90;
+    else if (variant_head_tiles(Dsv41Variant::kSm90, heads) == 2) variant = Dsv41Variant::kDefault;
+  }
+  const Dsv41Plan plan = resolve_dsv41_plan(tokens, heads, topk, extra_topk, device, variant, opt.num_splits, opt.max_splits, ragged,
+                                            opt.cluster);
+  if (opt.head_tiles && *opt.head_tiles != plan.head_tiles) {
+    check::fail_as(fmt::format("head_tiles={} does not match variant '{}', which uses {} for {} heads", *opt.head_tiles,
+                               dsv41_variant_name(plan.variant), plan.head_tiles, heads),
+                   "head_tiles", fmt::format("{} (or None)", plan.head_tiles), fmt::format("{}", *opt.head_tiles));
+  }
+  return plan;
+}
+
 std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads) {
-  return {resolve_variant(arch, heads)};
+  resolve_variant(arch, heads, std::nullopt);
+  if (arch == "sm_90a" && heads >= 32) return {Dsv41Variant::kDefault, Dsv41Variant::kSm90};
+  return {Dsv41Variant::kDefault};
 }
 
 Dsv41Policy dsv41_policy(int heads, bool has_extra, const Dsv41Plan& plan) {
@@ -197,7 +231,8 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   const SparseNvfp4Params params = sparse_params(a, c, plan.num_splits, plan.chunks_per_block);
   const Dsv41Policy policy = dsv41_policy(c.heads, c.has_extra, plan);
   const KernelHandle& handle = acquire(service, policy, stream, device);
-  sparse::launch_sparse_decode(handle, decode_config(policy, params), params, policy.heads, policy.split, opt.enable_pdl.value_or(true),
+  const int cluster = dsv41_cluster_size(target, static_cast<int>(c.tokens), c.heads, plan, opt.cluster);
+  sparse::launch_sparse_decode(handle, decode_config(policy, params, cluster), params, policy.heads, policy.split, opt.enable_pdl.value_or(true),
                                stream);
   return plan;
 }

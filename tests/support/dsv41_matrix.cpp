@@ -80,6 +80,7 @@ std::string Launch::name() const {
   std::ostringstream s;
   s << (num_splits ? "splits=" + std::to_string(*num_splits) : std::string("planned")) << " variant "
     << (variant ? variant_name(*variant) : "auto") << " pdl " << (enable_pdl ? (*enable_pdl ? "on" : "off") : "unset");
+  if (cluster) s << " cluster " << (*cluster ? "forced" : "off");
   return s.str();
 }
 
@@ -219,13 +220,16 @@ std::vector<Dsv41Case> conformance_matrix() {
 std::vector<Launch> launches(const Dsv41Case& c, bool sm90) {
   std::vector<Variant> variants = {Variant::kDefault};
   if (sm90) variants.push_back(Variant::kSm90);
-  std::vector<Launch> out = {Launch{c.num_splits, std::nullopt, std::nullopt}};
-  for (const Variant v : variants) out.push_back(Launch{c.num_splits, v, std::nullopt});
+  const auto forced = [&](std::optional<int> n, std::vector<Launch>& to) {
+    for (const Variant v : variants) to.push_back(Launch{n, v, std::nullopt, std::nullopt});
+    if (sm90) to.push_back(Launch{n, Variant::kSm90, std::nullopt, true});
+  };
+  std::vector<Launch> out = {Launch{c.num_splits, std::nullopt, std::nullopt, std::nullopt}};
+  forced(c.num_splits, out);
   if (c.sweep) {
     const int chunks = c.chunks();
     for (int n = (chunks + 15) / 16; n <= chunks; ++n) {
-      if (normalised_splits(chunks, n) != n) continue;
-      for (const Variant v : variants) out.push_back(Launch{n, v, std::nullopt});
+      if (normalised_splits(chunks, n) == n) forced(n, out);
     }
   }
   // enable_pdl must not change a bit: on, off and unset in turn (the decode's own choice stays unset).
@@ -305,6 +309,7 @@ Call make_call(const Dsv41Case& c, const Launch& l, const CallBuffers& b, double
   o.num_splits = l.num_splits;
   if (l.variant) o.variant = variant_name(*l.variant);
   o.enable_pdl = l.enable_pdl;
+  o.cluster = l.cluster;
   return call;
 }
 

@@ -283,7 +283,7 @@ TEST_CASE("dsv41 conformance matrix: every launch passes the launcher's host che
         REQUIRE_NOTHROW(plan = ds::plan_dsv41_decode(call.q, call.kv_cache, call.indices, call.output, call.out_lse, 0.044, call.opt, device));
         ++calls;
         const ds::Dsv41Variant want = l.variant ? (*l.variant == dsv41::Variant::kDefault ? ds::Dsv41Variant::kDefault : ds::Dsv41Variant::kSm90)
-                                                : (sm90 && c.heads >= 32 ? ds::Dsv41Variant::kSm90 : ds::Dsv41Variant::kDefault);
+                                                : ds::choose_variant(device, c.tokens, c.heads, {plan.num_splits, plan.chunks_per_block});
         CHECK(plan.variant == want);
         CHECK(plan.head_tiles == (plan.variant == ds::Dsv41Variant::kSm90 && c.heads >= 32 ? 2 : 1));
         if (l.num_splits) CHECK(plan.num_splits == dsv41::normalised_splits(c.chunks(), *l.num_splits));

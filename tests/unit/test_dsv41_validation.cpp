@@ -98,8 +98,9 @@ void expect_rejected(const Call& c, const std::string& arg, std::initializer_lis
 
 TEST_CASE("dsv41 validation: a well-formed call plans without a driver", "[unit]") {
   Call c;
-  // sm_90a, H = 64: "sm90" with plan_head_tiles's 2 tiles; 2 chunks, base 4 * 2 = 8, 80 <= 132: 2 splits.
-  CHECK(c.with_mid(2).plan() == d::Dsv41Plan{d::Dsv41Variant::kSm90, 2, 2, 1, 0});
+  // sm_90a, H = 64: 2 chunks, base 4 * 2 = 8, 80 <= 132: 2 splits; 8 sm90 CTAs are under a fifth of
+  // the SMs, so "default".
+  CHECK(c.with_mid(2).plan() == d::Dsv41Plan{d::Dsv41Variant::kDefault, 1, 2, 1, 0});
   Call rtx;
   rtx.with_mid(2);
   CHECK(rtx.plan(kRtx) == d::Dsv41Plan{d::Dsv41Variant::kDefault, 1, 2, 1, 0});
@@ -111,7 +112,7 @@ TEST_CASE("dsv41 validation: a well-formed call plans without a driver", "[unit]
   full.opt.extra_topk_length = view(kXLen, DType::kI32, {4});
   full.opt.lse_scale = std::log(2.0);
   const d::Dsv41Plan p = full.plan();
-  // 10 chunks, base 8 on 132 SMs: cap 151, one chunk per block fits: 10 splits.
+  // 10 chunks, base 8 on 132 SMs: cap 151, one chunk per block fits: 10 splits; 40 sm90 CTAs.
   CHECK(p == d::Dsv41Plan{d::Dsv41Variant::kSm90, 2, 10, 1, 0});
   CHECK(p == d::resolve_dsv41_plan(4, 64, 128, 512, kH200, d::Dsv41Variant::kSm90, std::nullopt, 16, true));
 }
@@ -134,24 +135,37 @@ TEST_CASE("dsv41 validation: the plan follows the companion planners (ragged, he
   Call g(1, 64, 128);
   g.with_extra(512).with_mid(10);
   CHECK(g.plan(d::Dsv41Device{"sm_120a", 48, true}) == d::Dsv41Plan{d::Dsv41Variant::kDefault, 1, 5, 2, 0});
-  // An explicit num_splits is normalised and max_splits is not consulted.
+  // An explicit num_splits is normalised and max_splits is not consulted (5 sm90 CTAs: "default").
   g.opt.num_splits = 7;
   g.opt.max_splits = 1;
-  CHECK(g.plan() == d::Dsv41Plan{d::Dsv41Variant::kSm90, 2, 5, 2, 0});
+  CHECK(g.plan() == d::Dsv41Plan{d::Dsv41Variant::kDefault, 1, 5, 2, 0});
 }
 
 TEST_CASE("dsv41 validation: variant choice and refusal", "[unit]") {
   for (int h : d::supported_heads()) {
     INFO("H " << h);
-    CHECK(d::resolve_variant("sm_90a", h) == (h >= 32 ? d::Dsv41Variant::kSm90 : d::Dsv41Variant::kDefault));
-    CHECK(d::resolve_variant("sm_120a", h) == d::Dsv41Variant::kDefault);
+    CHECK(d::resolve_variant("sm_90a", h, std::nullopt) == std::nullopt);
     CHECK(d::resolve_variant("sm_90a", h, "default") == d::Dsv41Variant::kDefault);
     CHECK(d::resolve_variant("sm_90a", h, "sm90") == d::Dsv41Variant::kSm90);
-    CHECK(d::dsv41_variants_for("sm_90a", h) == std::vector<d::Dsv41Variant>{d::resolve_variant("sm_90a", h)});
+    const std::vector<d::Dsv41Variant> both{d::Dsv41Variant::kDefault, d::Dsv41Variant::kSm90};
+    CHECK(d::dsv41_variants_for("sm_90a", h) == (h >= 32 ? both : std::vector{d::Dsv41Variant::kDefault}));
+    CHECK(d::dsv41_variants_for("sm_120a", h) == std::vector{d::Dsv41Variant::kDefault});
+    // One token on 10 one-chunk splits: 10-20 sm90 CTAs, under a fifth of 132 SMs.
+    CHECK(d::choose_variant(kH200, 1, h, {10, 1}) == d::Dsv41Variant::kDefault);
+    // 64 tokens, one split of 10 chunks: 64 x ceil(H / 64) CTAs, and at H 64 each split is dealt to a
+    // pair (5 chunks each).
+    CHECK(d::choose_variant(kH200, 64, h, {1, 10}) == (h >= 32 ? d::Dsv41Variant::kSm90 : d::Dsv41Variant::kDefault));
+    CHECK(d::choose_variant(kRtx, 64, h, {1, 10}) == d::Dsv41Variant::kDefault);
     CHECK(d::variant_head_tiles(d::Dsv41Variant::kDefault, h) == 1);
     CHECK(d::variant_head_tiles(d::Dsv41Variant::kSm90, h) == d::plan_head_tiles(1, h, 128, 0, 132));
   }
-  expect_error([] { d::resolve_variant("sm_100a", 64); }, "device", {"sm_100a"}, ErrorCode::kUnsupported);
+  expect_error([] { d::resolve_variant("sm_100a", 64, std::nullopt); }, "device", {"sm_100a"}, ErrorCode::kUnsupported);
+  expect_error([] { d::choose_variant({"sm_100a", 132, false}, 64, 64, {1, 10}); }, "device", {"sm_100a"}, ErrorCode::kUnsupported);
+  // H 64: a split of 10 chunks dealt to two CTAs of 5 (128 CTAs fit 132 SMs); 5 chunks are not dealt
+  // (each CTA would be spared fewer than two); "default" is never dealt.
+  CHECK(d::dsv41_cluster_size(kH200, 64, 64, {d::Dsv41Variant::kSm90, 2, 1, 10, 0}) == 2);
+  CHECK(d::dsv41_cluster_size(kH200, 64, 64, {d::Dsv41Variant::kSm90, 2, 1, 10, 0}, false) == 1);
+  CHECK(d::dsv41_cluster_size(kH200, 64, 64, {d::Dsv41Variant::kDefault, 1, 1, 10, 0}) == 1);
   CHECK(std::string(d::dsv41_variant_name(d::Dsv41Variant::kDefault)) == "default");
   CHECK(std::string(d::dsv41_variant_name(d::Dsv41Variant::kSm90)) == "sm90");
 
@@ -279,10 +293,15 @@ TEST_CASE("dsv41 validation: every refusal carries its upstream phrase", "[unit]
   SECTION("head_tiles, num_splits and max_splits") {
     Call c;
     c.with_mid(16);
-    c.opt.head_tiles = 1;  // sm90 at H = 64 uses 2 (the variant depends on the device: plan-only)
+    // On sm_90a head_tiles names a variant (1: "default" for H = 64, 2: "sm90"), unless one is pinned.
+    c.opt.head_tiles = 1;
+    CHECK(c.plan().variant == d::Dsv41Variant::kDefault);
+    c.opt.variant = "sm90";
     expect_error([&] { c.plan(); }, "head_tiles", {"head_tiles", "'sm90'"});
+    c.opt.variant.reset();
     c.opt.head_tiles = 2;
     CHECK(c.plan().head_tiles == 2);
+    CHECK(c.plan().variant == d::Dsv41Variant::kSm90);
     expect_error([&] { c.plan(kRtx); }, "head_tiles", {"head_tiles", "'default'"});
     c.opt.head_tiles.reset();
     c.opt.num_splits = 0;

@@ -269,7 +269,7 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
   std::vector<Row> rows;
   for (const Dsv41Config& c : grid) {
     const auto t0 = BenchClock::now();
-    Row row{c, dsv41::resolve_variant(arch, c.heads), {}, {}};
+    Row row{c, dsv41::resolve_dsv41_plan(c.tokens, c.heads, c.topk, c.extra_topk, device).variant, {}, {}};
     for (const Dsv41Variant v : variants) {
       row.t.push_back(time_config(c, main_pool, extra_pool, device, v, stream, rng, service));
       if (row.t.back().bad_outputs > 0) {
@@ -318,6 +318,7 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
               {"head_tiles", t.plan.head_tiles},
               {"num_splits", t.plan.num_splits},
               {"chunks_per_block", t.plan.chunks_per_block},
+              {"cluster", dsv41::dsv41_cluster_size(device, c.tokens, c.heads, t.plan)},
               {"calls_per_graph", t.calls},
               {"replays_timed", t.replays},
               {"gathered_mib_per_replay", t.gathered_mib_per_replay},
@@ -360,16 +361,17 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
   write_report(report, options.out);
 
   ceilings.print();
-  std::fprintf(stderr, "%-4s %-4s %-9s %10s %-8s %8s %6s %8s %6s %10s %10s %-16s %10s %-9s %7s\n", "T", "H", "cands", "us/call", "variant", "GB/s",
-               "%copy", "TFLOP/s", "%wgmma", "us default", "us sm90", "tiles/splits/cpb", "us nvfp4", "nvfp4", "speedup");
+  std::fprintf(stderr, "%-4s %-4s %-9s %10s %-8s %8s %6s %8s %6s %10s %10s %-19s %10s %-9s %7s\n", "T", "H", "cands", "us/call", "variant", "GB/s",
+               "%copy", "TFLOP/s", "%wgmma", "us default", "us sm90", "tiles/splits/cpb/cl", "us nvfp4", "nvfp4", "speedup");
   for (const json& r : results) {
     const std::string cands = r["extra_topk"].get<int>() ? fmt::format("{}+{}", r["topk"].get<int>(), r["extra_topk"].get<int>())
                                                          : fmt::format("{}", r["topk"].get<int>());
-    std::fprintf(stderr, "%-4d %-4d %-9s %10.2f %-8s %8.1f %6.1f %8.1f %6.1f %10.2f %10.2f %-16s %10.2f %-9s %7.2f\n", r["T"].get<int>(),
+    std::fprintf(stderr, "%-4d %-4d %-9s %10.2f %-8s %8.1f %6.1f %8.1f %6.1f %10.2f %10.2f %-19s %10.2f %-9s %7.2f\n", r["T"].get<int>(),
                  r["H"].get<int>(), cands.c_str(), r["us_per_call"].get<double>(), r["variant"].get<std::string>().c_str(),
                  r["gathered_gb_s"].get<double>(), r["pct_copy"].get<double>(), r["tflop_s"].get<double>(), r.value("pct_wgmma_peak", 0.0),
                  r.value("us_default", 0.0), r.value("us_sm90", 0.0),
-                 fmt::format("{}/{}/{}", r["head_tiles"].get<int>(), r["num_splits"].get<int>(), r["chunks_per_block"].get<int>()).c_str(),
+                 fmt::format("{}/{}/{}/{}", r["head_tiles"].get<int>(), r["num_splits"].get<int>(), r["chunks_per_block"].get<int>(),
+                             r["cluster"].get<int>()).c_str(),
                  r["us_nvfp4"].get<double>(), r["nvfp4_kernel"].get<std::string>().c_str(), r["nvfp4_speedup"].get<double>());
   }
   bench_print_footer(report, json::object());

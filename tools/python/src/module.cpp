@@ -404,13 +404,12 @@ NB_MODULE(_native, m) {
                                  int max_splits, std::optional<int> head_tiles, std::optional<std::string> variant, bool ragged) {
     KernelService& service = KernelService::global();
     const dsv41::Dsv41Device target{service.device_arch(device), service.device_sm_count(device), false};
-    const std::optional<std::string_view> requested = variant ? std::optional<std::string_view>(*variant) : std::nullopt;
-    const dsv41::Dsv41Variant v = dsv41::resolve_variant(target.arch, heads, requested);
-    if (head_tiles && *head_tiles != dsv41::variant_head_tiles(v, heads)) {
-      check::fail_as(fmt::format("head_tiles={} does not match variant '{}'", *head_tiles, dsv41::dsv41_variant_name(v)), "head_tiles",
-                     fmt::format("{} (or None)", dsv41::variant_head_tiles(v, heads)), fmt::format("{}", *head_tiles));
-    }
-    return dsv41_plan_dict(dsv41::resolve_dsv41_plan(tokens, heads, topk, extra_topk, target, v, num_splits, max_splits, ragged));
+    dsv41::Dsv41Options opt;
+    if (variant) opt.variant = *variant;
+    opt.num_splits = num_splits;
+    opt.max_splits = max_splits;
+    opt.head_tiles = head_tiles;
+    return dsv41_plan_dict(dsv41::resolve_dsv41_plan(tokens, heads, topk, extra_topk, target, opt, ragged));
   }, "tokens"_a, "heads"_a, "topk"_a, "extra_topk"_a, "device"_a, "num_splits"_a.none(), "max_splits"_a, "head_tiles"_a.none(),
      "variant"_a.none(), "ragged"_a);
   m.def("device_sm_count", [](int device) { return KernelService::global().device_sm_count(device); });
@@ -436,10 +435,13 @@ NB_MODULE(_native, m) {
     nb::gil_scoped_release release;
     KernelService& service = KernelService::global();
     for (int device : list) {
-      // None: the variant the launcher picks on this device's target.
+      // None: every variant the launcher may pick on this device's target.
       const std::optional<std::string_view> requested = variant ? std::optional<std::string_view>(*variant) : std::nullopt;
-      const dsv41::Dsv41Variant v = dsv41::resolve_variant(service.device_arch(device), heads, requested);
-      dsv41::warm_sparse_dsv41(dsv41::Dsv41Policy{heads, has_extra, split, v}, {device}, service);
+      const std::string& arch = service.device_arch(device);
+      const std::optional<dsv41::Dsv41Variant> pinned = dsv41::resolve_variant(arch, heads, requested);
+      for (const dsv41::Dsv41Variant v : pinned ? std::vector{*pinned} : dsv41::dsv41_variants_for(arch, heads)) {
+        dsv41::warm_sparse_dsv41(dsv41::Dsv41Policy{heads, has_extra, split, v}, {device}, service);
+      }
     }
   }, "heads"_a, "has_extra"_a, "split"_a, "variant"_a.none(), "devices"_a.none());
   m.def("warm_nvfp4_writer", [](const std::string& op, int page_size, std::optional<std::vector<int>> devices) {
