@@ -9,7 +9,6 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/paged_cache_view.h"
 #include "kiln/runtime/sparse_dsv41/planner.h"
-#include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "kiln/runtime/stream_device.h"
 #include "kiln/runtime/validation.h"
 
@@ -101,15 +100,6 @@ LaunchConfig decode_config(const Dsv41Policy& policy, const SparseNvfp4Params& p
   return decode;
 }
 
-const char* target_arch(sparse::SparseTarget t, KernelService& service, int device) {
-  switch (t) {
-    case sparse::SparseTarget::kSm90a: return "sm_90a";
-    case sparse::SparseTarget::kSm120a: return "sm_120a";
-    case sparse::SparseTarget::kOther: break;
-  }
-  return service.device_arch(device).c_str();  // refused by resolve_variant, which names it
-}
-
 }  // namespace
 
 int resolve_precision(std::string_view compute_precision) {
@@ -123,10 +113,8 @@ int resolve_precision(std::string_view compute_precision) {
 }
 
 std::optional<Dsv41Variant> resolve_variant(std::string_view arch, int heads, std::optional<std::string_view> requested) {
+  sparse::check_sparse_arch(arch);
   const bool sm90 = arch == "sm_90a";
-  if (!sm90 && arch != "sm_120a") {
-    check::unsupported("device", "an sm_90a or sm_120a GPU (the targets kiln has this decode for)", fmt::format("arch {}", arch));
-  }
   if (!requested) return std::nullopt;
   const std::optional<Dsv41Variant> v = parse_dsv41_variant(*requested);
   if (!v) {
@@ -159,7 +147,8 @@ Dsv41Variant choose_variant(const Dsv41Device& device, int tokens, int heads, co
 
 int dsv41_cluster_size(const Dsv41Device& device, int tokens, int heads, const Dsv41Plan& plan, std::optional<bool> cluster) {
   if (plan.variant != Dsv41Variant::kSm90) return 1;
-  return sparse::sparse_cluster_size(tokens, heads, split_result(plan), device.sms, cluster, sparse::SparseKernel::kSm90);
+  return sparse::sparse_cluster_size(sparse::SparseDevice{device.arch, device.sms, device.residency}, tokens, heads, split_result(plan),
+                                     cluster, sparse::SparseKernel::kSm90);
 }
 
 Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, const Dsv41Device& device,
@@ -225,8 +214,8 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   check_sparse_devices(on, a);
   const int device = on.device();
   // kiln has no target for CC 12.1 (device_arch refuses it), so no device it runs on shares host memory.
-  const Dsv41Device target{target_arch(sparse::device_target(service, device), service, device), service.device_sm_count(device),
-                           false};
+  const sparse::SparseDevice gpu = sparse::sparse_device(service, device);
+  const Dsv41Device target{gpu.arch, gpu.sms, false, gpu.residency};
   const Dsv41Plan plan = finish_plan(a, c, target);
   const SparseNvfp4Params params = sparse_params(a, c, plan.num_splits, plan.chunks_per_block);
   const Dsv41Policy policy = dsv41_policy(c.heads, c.has_extra, plan);

@@ -8,10 +8,12 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/runtime/cluster_residency.h"
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/sparse_dsv41/family.h"
 #include "kiln/runtime/sparse_dsv41/planner.h"
 #include "kiln/runtime/sparse_nvfp4/decode_call.h"
+#include "kiln/runtime/sparse_nvfp4/launch_plan.h"
 #include "kiln/runtime/tensor_view.h"
 
 namespace kiln::dsv41 {
@@ -39,6 +41,9 @@ struct Dsv41Device {
   std::string_view arch = "sm_90a";  // kiln's target for the device
   int sms = 132;
   bool unified_memory = false;  // CC 12.1 (GB10); kiln has no target for it, so the launcher passes false
+  // Resident clusters of one-SM CTAs (sparse::SparseDevice::residency); all zero: no split is dealt
+  // to a cluster unless forced.
+  ClusterResidency residency;
 };
 
 // Writes output [T, H, 512] bf16 and out_lse [T, H] fp32 in place on `stream` and returns the

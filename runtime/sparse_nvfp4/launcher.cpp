@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <climits>
 #include <cmath>
 
 #include "kiln/jit/error.h"
@@ -110,104 +109,6 @@ void launch_sparse(const SparsePolicy& policy, const SparseNvfp4Params& params, 
 
 }  // namespace
 
-SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, int sms, std::optional<int> num_splits,
-                             int max_splits, std::optional<int> head_tiles) {
-  SplitPlanResult r;
-  r.head_tiles = head_tiles ? *head_tiles : plan_head_tiles(tokens, heads, topk, extra_topk, sms);
-  const SplitPlan s = num_splits ? resolve_splits(topk, extra_topk, *num_splits)
-                                 : plan_splits(tokens, heads, topk, extra_topk, sms, max_splits, r.head_tiles);
-  r.num_splits = s.num_splits;
-  r.chunks_per_block = s.chunks_per_block;
-  return r;
-}
-
-SparseKernel choose_kernel(std::string_view arch, int tokens, int heads, const SplitPlanResult& plan, int sms,
-                           std::optional<SparseKernel> kernel) {
-  if (kernel) {
-    if (*kernel == SparseKernel::kSm90 && arch != "sm_90a") {
-      check::unsupported("kernel", "\"sm90\" only on sm_90a", fmt::format("\"sm90\" on {}", arch));
-    }
-    return *kernel;
-  }
-  if (arch != "sm_90a") return SparseKernel::kMmaSmall;
-  // With 64-head blocks on fewer than a fifth of the SMs the 16/32-head mma.sync grid, 2-4 times
-  // as many blocks, finishes first (H200: 16 blocks ~20% slower than mma.sync, 32 blocks ~20%
-  // faster). Padded rows cost the 64-row tiles MMA work; a block's time is set by its gather and
-  // decode, so H = 32 (half the rows padded) still runs 1.5x faster than mma.sync from T = 64
-  // (H200, 2048 candidates); H = 16 only ties, and other head counts were not measured.
-  const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * plan.num_splits;
-  if (heads % 64 != 0 && heads != 32) return SparseKernel::kMma;
-  // A split dealt to several 64-head CTAs beats the mma.sync grid where the slices still do >= 2
-  // chunks each (H200: T = 8 / H = 128 / 512 candidates, 2 chunks per slice, 16.7 vs 20.5 us; T = 4 /
-  // H = 64 / 2048 18.7 vs 22.8), and with one chunk each (their Q staging shared) where mma.sync CTAs
-  // keep two or more (T = 8 / H = 64 / 512, 4 slices, 15.5 vs 16.4 us; T = 1 / H = 128 / 2048 16.4 vs
-  // 16.9; T = 8 / H = 64 / 128 + 512 17.2 vs 18.8), except where topk_length leaves few chunks (T = 1
-  // / H = 128 / 2048 at length 300: 16.4 vs 14.8), which the launcher cannot see. H = 32 pads half of
-  // every 64-row tile and needs >= 4 per slice (T = 8 / H = 32 / 2048, 2 chunks: 33.5 vs 22.9 at
-  // 190ded3).
-  const int deal = sparse_cluster_size(tokens, heads, plan, sms, std::nullopt, SparseKernel::kSm90);
-  const int mma_cluster = sparse_cluster_size(tokens, heads, plan, sms);
-  const int cpb = plan.chunks_per_block;
-  const int slice_chunks = (cpb + deal - 1) / deal, mma_chunks = (cpb + mma_cluster - 1) / mma_cluster;
-  if (deal > 1 && (heads == 32 ? slice_chunks >= 4 : (slice_chunks >= 2 || mma_chunks >= 2))) return SparseKernel::kSm90;
-  if (5 * blocks < sms) return SparseKernel::kMma;
-  // Where the mma.sync grid still leaves room for clusters that spare each CTA two or more chunks,
-  // it finishes first (H200, T = 8, H = 128, 2048 candidates: 49.8 us on 64 pairs vs 63.8 us).
-  return mma_cluster > 1 ? SparseKernel::kMma : SparseKernel::kSm90;
-}
-
-namespace {
-
-// Clusters of one-SM CTAs (the sm90 and mma.sync CTAs take 200+ KB of shared memory) resident at
-// once, by cluster size: a cluster must fit in one GPC, and the GPCs are uneven, so the count is not
-// sms / size. Measured on the H200 (132 SMs, cuOccupancyMaxActiveClusters for 1..8 CTAs of 200 KB);
-// other SM counts scale it. More clusters than this run as two waves (16 clusters of 8 sm90 CTAs
-// took twice the time of 8; mma.sync, T = 1 / H = 64 / 2048 candidates on 4 splits, 16 clusters of 8:
-// 20.2 us against 14.1 for 16 splits without clusters).
-int resident_clusters(int size, int sms) {
-  static constexpr int kH200[] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
-  return kH200[size] * sms / 132;
-}
-
-}  // namespace
-
-int sparse_cluster_size(int tokens, int heads, const SplitPlanResult& plan, int sms, std::optional<bool> cluster, SparseKernel kernel) {
-  const int cpb = plan.chunks_per_block;
-  if (kernel == SparseKernel::kMmaSmall || cpb < 2 || (cluster && !*cluster)) return 1;
-  const bool sm90 = kernel == SparseKernel::kSm90;
-  const long long base = sm90 ? sparse_sm90_grid(tokens, heads, plan.num_splits) : sparse_decode_grid(tokens, heads, plan.head_tiles, plan.num_splits);
-  // A cluster pair of the sm90 kernel deals to pairs: its two head groups count against the size.
-  const int groups = sm90 ? sparse_sm90_cluster(heads) : 1;
-  const int max_size = kSparseMaxCluster / groups;
-  // Unforced, a CTA must be spared at least two chunks in sequence: one chunk less did not pay for
-  // the cluster (H200, T = 1, 2 chunks per split on 2 CTAs: 1.1-2.3 us slower per call).
-  const int max_per_cta = cluster ? cpb - 1 : cpb - 2;
-  for (int per_cta = 1; per_cta <= max_per_cta; ++per_cta) {
-    const int size = (cpb + per_cta - 1) / per_cta;
-    if (size > max_size || base * size > INT_MAX) continue;
-    if (!cluster && base / groups > resident_clusters(size * groups, sms)) continue;
-    if (cluster || base * size <= sms) return size;
-  }
-  return 1;
-}
-
-SplitPlanResult sparse_launch_plan(int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned, int sms,
-                                   std::optional<bool> cluster, SparseKernel kernel) {
-  if (!planned || kernel != SparseKernel::kMma || plan.num_splits == 1 || (cluster && !*cluster) || chunks > kSparseMaxCluster) return plan;
-  const SplitPlanResult whole{plan.head_tiles, 1, chunks};
-  return sparse_cluster_size(tokens, heads, whole, sms, std::nullopt, kernel) == chunks ? whole : plan;
-}
-
-std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads) {
-  if (arch != "sm_90a") return {SparseKernel::kMmaSmall};
-  if (heads % 64 == 0 || heads == 32) return {SparseKernel::kMma, SparseKernel::kSm90};
-  return {SparseKernel::kMma};
-}
-
-SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan, SparseKernel kernel) {
-  return SparsePolicy{heads, kernel == SparseKernel::kMma ? plan.head_tiles : 1, has_extra, plan.num_splits > 1, kernel};
-}
-
 SplitPlanResult plan_sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices,
                                    const TensorView& output, const TensorView& out_lse, double sm_scale,
                                    const SparseOptions& opt, int sms) {
@@ -227,16 +128,12 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   if (c.tokens == 0) return finish_plan(a, c, kZeroTokenSms);
   const StreamDevice on(stream);
   check_sparse_devices(on, a);
-  const int sms = service.device_sm_count(on.device());
-  const SplitPlanResult plan = finish_plan(a, c, sms);
-  // kiln targets two archs; the cached check keeps device_arch's lock off the launch path.
-  const SparseKernel kernel = choose_kernel(device_target(service, on.device()) == SparseTarget::kSm90a ? "sm_90a" : "sm_120a", static_cast<int>(c.tokens),
-                                            c.heads, plan, sms, opt.kernel);
-  const SplitPlanResult runs = sparse_launch_plan(static_cast<int>(c.tokens), c.heads, num_chunks(c.topk, c.extra_topk), plan,
-                                                  !opt.num_splits, sms, opt.cluster, kernel);
-  const SparseNvfp4Params params = sparse_params(a, c, runs.num_splits, runs.chunks_per_block);
-  const int cluster = sparse_cluster_size(static_cast<int>(c.tokens), c.heads, runs, sms, opt.cluster, kernel);
-  launch_sparse(sparse_policy(c.heads, c.has_extra, runs, kernel), params, cluster, stream, on.device(), service);
+  const SparseDevice device = sparse_device(service, on.device());
+  const SplitPlanResult plan = finish_plan(a, c, device.sms);
+  const SparseLaunch l = plan_sparse_launch(device, static_cast<int>(c.tokens), c.heads, num_chunks(c.topk, c.extra_topk), plan,
+                                            !opt.num_splits, opt.kernel, opt.cluster);
+  const SparseNvfp4Params params = sparse_params(a, c, l.runs.num_splits, l.runs.chunks_per_block);
+  launch_sparse(sparse_policy(c.heads, c.has_extra, l.runs, l.kernel), params, l.cluster, stream, on.device(), service);
   return plan;
 }
 

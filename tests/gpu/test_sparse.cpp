@@ -48,6 +48,7 @@
 #include "kiln/runtime/sparse_nvfp4/family.h"
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "kiln/runtime/sparse_nvfp4/planner.h"
+#include "tests/support/h200_residency.h"
 #include "tests/support/device_buffer.h"
 #include "tests/support/nvfp4_reference.h"
 #include "tests/support/rng.h"
@@ -206,10 +207,10 @@ SplitPlanResult variant_plan(const SparseCase& c, const Variant& v) {
 // The key a launch of `v` uses (what warm-up must compile).
 kiln::SemanticKey variant_key(const SparseCase& c, const Variant& v, const std::string& arch) {
   const SplitPlanResult plan = variant_plan(c, v);
-  const SparseKernel kernel = kiln::sparse::choose_kernel(arch, c.tokens, c.heads, plan, sm_count(), v.kernel);
-  const SplitPlanResult runs = kiln::sparse::sparse_launch_plan(c.tokens, c.heads, kiln::sparse::num_chunks(c.topk, c.xtopk()), plan,
-                                                                !v.num_splits, sm_count(), v.cluster, kernel);
-  return kiln::sparse::sparse_policy(c.heads, c.has_extra, runs, kernel).key(arch);
+  const kiln::sparse::SparseDevice device = kiln::sparse::sparse_device(kiln::KernelService::global(), 0);
+  const kiln::sparse::SparseLaunch l = kiln::sparse::plan_sparse_launch(device, c.tokens, c.heads, kiln::sparse::num_chunks(c.topk, c.xtopk()),
+                                                                        plan, !v.num_splits, v.kernel, v.cluster);
+  return kiln::sparse::sparse_policy(c.heads, c.has_extra, l.runs, l.kernel).key(arch);
 }
 
 bool on_sm90() { return kiln::KernelService::global().device_arch(0) == "sm_90a"; }
@@ -614,6 +615,34 @@ void warm_all(const std::vector<SparseCase>& cases) {
 }
 
 }  // namespace
+
+// The launch planner reads cluster residency from the driver. On the H200 it must be what the
+// planner's rules were measured with (tests/support/h200_residency.h); on any GPU a count can only
+// fall as clusters grow, and n-CTA clusters never hold more than the SMs.
+TEST_CASE("sparse: cluster residency read from the driver", "[gpu][sparse]") {
+  const kiln::sparse::SparseDevice d = kiln::sparse::sparse_device(kiln::KernelService::global(), 0);
+  if (d.arch != "sm_90a") {
+    WARN("not run: kiln launches clusters on sm_90a only, this GPU is " << d.arch);
+    return;
+  }
+  std::printf("cluster residency (one-SM CTAs, sizes 1-8):");
+  for (int n = 1; n <= kiln::kMaxResidentClusterSize; ++n) std::printf(" %d", d.residency[n]);
+  std::printf("\n");
+  CHECK(d.residency[1] == d.sms);
+  for (int n = 2; n <= kiln::kMaxResidentClusterSize; ++n) {
+    CHECK(d.residency[n] <= d.residency[n - 1]);
+    CHECK(d.residency[n] * n <= d.sms);
+    CHECK(d.residency[n] > 0);
+  }
+  const kiln::Driver& drv = kiln::Driver::get();
+  CUdevice cu = 0;
+  char name[256] = {};
+  drv.check(drv.cuDeviceGet(&cu, 0), "cuDeviceGet");
+  drv.check(drv.cuDeviceGetName(name, sizeof(name), cu), "cuDeviceGetName");
+  if (std::string(name).find("H200") != std::string::npos) CHECK(d.residency == kiln::testing::h200_residency());
+  // The same answer from the cache, and for dsv41 launches through it.
+  CHECK(kiln::sparse::sparse_device(kiln::KernelService::global(), 0).residency == d.residency);
+}
 
 TEST_CASE("sparse: conformance matrix against the fp32 oracle", "[gpu][sparse]") {
   ScopedPools pools;

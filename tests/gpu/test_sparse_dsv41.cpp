@@ -65,7 +65,10 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 kiln::KernelService& service() { return kiln::KernelService::global(); }
 const std::string& device_arch() { return service().device_arch(0); }
 bool on_sm90() { return device_arch() == "sm_90a"; }
-kiln::dsv41::Dsv41Device device() { return {device_arch(), service().device_sm_count(0), false}; }
+kiln::dsv41::Dsv41Device device() {
+  const kiln::sparse::SparseDevice d = kiln::sparse::sparse_device(service(), 0);
+  return {d.arch, d.sms, false, d.residency};
+}
 
 Dsv41Variant to_kiln(Variant v) { return v == Variant::kDefault ? Dsv41Variant::kDefault : Dsv41Variant::kSm90; }
 

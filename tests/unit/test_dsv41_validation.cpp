@@ -20,6 +20,7 @@
 #include "kiln/runtime/sparse_dsv41/launcher.h"
 #include "kiln/runtime/sparse_dsv41/planner.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/h200_residency.h"
 
 namespace {
 
@@ -48,7 +49,7 @@ TensorView cache3(std::uintptr_t a, std::int64_t pages, std::int64_t page, std::
   return v;
 }
 
-const d::Dsv41Device kH200{"sm_90a", 132, false};
+const d::Dsv41Device kH200{"sm_90a", 132, false, kiln::testing::h200_residency()};
 const d::Dsv41Device kRtx{"sm_120a", 188, false};
 
 struct Call {

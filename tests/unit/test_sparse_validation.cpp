@@ -16,6 +16,7 @@
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "kiln/runtime/sparse_nvfp4/planner.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/h200_residency.h"
 
 namespace {
 
@@ -26,6 +27,9 @@ using kiln::TensorView;
 namespace sp = kiln::sparse;
 
 void* addr(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+// A GPU of target `arch` and `sms` SMs with the H200's cluster residency scaled to it.
+sp::SparseDevice dev(std::string_view arch, int sms) { return sp::SparseDevice{arch, sms, kiln::testing::h200_residency(sms)}; }
 
 // Each tensor gets its own 1 GiB region, so views only overlap where a test makes them.
 constexpr std::uintptr_t region(int i) { return std::uintptr_t(i) << 30; }
@@ -573,84 +577,87 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
 TEST_CASE("sparse validation: the launcher's kernel per target", "[unit]") {
   using K = sp::SparseKernel;
   const sp::SplitPlanResult one{1, 1, 8}, two{2, 2, 16};
-  CHECK(sp::choose_kernel("sm_120a", 512, 128, two, 170) == K::kMmaSmall);
-  CHECK(sp::choose_kernel("sm_120a", 1, 8, one, 170) == K::kMmaSmall);
+  CHECK(sp::choose_kernel(dev("sm_120a", 170), 512, 128, two) == K::kMmaSmall);
+  CHECK(sp::choose_kernel(dev("sm_120a", 170), 1, 8, one) == K::kMmaSmall);
   // sm_90a: the Hopper kernel from a fifth of the SMs' worth of its 64-head blocks, for H a multiple of 64
   // or 32, unless the mma.sync grid runs as clusters; or wherever its splits can be dealt to CTAs of
   // >= 2 chunks each (>= 4 for H = 32).
-  CHECK(sp::choose_kernel("sm_90a", 64, 128, one, 132) == K::kSm90);   // 128 blocks
-  CHECK(sp::choose_kernel("sm_90a", 64, 64, one, 132) == K::kSm90);    // 64 blocks
-  CHECK(sp::choose_kernel("sm_90a", 16, 128, two, 132) == K::kSm90);   // 64 blocks
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 64, 128, one) == K::kSm90);   // 128 blocks
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 64, 64, one) == K::kSm90);    // 64 blocks
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 16, 128, two) == K::kSm90);   // 64 blocks
   // 32 blocks, mma.sync's 64 CTAs would fit pairs of 8 chunks, but sm90 deals 2 slices of 8.
-  CHECK(sp::choose_kernel("sm_90a", 8, 128, two, 132) == K::kSm90);
-  CHECK(sp::choose_kernel("sm_90a", 8, 64, two, 132) == K::kSm90);     // 16 blocks, 4 slices of 4
-  CHECK(sp::choose_kernel("sm_90a", 512, 32, two, 132) == K::kSm90);   // half the 64 rows padded
-  CHECK(sp::choose_kernel("sm_90a", 64, 32, two, 132) == K::kSm90);
-  CHECK(sp::choose_kernel("sm_90a", 512, 16, two, 132) == K::kMma);    // more padding: not measured faster
-  CHECK(sp::choose_kernel("sm_90a", 512, 96, two, 132) == K::kMma);
-  CHECK(sp::choose_kernel("sm_90a", 14, 128, one, 132) == K::kSm90);   // 28 blocks: 5 * 28 >= 132
-  CHECK(sp::choose_kernel("sm_90a", 13, 128, one, 132) == K::kSm90);   // 26 blocks, dealt: 2 slices of 4
-  CHECK(sp::choose_kernel("sm_90a", 13, 128, {1, 1, 6}, 132) == K::kSm90);  // 2 slices of 3
-  CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kMmaSmall) == K::kMmaSmall);
-  CHECK(sp::choose_kernel("sm_90a", 1, 8, one, 132, K::kSm90) == K::kSm90);
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 8, 128, two) == K::kSm90);
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 8, 64, two) == K::kSm90);     // 16 blocks, 4 slices of 4
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 512, 32, two) == K::kSm90);   // half the 64 rows padded
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 64, 32, two) == K::kSm90);
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 512, 16, two) == K::kMma);    // more padding: not measured faster
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 512, 96, two) == K::kMma);
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 14, 128, one) == K::kSm90);   // 28 blocks: 5 * 28 >= 132
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 13, 128, one) == K::kSm90);   // 26 blocks, dealt: 2 slices of 4
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 13, 128, {1, 1, 6}) == K::kSm90);  // 2 slices of 3
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 1, 8, one, K::kMmaSmall) == K::kMmaSmall);
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 1, 8, one, K::kSm90) == K::kSm90);
   // Whatever it picks without an override is listed for the target (what prebuild manifests use).
   for (const char* arch : {"sm_90a", "sm_120a"})
     for (int heads : {8, 16, 32, 48, 64, 96, 128})
       for (int tokens : {1, 8, 64, 512}) {
-        const K k = sp::choose_kernel(arch, tokens, heads, two, 132);
+        const K k = sp::choose_kernel(dev(arch, 132), tokens, heads, two);
         const auto all = sp::sparse_kernels_for(arch, heads);
         CHECK(std::find(all.begin(), all.end(), k) != all.end());
       }
-  expect_error([&] { sp::choose_kernel("sm_120a", 1, 64, one, 132, K::kSm90); }, "kernel", {"sm_90a"}, ErrorCode::kUnsupported);
+  expect_error([&] { sp::choose_kernel(dev("sm_120a", 132), 1, 64, one, K::kSm90); }, "kernel", {"sm_90a"}, ErrorCode::kUnsupported);
+  // A target kiln has no kernel for is refused by name, never planned as another.
+  expect_error([&] { sp::choose_kernel(dev("sm_100a", 148), 1, 64, one); }, "device", {"sm_100a"}, ErrorCode::kUnsupported);
+  expect_error([&] { sp::sparse_kernels_for("sm_80", 64); }, "device", {"sm_80"}, ErrorCode::kUnsupported);
 }
 
 TEST_CASE("sparse validation: CTAs per cluster of an mma.sync launch", "[unit]") {
   // T = 1 on 132 SMs, H 64 / 512 candidates: 1 tile, 4 splits of 2 chunks (16 CTAs). A pair of CTAs
   // per split would spare each one chunk only: no cluster unless forced.
-  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 2}, 132) == 1);
-  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 2}, 132, true) == 2);
-  CHECK(sp::sparse_cluster_size(1, 64, {1, 16, 2}, 132, true) == 2);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 1, 64, {1, 4, 2}) == 1);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 1, 64, {1, 4, 2}, true) == 2);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 1, 64, {1, 16, 2}, true) == 2);
   // 3 chunks: one each on 3 CTAs spares two.
-  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 3}, 132) == 3);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 1, 64, {1, 4, 3}) == 3);
   // H 128 / 2048 candidates: 8 splits of 4 chunks on 8 head groups; 4 CTAs of one chunk would be 256
   // CTAs (two waves), 2 CTAs of 2 chunks fit.
-  CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 132) == 2);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 1, 128, {1, 8, 4}) == 2);
   // Twice the SMs would hold the 256 CTAs, but not as 64 clusters of 4 (the H200's 30 per 132 SMs,
   // scaled: 60); 68 clusters' worth of SMs would.
-  CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 264) == 2);
-  CHECK(sp::sparse_cluster_size(1, 128, {1, 8, 4}, 290) == 4);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 264), 1, 128, {1, 8, 4}) == 2);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 290), 1, 128, {1, 8, 4}) == 4);
   // 5 chunks: one each on 5 CTAs when they fit, else 3 + 2.
-  CHECK(sp::sparse_cluster_size(2, 64, {1, 2, 5}, 132) == 5);
-  CHECK(sp::sparse_cluster_size(2, 64, {1, 2, 5}, 32) == 2);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 2, 64, {1, 2, 5}) == 5);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 32), 2, 64, {1, 2, 5}) == 2);
   // At most 8 CTAs: 16 chunks as 8 pairs.
-  CHECK(sp::sparse_cluster_size(1, 16, {1, 1, 16}, 132) == 8);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 1, 16, {1, 1, 16}) == 8);
   // One chunk per split, or a full grid, or forced off: no cluster.
-  CHECK(sp::sparse_cluster_size(1, 64, {1, 8, 1}, 132) == 1);
-  CHECK(sp::sparse_cluster_size(64, 128, {2, 2, 16}, 132) == 1);
-  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 2}, 132, false) == 1);
-  CHECK(sp::sparse_cluster_size(1, 64, {1, 4, 3}, 32) == 1);   // 2 + 1 spares one chunk
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 1, 64, {1, 8, 1}) == 1);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 64, 128, {2, 2, 16}) == 1);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 1, 64, {1, 4, 2}, false) == 1);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 32), 1, 64, {1, 4, 3}) == 1);   // 2 + 1 spares one chunk
   // Forced on: the fewest chunks per CTA regardless of the wave.
-  CHECK(sp::sparse_cluster_size(64, 128, {2, 2, 16}, 132, true) == 8);
-  CHECK(sp::sparse_cluster_size(64, 128, {1, 8, 1}, 132, true) == 1);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 64, 128, {2, 2, 16}, true) == 8);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 64, 128, {1, 8, 1}, true) == 1);
 }
 
 TEST_CASE("sparse validation: the plan a launch runs", "[unit]") {
   using K = sp::SparseKernel;
   // T = 1, 512 candidates (8 chunks), planned as 4 splits of 2: one cluster of 8 single-chunk CTAs per
   // head block runs them as one split (no merge) at H = 64 (32 CTAs) and H = 128 (64 CTAs).
-  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 4, 2}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 1, 8});
-  CHECK(sp::sparse_launch_plan(1, 128, 8, {1, 4, 2}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 1, 8});
+  CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 1, 64, 8, {1, 4, 2}, true, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 1, 8});
+  CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 1, 128, 8, {1, 4, 2}, true, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 1, 8});
   // As planned: a num_splits override, dealing forced off, another kernel, more chunks than a
   // cluster holds (2048 candidates), no split, or too many clusters (T = 8: 32 of 8).
-  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 4, 2}, false, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 4, 2});
-  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 4, 2}, true, 132, false, K::kMma) == sp::SplitPlanResult{1, 4, 2});
-  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 4, 2}, true, 132, std::nullopt, K::kSm90) == sp::SplitPlanResult{1, 4, 2});
-  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 4, 2}, true, 132, std::nullopt, K::kMmaSmall) == sp::SplitPlanResult{1, 4, 2});
-  CHECK(sp::sparse_launch_plan(1, 64, 32, {1, 16, 2}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 16, 2});
-  CHECK(sp::sparse_launch_plan(1, 64, 8, {1, 1, 8}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 1, 8});
-  CHECK(sp::sparse_launch_plan(8, 64, 8, {1, 2, 4}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 2, 4});
+  CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 1, 64, 8, {1, 4, 2}, false, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 4, 2});
+  CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 1, 64, 8, {1, 4, 2}, true, false, K::kMma) == sp::SplitPlanResult{1, 4, 2});
+  CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 1, 64, 8, {1, 4, 2}, true, std::nullopt, K::kSm90) == sp::SplitPlanResult{1, 4, 2});
+  CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 1, 64, 8, {1, 4, 2}, true, std::nullopt, K::kMmaSmall) == sp::SplitPlanResult{1, 4, 2});
+  CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 1, 64, 32, {1, 16, 2}, true, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 16, 2});
+  CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 1, 64, 8, {1, 1, 8}, true, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 1, 8});
+  CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 8, 64, 8, {1, 2, 4}, true, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 2, 4});
   // 2 chunks never deal (one CTA each spares nothing).
-  CHECK(sp::sparse_launch_plan(1, 8, 2, {1, 2, 1}, true, 132, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 2, 1});
+  CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 1, 8, 2, {1, 2, 1}, true, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 2, 1});
 }
 
 TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 launch", "[unit]") {
@@ -659,32 +666,32 @@ TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 lau
   // T = 8, H 64 / 2048 candidates: 2 splits of 16 chunks on 16 CTAs. 8 CTAs of 2 chunks would fill
   // 128 SMs, but only 15 clusters of 8 are resident at once on the H200: 6 CTAs of 3 chunks (16
   // clusters of 6 fit, 17 would).
-  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 6);
-  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, true, kSm90) == 8);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 8, 64, {1, 2, 16}, std::nullopt, kSm90) == 6);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 8, 64, {1, 2, 16}, true, kSm90) == 8);
   // Half the SMs (the counts halved: 7 clusters of 8, 8 of 6, 15 of 4): 8 (token, split) pairs on
   // 6 CTAs each, 12 on 4.
-  CHECK(sp::sparse_cluster_size(4, 64, {1, 2, 16}, 66, std::nullopt, kSm90) == 6);
-  CHECK(sp::sparse_cluster_size(6, 64, {1, 2, 16}, 66, std::nullopt, kSm90) == 4);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 66), 4, 64, {1, 2, 16}, std::nullopt, kSm90) == 6);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 66), 6, 64, {1, 2, 16}, std::nullopt, kSm90) == 4);
   // H 128: the cluster pair counts twice against 8 CTAs, so at most 4 slices; 16 (token, split)
   // pairs: 16 clusters of 8 CTAs do not fit, 16 of 6 do (3 slices of 6 chunks).
-  CHECK(sp::sparse_cluster_size(8, 128, {2, 2, 16}, 132, std::nullopt, kSm90) == 3);
-  CHECK(sp::sparse_cluster_size(8, 128, {2, 2, 16}, 132, true, kSm90) == 4);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 8, 128, {2, 2, 16}, std::nullopt, kSm90) == 3);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 8, 128, {2, 2, 16}, true, kSm90) == 4);
   // T = 4: 8 pairs, 8 clusters of 8 (4 slices of 4 chunks).
-  CHECK(sp::sparse_cluster_size(4, 128, {1, 2, 16}, 132, std::nullopt, kSm90) == 4);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 4, 128, {1, 2, 16}, std::nullopt, kSm90) == 4);
   // The same plan on mma.sync counts 16-head CTAs: 4 times as many, so a pair of CTAs fills the grid.
-  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132) == 2);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 8, 64, {1, 2, 16}) == 2);
   // 512 tokens: the grid is full without dealing; forced off; the compact kernel never deals.
-  CHECK(sp::sparse_cluster_size(512, 64, {1, 2, 16}, 132, std::nullopt, kSm90) == 1);
-  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, false, kSm90) == 1);
-  CHECK(sp::sparse_cluster_size(8, 64, {1, 2, 16}, 132, true, K::kMmaSmall) == 1);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 512, 64, {1, 2, 16}, std::nullopt, kSm90) == 1);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 8, 64, {1, 2, 16}, false, kSm90) == 1);
+  CHECK(sp::sparse_cluster_size(dev("sm_90a", 132), 8, 64, {1, 2, 16}, true, K::kMmaSmall) == 1);
   // The launcher takes sm90 where its slices keep >= 2 chunks (4 for H = 32), or 1 against mma.sync
   // CTAs of >= 2; mma.sync where not.
-  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 16}, 132) == kSm90);
-  CHECK(sp::choose_kernel("sm_90a", 4, 128, {1, 2, 16}, 132) == kSm90);
-  CHECK(sp::choose_kernel("sm_90a", 8, 128, {1, 1, 8}, 132) == kSm90);   // 4 slices of 2
-  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 4}, 132) == kSm90);   // 4 slices of 1 against mma.sync pairs of 2
-  CHECK(sp::choose_kernel("sm_90a", 8, 64, {1, 2, 5}, 132) == kSm90);   // 5 slices of 1 against pairs of 3 and 2
-  CHECK(sp::choose_kernel("sm_90a", 1, 128, {1, 8, 4}, 132) == kSm90);  // 4 slices of 1 (pairs) against mma.sync pairs of 2
-  CHECK(sp::choose_kernel("sm_90a", 1, 64, {1, 4, 2}, 132) == K::kMma);  // 2 chunks: no slices
-  CHECK(sp::choose_kernel("sm_90a", 8, 32, {1, 4, 8}, 132) == K::kMma);  // H = 32: 4 slices of 2
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 8, 64, {1, 2, 16}) == kSm90);
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 4, 128, {1, 2, 16}) == kSm90);
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 8, 128, {1, 1, 8}) == kSm90);   // 4 slices of 2
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 8, 64, {1, 2, 4}) == kSm90);   // 4 slices of 1 against mma.sync pairs of 2
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 8, 64, {1, 2, 5}) == kSm90);   // 5 slices of 1 against pairs of 3 and 2
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 1, 128, {1, 8, 4}) == kSm90);  // 4 slices of 1 (pairs) against mma.sync pairs of 2
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 1, 64, {1, 4, 2}) == K::kMma);  // 2 chunks: no slices
+  CHECK(sp::choose_kernel(dev("sm_90a", 132), 8, 32, {1, 4, 8}) == K::kMma);  // H = 32: 4 slices of 2
 }

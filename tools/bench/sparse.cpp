@@ -169,8 +169,9 @@ class Pools {
 
 // The plan a `kernel` call of `c` runs (the launcher's sparse_launch_plan, without overrides but
 // --splits).
-sparse::SplitPlanResult launch_plan(const BenchConfig& c, const sparse::SplitPlanResult& plan, int sms, sparse::SparseKernel kernel) {
-  return sparse::sparse_launch_plan(c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits, sms, std::nullopt, kernel);
+sparse::SplitPlanResult launch_plan(const BenchConfig& c, const sparse::SplitPlanResult& plan, const sparse::SparseDevice& dev,
+                                    sparse::SparseKernel kernel) {
+  return sparse::sparse_launch_plan(dev, c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits, std::nullopt, kernel);
 }
 
 Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms, std::optional<sparse::SparseKernel> kernel,
@@ -286,7 +287,9 @@ struct SparseNvfp4Timer::State {
   int sms;
   Pools pools;
   BenchRng rng{0x6e766670};
-  State(KernelService& s, CUstream st) : service(s), stream(st), arch(s.device_arch(0)), sms(s.device_sm_count(0)), pools(st) {}
+  sparse::SparseDevice dev;
+  State(KernelService& s, CUstream st)
+      : service(s), stream(st), arch(s.device_arch(0)), sms(s.device_sm_count(0)), pools(st), dev(sparse::sparse_device(s, 0)) {}
 };
 
 SparseNvfp4Timer::SparseNvfp4Timer(KernelService& service, CUstream stream) : state_(std::make_unique<State>(service, stream)) {}
@@ -299,8 +302,8 @@ void SparseNvfp4Timer::warm(const std::vector<SparseNvfp4Config>& configs) {
   for (const SparseNvfp4Config& sc : configs) {
     const BenchConfig c{sc.tokens, sc.heads, sc.topk, sc.extra_topk};
     const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, s.sms);
-    const sparse::SparseKernel kernel = sparse::choose_kernel(s.arch, c.tokens, c.heads, plan, s.sms);
-    for (const sparse::SplitPlanResult& p : {plan, launch_plan(c, plan, s.sms, kernel)}) {
+    const sparse::SparseKernel kernel = sparse::choose_kernel(s.dev, c.tokens, c.heads, plan);
+    for (const sparse::SplitPlanResult& p : {plan, launch_plan(c, plan, s.dev, kernel)}) {
       const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), p, kernel).key(s.arch);
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     }
@@ -321,7 +324,7 @@ SparseNvfp4Time SparseNvfp4Timer::time(const SparseNvfp4Config& sc) {
   r.us_min = t.us_min;
   r.us_max = t.us_max;
   r.calls = t.calls;
-  r.kernel = sparse::sparse_kernel_name(sparse::choose_kernel(s.arch, c.tokens, c.heads, t.plan, s.sms));
+  r.kernel = sparse::sparse_kernel_name(sparse::choose_kernel(s.dev, c.tokens, c.heads, t.plan));
   r.head_tiles = t.plan.head_tiles;
   r.num_splits = t.plan.num_splits;
   r.chunks_per_block = t.plan.chunks_per_block;
@@ -338,6 +341,7 @@ int run_bench_sparse(const BenchOptions& options) {
   const bool quick = options.quick;
 
   json report = bench_header("sparse");
+  const sparse::SparseDevice dev = sparse::sparse_device(service, 0);
   ScopedDeviceContext context(0);
   const std::string arch = service.device_arch(0);
   const int sms = service.device_sm_count(0);
@@ -374,7 +378,7 @@ int run_bench_sparse(const BenchOptions& options) {
       for (const sparse::SparseKernel kernel : kernels) {
         // The planned split and, where the launch runs it as one dealt split, that one too (timed
         // with dealing forced off, it runs as planned).
-        for (const sparse::SplitPlanResult& p : {plan, launch_plan(c, plan, sms, kernel)}) {
+        for (const sparse::SplitPlanResult& p : {plan, launch_plan(c, plan, dev, kernel)}) {
           const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), p, kernel).key(arch);
           if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
         }
@@ -408,7 +412,7 @@ int run_bench_sparse(const BenchOptions& options) {
     const auto t0 = BenchClock::now();
     const BenchDeviceMemory& pool = pools.get(c.page);
     const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms, c.splits);
-    Row row{c, sparse::choose_kernel(arch, c.tokens, c.heads, plan, sms), {}};
+    Row row{c, sparse::choose_kernel(dev, c.tokens, c.heads, plan), {}};
     for (const sparse::SparseKernel kernel : kernels) {
       row.t.push_back(time_config(c, pool, sms, kernel, std::nullopt, stream, rng, service));
       if (row.t.back().bad_outputs > 0) {
@@ -417,11 +421,11 @@ int run_bench_sparse(const BenchOptions& options) {
                                                       c.name(), sparse::sparse_kernel_name(kernel), row.t.back().bad_outputs));
       }
     }
-    if (hopper) row.cluster = sparse::sparse_cluster_size(c.tokens, c.heads, launch_plan(c, plan, sms, sparse::SparseKernel::kMma), sms);
+    if (hopper) row.cluster = sparse::sparse_cluster_size(dev, c.tokens, c.heads, launch_plan(c, plan, dev, sparse::SparseKernel::kMma));
     if (row.cluster > 1) row.mma_no_cluster = time_config(c, pool, sms, sparse::SparseKernel::kMma, false, stream, rng, service);
     if (hopper && std::find(kernels.begin(), kernels.end(), sparse::SparseKernel::kSm90) != kernels.end()) {
-      row.deal = sparse::sparse_cluster_size(c.tokens, c.heads, plan, sms, std::nullopt, sparse::SparseKernel::kSm90);
-      row.deal_forced = sparse::sparse_cluster_size(c.tokens, c.heads, plan, sms, true, sparse::SparseKernel::kSm90);
+      row.deal = sparse::sparse_cluster_size(dev, c.tokens, c.heads, plan, std::nullopt, sparse::SparseKernel::kSm90);
+      row.deal_forced = sparse::sparse_cluster_size(dev, c.tokens, c.heads, plan, true, sparse::SparseKernel::kSm90);
       if (row.deal > 1) row.sm90_no_deal = time_config(c, pool, sms, sparse::SparseKernel::kSm90, false, stream, rng, service);
       if (row.deal_forced != row.deal) row.sm90_deal_forced = time_config(c, pool, sms, sparse::SparseKernel::kSm90, true, stream, rng, service);
     }
@@ -492,6 +496,7 @@ int run_bench_sparse(const BenchOptions& options) {
 
   report["power_state_after"] = bench_power_state();
   report["sm_count"] = sms;
+  report["cluster_residency"] = std::vector<int>(dev.residency.clusters.begin() + 1, dev.residency.clusters.end());
   report["arch"] = arch;
   report["pool"] = {{"bytes", kPoolBytes}, {"page_sizes", "64 (32 and 128 in extended rows), one pool each"},
                     {"layout", "[P, page, 384] (compact)"},

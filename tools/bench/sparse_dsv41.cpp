@@ -216,7 +216,8 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
   ScopedDeviceContext context(0);
   const std::string arch = service.device_arch(0);
   const int sms = service.device_sm_count(0);
-  const dsv41::Dsv41Device device{arch, sms, false};
+  const sparse::SparseDevice gpu = sparse::sparse_device(service, 0);
+  const dsv41::Dsv41Device device{gpu.arch, gpu.sms, false, gpu.residency};
   const BenchStream bench_stream;
   const CUstream stream = bench_stream.get();
 

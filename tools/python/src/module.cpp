@@ -402,8 +402,8 @@ NB_MODULE(_native, m) {
   // The launcher's plan for a call of these shapes on `device` (traced and profiled calls).
   m.def("dsv41_resolve_plan", [](int tokens, int heads, int topk, int extra_topk, int device, std::optional<int> num_splits,
                                  int max_splits, std::optional<int> head_tiles, std::optional<std::string> variant, bool ragged) {
-    KernelService& service = KernelService::global();
-    const dsv41::Dsv41Device target{service.device_arch(device), service.device_sm_count(device), false};
+    const sparse::SparseDevice gpu = sparse::sparse_device(KernelService::global(), device);
+    const dsv41::Dsv41Device target{gpu.arch, gpu.sms, false, gpu.residency};
     dsv41::Dsv41Options opt;
     if (variant) opt.variant = *variant;
     opt.num_splits = num_splits;

@@ -1,0 +1,102 @@
+#pragma once
+// The sparse decodes' launch planner: from a resolved split plan (planner.h, upstream's rules) and
+// what the GPU is, every choice a launch makes — the decode kernel, the plan it runs, the CTAs a
+// split is dealt to. Pure: the launchers read the device once (sparse_device) and only launch what
+// this returns; tests and benches call it for any GPU.
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "kiln/runtime/cluster_residency.h"
+#include "kiln/runtime/kernel_service.h"
+#include "kiln/runtime/sparse_nvfp4/family.h"
+
+namespace kiln::sparse {
+
+// The seed's returned dict {"head_tiles", "num_splits", "chunks_per_block"}.
+struct SplitPlanResult {
+  int head_tiles = 1;
+  int num_splits = 1;
+  int chunks_per_block = 1;
+  bool operator==(const SplitPlanResult&) const = default;
+};
+
+// What a launch plan depends on besides the call's shapes.
+struct SparseDevice {
+  std::string_view arch = "sm_90a";  // kiln's target for the GPU: "sm_90a" or "sm_120a"
+  int sms = 132;
+  // Resident clusters of one-SM CTAs by size (the sm90 and two-tile mma.sync CTAs fill an SM); all
+  // zero: no split is dealt unless forced.
+  ClusterResidency residency;
+};
+
+// `device`'s target, SM count and cluster residency (device_cluster_residency for the sm90 CTA's
+// shape; read from the driver once per device, then one atomic load). A GPU kiln has no sparse
+// decode kernel for is kUnsupported naming its arch.
+SparseDevice sparse_device(KernelService& service, int device);
+
+// Refuses (kUnsupported, naming it) an arch kiln has no sparse decode kernel for.
+void check_sparse_arch(std::string_view arch);
+
+// Plan resolution from shapes alone: head_tiles = override or plan_head_tiles; then num_splits =
+// resolve_splits(override) or plan_splits(..., max_splits, head_tiles).
+SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, int sms, std::optional<int> num_splits = std::nullopt,
+                             int max_splits = 16, std::optional<int> head_tiles = std::nullopt);
+
+// A launch of a resolved plan: its kernel, the plan the kernel runs (see sparse_launch_plan) and the
+// CTAs per head group that share one split (sparse_cluster_size).
+struct SparseLaunch {
+  SparseKernel kernel = SparseKernel::kMma;
+  SplitPlanResult runs;
+  int cluster = 1;
+  bool operator==(const SparseLaunch&) const = default;
+};
+
+// The launch of `plan` (the planners' result for T tokens, H heads and `chunks` chunks; `planned`:
+// no num_splits override) on `device`, with the overrides of SparseOptions (`kernel`, `cluster`).
+SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
+                                std::optional<SparseKernel> kernel = std::nullopt, std::optional<bool> cluster = std::nullopt);
+
+// The decode kernel for a call of T tokens and H heads resolved to `plan` on `device` (kernel = an
+// override, checked: kSm90 needs sm_90a).
+// sm_120a: kMmaSmall, the one configuration that fits 99 KiB per block.
+// sm_90a: kSm90 where it was measured faster (tools/bench/results/sparse_h200.json): H a multiple
+// of 64 (no padded rows) or 32, and either a split dealt to several of its CTAs that still do >= 2
+// chunks each (>= 4 for H = 32; sparse_cluster_size for kSm90), or dealt one chunk each where the
+// kMma launch leaves its CTAs more (H a multiple of 64), or its 64-head blocks on at least a fifth of
+// the SMs and no cluster for kMma (sparse_cluster_size 1); kMma otherwise.
+SparseKernel choose_kernel(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& plan,
+                           std::optional<SparseKernel> kernel = std::nullopt);
+
+// CTAs that share one split of a `kernel` launch of `plan` for T tokens and H heads on `device`
+// (kMma: per head group; kSm90: per head group, so a cluster pair of H > 64 launches clusters of
+// twice this size): a split's chunks_per_block chunks are dealt to them (ceil(cpb / size) each, in
+// chunk order) and they combine their partial rows in distributed shared memory, so a split takes
+// the time of its slice rather than of all its chunks. 1 (no dealing) for kMmaSmall or when
+// `cluster` is false; else the size that gives each CTA the fewest chunks (clusters of at most
+// kSparseMaxCluster CTAs, and only as many clusters as the device holds at once: more run as two
+// waves) while the whole grid fits one wave (one decode CTA per SM) and each CTA does at least two
+// chunks fewer than cpb, the smallest such, or 1 when none does (so always 1 for cpb <= 2: measured
+// slower on the H200, tools/bench/results/README.md); `cluster` true drops these conditions (any
+// cpb >= 2).
+int sparse_cluster_size(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& plan,
+                        std::optional<bool> cluster = std::nullopt, SparseKernel kernel = SparseKernel::kMma);
+
+// The plan a `kernel` launch runs for `plan`, the planners' result (which the call returns). A planned
+// (`planned`: no num_splits override) kMma split of at most kSparseMaxCluster `chunks` in all, where
+// one cluster per (token, head block) can give each chunk a CTA of its own, runs as one split dealt
+// over that cluster: the splits combine in distributed shared memory, and neither mid_out nor the
+// merge launch is used (H200, T = 1, 512 candidates: 10.0 vs 11.1 us at H = 64, 10.1 vs 12.1 at
+// H = 128). Anything else (and `cluster` false) runs as planned.
+SplitPlanResult sparse_launch_plan(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
+                                   std::optional<bool> cluster, SparseKernel kernel);
+
+// Every kernel choose_kernel can return on `arch` for H heads without an override (what a prebuild
+// manifest needs for that target).
+std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads);
+
+// The policy (kernel key) a resolved plan launches with `kernel`. kMmaSmall and kSm90 map every plan
+// onto their own blocks (16 and 64 heads), so their keys carry head_tiles 1.
+SparsePolicy sparse_policy(int heads, bool has_extra, const SplitPlanResult& plan, SparseKernel kernel = SparseKernel::kMma);
+
+}  // namespace kiln::sparse
