@@ -1,0 +1,82 @@
+#include "kiln/runtime/sparse_dsv41/launch_plan.h"
+
+#include <fmt/format.h>
+
+#include "kiln/kernel_templates/sparse_dsv41/params.cuh"
+#include "kiln/runtime/sparse_nvfp4/launch_plan.h"
+#include "kiln/runtime/validation.h"
+
+namespace kiln::dsv41 {
+
+namespace {
+
+sparse::SplitPlanResult split_result(const Dsv41Plan& plan) { return {plan.head_tiles, plan.num_splits, plan.chunks_per_block}; }
+
+}  // namespace
+
+std::optional<Dsv41Variant> resolve_variant(std::string_view arch, int heads, std::optional<std::string_view> requested) {
+  sparse::check_sparse_arch(arch);
+  const bool sm90 = arch == "sm_90a";
+  if (!requested) return std::nullopt;
+  const std::optional<Dsv41Variant> v = parse_dsv41_variant(*requested);
+  if (!v) {
+    check::fail_as(fmt::format("unknown exact variant '{}'; kiln's variants are ('default', 'sm90')", *requested), "variant",
+                   "\"default\" or \"sm90\" (format_info()[\"variants\"]) or None", fmt::format("'{}'", *requested));
+  }
+  if (*v == Dsv41Variant::kSm90 && !sm90) {
+    check::fail_as(fmt::format("variant 'sm90' is not exported for {} ({} heads); it needs sm_90a", arch, heads), "variant",
+                   "\"default\" (or None) on this GPU", "'sm90'");
+  }
+  return v;
+}
+
+int variant_head_tiles(Dsv41Variant variant, int heads) {
+  return variant == Dsv41Variant::kSm90 ? plan_head_tiles(0, heads, 1, 0, 1) : 1;
+}
+
+Dsv41Variant choose_variant(const Dsv41Device& device, int tokens, int heads, const SplitPlan& split, std::optional<bool> cluster) {
+  resolve_variant(device.arch, heads, std::nullopt);
+  if (device.arch != "sm_90a" || heads < 32) return Dsv41Variant::kDefault;
+  const Dsv41Plan sm90{Dsv41Variant::kSm90, variant_head_tiles(Dsv41Variant::kSm90, heads), split.num_splits, split.chunks_per_block};
+  const int deal = dsv41_cluster_size(device, tokens, heads, sm90, cluster);
+  if (deal > 1 && (split.chunks_per_block + deal - 1) / deal >= 2) return Dsv41Variant::kSm90;
+  // H200, 1 token: 10-20 sm90 CTAs of one chunk each (the chunk's two 32-record gathers in
+  // sequence) 14-16 us, the default variant's 40-80 CTAs 9-11 us; from 8 tokens (40+ CTAs) sm90 is
+  // ahead (18.8 vs 24.3 us at H 64, 128 + 512 candidates).
+  const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * split.num_splits;
+  return 5 * blocks < device.sms ? Dsv41Variant::kDefault : Dsv41Variant::kSm90;
+}
+
+int dsv41_cluster_size(const Dsv41Device& device, int tokens, int heads, const Dsv41Plan& plan, std::optional<bool> cluster) {
+  if (plan.variant != Dsv41Variant::kSm90) return 1;
+  return sparse::sparse_cluster_size(sparse::SparseDevice{device.arch, device.sms, device.residency}, tokens, heads, split_result(plan),
+                                     cluster, sparse::SparseKernel::kSm90);
+}
+
+Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, const Dsv41Device& device,
+                             std::optional<Dsv41Variant> variant, std::optional<int> num_splits, int max_splits, bool ragged,
+                             std::optional<bool> cluster) {
+  const SplitPlan s =
+      num_splits ? resolve_splits(topk, extra_topk, *num_splits)
+                 : plan_splits(tokens, heads, topk, extra_topk, device.sms,
+                               SplitOptions{max_splits, plan_head_tiles(tokens, heads, topk, extra_topk, device.sms),
+                                            device.unified_memory, ragged});
+  Dsv41Plan r;
+  r.variant = variant ? *variant : choose_variant(device, tokens, heads, s, cluster);
+  r.head_tiles = variant_head_tiles(r.variant, heads);
+  r.num_splits = s.num_splits;
+  r.chunks_per_block = s.chunks_per_block;
+  return r;
+}
+
+std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads) {
+  resolve_variant(arch, heads, std::nullopt);
+  if (arch == "sm_90a" && heads >= 32) return {Dsv41Variant::kDefault, Dsv41Variant::kSm90};
+  return {Dsv41Variant::kDefault};
+}
+
+Dsv41Policy dsv41_policy(int heads, bool has_extra, const Dsv41Plan& plan) {
+  return Dsv41Policy{heads, has_extra, plan.num_splits > 1, plan.variant};
+}
+
+}  // namespace kiln::dsv41

@@ -1,0 +1,66 @@
+#pragma once
+// The DeepSeek-V4.1 decode's launch planner: the variant, the plan and the CTAs a split is dealt to,
+// from the call's shapes and what the GPU is (its target, SM count and cluster residency, as
+// sparse::sparse_device reads them). Pure: the launcher only launches what this returns; tests,
+// the bench and the Python plan helper call it for any GPU.
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "kiln/runtime/cluster_residency.h"
+#include "kiln/runtime/sparse_dsv41/family.h"
+#include "kiln/runtime/sparse_dsv41/planner.h"
+
+namespace kiln::dsv41 {
+
+// The seed's returned dict {"variant", "head_tiles", "num_splits", "chunks_per_block", "precision"}.
+struct Dsv41Plan {
+  Dsv41Variant variant = Dsv41Variant::kDefault;
+  int head_tiles = 1;  // the variant's tile count: 1 for "default", plan_head_tiles(H) for "sm90"
+  int num_splits = 1;
+  int chunks_per_block = 1;
+  int precision = 0;  // 0 = bf16
+  bool operator==(const Dsv41Plan&) const = default;
+};
+
+// What resolving a plan needs to know about the GPU.
+struct Dsv41Device {
+  std::string_view arch = "sm_90a";  // kiln's target for the device
+  int sms = 132;
+  bool unified_memory = false;  // CC 12.1 (GB10); kiln has no target for it, so the launcher passes false
+  // Resident clusters of one-SM CTAs (sparse::SparseDevice::residency); all zero: no split is dealt
+  // to a cluster unless forced.
+  ClusterResidency residency;
+};
+
+// The variant `requested` names, checked for `arch` (an unknown name is invalid; "sm90" anywhere but
+// sm_90a is not exported there); none when nothing is requested (choose_variant decides). An arch
+// kiln has no kernel for is kUnsupported naming it, requested or not.
+std::optional<Dsv41Variant> resolve_variant(std::string_view arch, int heads, std::optional<std::string_view> requested);
+// The head tiles a variant reports: 1 for "default" (one 16-head tile per CTA), plan_head_tiles(H)
+// for "sm90".
+int variant_head_tiles(Dsv41Variant variant, int heads);
+// kiln's variant for T tokens and H heads planned as `split` on `device`: "default" on sm_120a and
+// for H < 32; on sm_90a "sm90" where it was measured faster (tools/bench/results/sparse_dsv41_h200.json):
+// a split dealt to several of its CTAs that still do >= 2 chunks each, or 64-head blocks on at
+// least a fifth of the SMs; "default" otherwise (few blocks: its 16-head CTAs are 4x as many).
+Dsv41Variant choose_variant(const Dsv41Device& device, int tokens, int heads, const SplitPlan& split,
+                            std::optional<bool> cluster = std::nullopt);
+// CTAs that share one split per head group of a `plan` launch ("sm90": the NVFP4 sm90 launch's
+// sparse_cluster_size, the split's chunks dealt to them and their rows combined in distributed
+// shared memory); 1 for "default".
+int dsv41_cluster_size(const Dsv41Device& device, int tokens, int heads, const Dsv41Plan& plan, std::optional<bool> cluster = std::nullopt);
+// Plan resolution from shapes alone (the launcher's rule): num_splits = resolve_splits(override) or
+// plan_splits with plan_head_tiles(H) whatever the variant, `ragged` when a length tensor is given;
+// then the variant, `variant` or choose_variant.
+Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, const Dsv41Device& device,
+                             std::optional<Dsv41Variant> variant = std::nullopt, std::optional<int> num_splits = std::nullopt,
+                             int max_splits = 16, bool ragged = false, std::optional<bool> cluster = std::nullopt);
+// Every variant the launcher picks on `arch` for H heads without an override (what a prebuild
+// manifest needs for that target).
+std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads);
+
+// The policy (kernel key) a resolved plan launches.
+Dsv41Policy dsv41_policy(int heads, bool has_extra, const Dsv41Plan& plan);
+
+}  // namespace kiln::dsv41
