@@ -73,26 +73,26 @@ sparse::SparsePolicy sparse_bench_policy() { return sparse::SparsePolicy{64, 1, 
 // whole milliseconds); `other` is the rest of Compiler::compile (program set-up with the embedded
 // headers, name lowering, copying the cubin out, and the table's rounding); `store` is the rest of
 // KernelService::build (cache lookup, the entry's lock, publish: write, fsync, rename). `cpu` is the
-// building thread's CPU time: NVRTC runs on it, so on a loaded host it is the figure that does not
-// count waiting for a core.
+// process's CPU time over the build: the bench builds one key at a time, so that is the compile's,
+// ptxas's threads included, and on a loaded host it is the figure that does not count waiting for a core.
 struct CompileTimes {
   double total = 0, cpu = 0, front_end = 0, nvvm = 0, ptxas = 0, other = 0, store = 0;
 };
 
-double thread_cpu_ms() {
+double process_cpu_ms() {
   timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
 }
 
-// Builds `key` and times it; `compiled` says whether this build ran NVRTC (else it was a hit).
+// Builds `key` and times it (nothing else may run in the process meanwhile: `cpu` is the process's).
 CompileTimes timed_build(KernelService& service, const SemanticKey& key, Artifact* artifact = nullptr) {
-  const double cpu0 = thread_cpu_ms();
+  const double cpu0 = process_cpu_ms();
   const auto t0 = BenchClock::now();
   Artifact a = service.build(key);
   CompileTimes t;
   t.total = bench_ms_since(t0);
-  t.cpu = thread_cpu_ms() - cpu0;
+  t.cpu = process_cpu_ms() - cpu0;
   const json& m = a.entry->metadata;
   if (a.source == ArtifactSource::kCompiled && m.contains("compile_phases_ms")) {
     const json& p = m["compile_phases_ms"];
@@ -245,7 +245,7 @@ json cold_compile_manifest(const std::string& manifest, const std::string& arch,
           {"per_family", summary},
           {"per_key", per_key},
           {"method", "the manifest's keys for the arch, one at a time into one fresh cache. total: wall time of "
-                     "KernelService::build; cpu: the building thread's CPU time (NVRTC runs on it); front end, NVVM "
+                     "KernelService::build; cpu: the process's CPU time over the build (one build at a time); front end, NVVM "
                      "(optimizer + code generation), ptxas: NVRTC's own --time table (wall, whole ms); nvrtc_other: the "
                      "rest of the compile call (program set-up, name lowering, cubin copy, rounding); store: the rest of "
                      "the build (lookup, lock, publish with fsync); load: cuModuleLoadData and attributes after the "
