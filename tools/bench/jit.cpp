@@ -135,8 +135,8 @@ struct TimesColumn {
 };
 
 json times_json(const CompileTimes& t) {
-  return {{"ms", t.total},          {"cpu_ms", t.cpu},     {"front_end_ms", t.front_end}, {"nvvm_ms", t.nvvm},
-          {"ptxas_ms", t.ptxas},    {"nvrtc_other_ms", t.other}, {"store_ms", t.store}};
+  return {{"ms", t.total},       {"cpu_ms", t.cpu},           {"front_end_ms", t.front_end}, {"nvvm_ms", t.nvvm},
+          {"ptxas_ms", t.ptxas}, {"nvrtc_other_ms", t.other}, {"store_ms", t.store}};
 }
 
 constexpr const char* kLoadNotMeasured = "not measured (no GPU)";
