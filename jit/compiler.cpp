@@ -50,7 +50,18 @@ const std::vector<std::string>& Compiler::canonical_options() {
   // -minimal: leaves out the texture, surface, device-runtime and driver-type declarations, which no
   //   template uses; a smaller front end, the same machine code.
   // --time=-: NVRTC appends its per-phase times to the log (take_phases); no effect on the cubin.
-  static const std::vector<std::string> kOptions = {"-std=c++17", "-DKILN_NVRTC=1", "--no-cache", "-minimal", "--time=-"};
+  // --frandom-seed=0: otherwise NVRTC names every internal-linkage symbol (a namespace-scope constexpr
+  //   a kernel reads) after the clock's second and the process id, so one key gave cubins that differ
+  //   in their symbol names from one process or second to the next (the machine code is the same). A
+  //   fixed seed is safe because a module is never linked with another.
+  // --ptxas-options=--split-compile=4: ptxas works on the module's entry points (at most 3 in any
+  //   family) on threads of their own, so where cores are free a key's ptxas time is that of its
+  //   largest kernel; the same machine code and attributes (only the order of the ELF symbol table
+  //   moves). A fixed count keeps the options, and so the cubin bytes, the same on every machine.
+  //   NVVM's own --split-compile is left off: it changes sm_120a machine code.
+  static const std::vector<std::string> kOptions = {
+      "-std=c++17", "-DKILN_NVRTC=1", "--no-cache", "-minimal", "--time=-", "--frandom-seed=0",
+      "--ptxas-options=--split-compile=4"};
   return kOptions;
 }
 

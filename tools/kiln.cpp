@@ -275,7 +275,7 @@ int main_impl(int argc, char** argv) {
                     "sparse with --only: time that config at this split count instead of the planner's (for tuning the planner)");
   bench->add_option("--fleet", bench_options.fleet,
                     "jit with KILN_REMOTE_CACHE: processes of the fleet start, without and with the remote tier (0: skip)");
-  bench->add_option("--manifest", bench_options.manifest, "jit: the fleet start's manifest (default: the embedded default)");
+  bench->add_option("--manifest", bench_options.manifest, "jit: the manifest of the per-family cold compiles, the whole-manifest prebuild and the fleet start (default: the embedded default)");
   add_common(bench);
 
   if (argc > 1 && argv[1][0] != '-') {

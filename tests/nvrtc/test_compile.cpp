@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fmt/format.h>
@@ -141,6 +142,22 @@ TEST_CASE("compile: the same key compiled twice gives byte-identical cubins", "[
   // And nothing of this machine's paths made it into the binary.
   CHECK(a.cubin.find(fs::current_path().string()) == std::string::npos);
   CHECK(a.cubin.find(fs::read_symlink("/proc/self/exe").parent_path().string()) == std::string::npos);
+}
+
+TEST_CASE("compile: a kernel that reads a namespace-scope constant gives byte-identical cubins", "[nvrtc]") {
+  // The templates' constants have internal linkage; unless the options fix the seed, NVRTC names their
+  // symbols after the clock's second and the process id, so the two compiles lie more than a second
+  // apart. The writer above has no such symbol, so it cannot show this.
+  const kiln::KernelSource source{
+      "namespace kiln_test { constexpr int kTable[4] = {3, 1, 4, 1}; }\n"
+      "template <int kScale> __global__ void kiln_table_kernel(int* out, int i) { out[0] = kScale * kiln_test::kTable[i & 3]; }\n",
+      {"kiln_table_kernel<2>"}};
+  const kiln::Compiler compiler;
+  const kiln::CompileResult a = compiler.compile(source, "sm_90a", "table");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const kiln::CompileResult b = compiler.compile(source, "sm_90a", "table");
+  REQUIRE(a.cubin.find("_INTERNAL_") != std::string::npos);  // the case this test is about
+  CHECK(a.cubin == b.cubin);
 }
 
 TEST_CASE("compile: a syntax error raises kCompileFailed with the key and NVRTC's log", "[nvrtc]") {

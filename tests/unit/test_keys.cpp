@@ -461,5 +461,5 @@ TEST_CASE("compiler: NVRTC's timing table is read out of the log and removed fro
 
   // Every option a compile passes is hashed into the cache key (make_build_request uses this list).
   const auto& options = kiln::Compiler::canonical_options();
-  for (const char* o : {"--no-cache", "--time=-"}) CHECK(std::find(options.begin(), options.end(), o) != options.end());
+  for (const char* o : {"--no-cache", "--time=-", "--frandom-seed=0", "--ptxas-options=--split-compile=4"}) CHECK(std::find(options.begin(), options.end(), o) != options.end());
 }
