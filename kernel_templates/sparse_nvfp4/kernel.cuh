@@ -13,6 +13,7 @@
 // Decoded NoPE values are stored as value * 2^-7 (exact in f16 for every e2m1 x e4m3 product); the
 // Q RoPE dims are pre-multiplied by 2^-7 too, so every logit is 2^-7 * s and the 2^7 is folded into
 // the softmax scale. NoPE output columns are multiplied back by 2^7 at the end.
+#include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
@@ -41,40 +42,6 @@ constexpr unsigned kTileRow = 1024u;
 // merge: the decode grid's) and not after it. Each kernel lets its dependents be scheduled as soon as
 // its blocks start: a dependent cannot take an SM one of this grid's blocks still needs, since all of
 // them have started by then.
-
-// Cluster helpers (sm_90+). A launch without a cluster attribute is a cluster of one CTA.
-__device__ __forceinline__ u32 cluster_size() {
-  u32 n;
-  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-  return n;
-}
-__device__ __forceinline__ u32 cluster_rank() {
-  u32 r;
-  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// Every thread of every CTA of the cluster arrives (exited threads would not), then waits: the
-// release/acquire pair makes each CTA's shared-memory writes before it visible to its peers after.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// The shared-memory address `addr` of this CTA, as the same variable of CTA `rank` of the cluster.
-__device__ __forceinline__ u32 peer_addr(u32 addr, u32 rank) {
-  u32 r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float ld_peer_f32(u32 addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ float4 ld_peer_f32x4(u32 addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
-  return v;
-}
 
 __device__ __forceinline__ int clamp_length(const void* lengths, int t, int topk) {
   if (lengths == nullptr) return topk;

@@ -19,6 +19,7 @@
 // and the producer's 16-byte stores of 8 consecutive rows are bank-conflict free.
 // As in the mma.sync path, decoded NoPE values are value * 2^-7 (exact in f16), Q's RoPE dims are
 // pre-multiplied by 2^-7, the 2^7 is folded into the softmax scale and restored on NoPE outputs.
+#include "common/cluster.cuh"
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"
 #include "common/softmax.cuh"
@@ -68,17 +69,6 @@ struct Regs {
   int wg0, wg1, producer;
 };
 constexpr Regs kNvfp4Regs{208, 208, 88};
-
-__device__ __forceinline__ u32 lds_u32(u32 addr) {
-  u32 v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ u64 lds64(u32 addr) {
-  u64 v;
-  asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(v) : "r"(addr));
-  return v;
-}
 
 // The launch's dealing, read again where it is used (volatile: not kept live across the main loop,
 // where WG0 has no register to spare). Rank = slice * groups + group.
@@ -140,8 +130,8 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
     for (int s = 0; s < ds.deal; ++s) {
       if (s == ds.slice) continue;
       const u32 rank = u32(s * groups + group);
-      sm90::st_async_128(sparse_detail::peer_addr(a_lo, rank), lo, sparse_detail::peer_addr(q_bar, rank));
-      sm90::st_async_128(sparse_detail::peer_addr(a_hi, rank), hi, sparse_detail::peer_addr(q_bar, rank));
+      st_async_128(peer_addr(a_lo, rank), lo, peer_addr(q_bar, rank));
+      st_async_128(peer_addr(a_hi, rank), hi, peer_addr(q_bar, rank));
     }
   }
 #pragma unroll
@@ -199,14 +189,6 @@ __device__ __forceinline__ u64 record_addr(const SparseNvfp4Params& p, const spa
   return reinterpret_cast<u64>(rec);
 }
 
-// 16-byte cp.async issued only where `pred` holds, as a predicated instruction: a branch around
-// it would end a basic block per row and keep the compiler from overlapping the rows' shuffles.
-__device__ __forceinline__ void cp_async_16_if(u32 smem, const void* gmem, u32 bytes, bool pred) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(smem), "l"(gmem),
-      "r"(bytes), "r"(int(pred)));
-}
-
 // Raw row layout: the 352 data bytes, then the 32 scale bytes (16 bytes of padding to 400 keep 8
 // consecutive rows on distinct banks). One producer warp gathers kRows rows; for each, lane l < 24
 // copies 16-byte piece l (lanes 0-21 data units, 22-23 scale units), so a warp's copy of a record
@@ -234,16 +216,13 @@ __device__ __forceinline__ u32 funnel_right(u32 lo, u32 hi, u32 s) {
   return r;
 }
 
-__device__ __forceinline__ void sts8(u32 addr, u32 v) { asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v)); }
-__device__ __forceinline__ void sts16(u32 addr, u32 v) { asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "r"(v)); }
-
 // A 16-byte piece of a decoded tile row: into this CTA's tile and, with kCross, the same place of
 // the peer's tile (`peer`: the peer's shared::cluster address minus ours), completing on its
 // full barrier `peer_bar`.
 template <bool kCross>
 __device__ __forceinline__ void put_tile16(u32 addr, U32x4 v, u32 peer, u32 peer_bar) {
   sts128(addr, v);
-  if constexpr (kCross) sm90::st_async_128(addr + peer, v, peer_bar);
+  if constexpr (kCross) st_async_128(addr + peer, v, peer_bar);
 }
 
 // Decodes code unit u (dims 32u..32u+31) with its two scale bytes into tile column `col` (the
@@ -310,7 +289,7 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
       for (int r = 0; r < kSparseMaxCluster; ++r) {
         const int j = j0 + b * ds.deal;
         if (j < 32 && r < ds.deal)
-          v[b][r] = sparse_detail::ld_peer_f32x4(sparse_detail::peer_addr(units + u32(j) * 4096u, u32(group + r * groups)));
+          v[b][r] = ld_peer_f32x4(peer_addr(units + u32(j) * 4096u, u32(group + r * groups)));
       }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -691,7 +670,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
           sts_f32(sbase + kAlphaOff + row_lo * 4, alpha[0]);
           sts_f32(sbase + kAlphaOff + (row_lo + 8) * 4, alpha[1]);
         }
-        named_arrive(kBarPReady, kConsumers);
+        named_barrier_arrive(kBarPReady, kConsumers);
 
         wgmma_fence_operand(o);
         wgmma_fence();
