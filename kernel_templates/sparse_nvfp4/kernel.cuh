@@ -193,25 +193,23 @@ __device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const
   return r.valid;
 }
 
-// Decode the staged record (cand, half) into its tile row; 16 B chunk j of a row sits at j ^ (row & 7).
+// A staged record half (cand, half) into its tile row: code units u = 2k + half (k < 7: dims 32u ..
+// 32u + 31, scale groups 2u, 2u + 1) and RoPE units 2k + half (k < 4: dims 448 + 8 (2k + half) ..,
+// bf16 copied as is); 16-byte piece j of a tile row sits at j ^ (cand & 7).
 __device__ __forceinline__ void decode_candidate(const u8* stage_row, u8* tile_row, int cand, int half) {
   const int sw = cand & 7;
 #pragma unroll
   for (int k = 0; k < 7; ++k) {
-    const int u = 2 * k + half;  // 16 B code unit: dims 32u .. 32u+31, scale groups 2u, 2u+1
+    const int u = 2 * k + half;
     const uint4 codes = *reinterpret_cast<const uint4*>(stage_row + u * 16);
     const u16 sc = *reinterpret_cast<const u16*>(stage_row + kDataBytes + 2 * u);
-    const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
-    u32 o[4][4];
-    e2m1x32_to_f16_scaled<kE2m1RawExponent - kKScaleExp>(words, sc, o);
-#pragma unroll
-    for (int wi = 0; wi < 4; ++wi) {
-      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
-    }
+    e2m1x32_decode_unit<kE2m1RawExponent - kKScaleExp>(U32x4{codes.x, codes.y, codes.z, codes.w}, sc, [&](int p, U32x4 v) {
+      *reinterpret_cast<uint4*>(tile_row + (((4 * u + p) ^ sw) * 16)) = make_uint4(v.x, v.y, v.z, v.w);
+    });
   }
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const int r = 2 * k + half;  // RoPE unit: dims 448 + 8r .. +7, bf16 copied as is
+    const int r = 2 * k + half;
     const uint4 v = *reinterpret_cast<const uint4*>(stage_row + 224 + r * 16);
     *reinterpret_cast<uint4*>(tile_row + (((56 + r) ^ sw) * 16)) = v;
   }
@@ -242,14 +240,10 @@ __device__ __forceinline__ void decode_candidate_regs(const RecordHalf& rec, u8*
                               rec.scales[1].x, rec.scales[1].y, rec.scales[1].z};
 #pragma unroll
   for (int k = 0; k < 7; ++k) {
-    const int u = 2 * k + half;  // 16 B code unit: dims 32u .. 32u+31, scale groups 2u, 2u+1 (word k)
-    const u32 words[4] = {rec.data[k].x, rec.data[k].y, rec.data[k].z, rec.data[k].w};
-    u32 o[4][4];
-    e2m1x32_to_f16_scaled<kE2m1RawExponent - kKScaleExp>(words, u16(scale_words[k] >> (16 * half)), o);
-#pragma unroll
-    for (int wi = 0; wi < 4; ++wi) {
-      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
-    }
+    const int u = 2 * k + half;  // scale groups 2u, 2u + 1: half `half` of scale word k
+    e2m1x32_decode_unit<kE2m1RawExponent - kKScaleExp>(rec.data[k], u16(scale_words[k] >> (16 * half)), [&](int p, U32x4 v) {
+      *reinterpret_cast<uint4*>(tile_row + (((4 * u + p) ^ sw) * 16)) = make_uint4(v.x, v.y, v.z, v.w);
+    });
   }
 #pragma unroll
   for (int k = 0; k < 4; ++k) {

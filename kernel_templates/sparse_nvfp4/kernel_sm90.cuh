@@ -229,13 +229,8 @@ __device__ __forceinline__ void put_tile16(u32 addr, U32x4 v, u32 peer, u32 peer
 // candidate's 16-byte column of the tile).
 template <bool kCross>
 __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col, int u, u32 peer, u32 peer_bar) {
-  const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
-  u32 o[4][4];
-  e2m1x32_to_f16_scaled<kE2m1RawExponent - sparse_detail::kKScaleExp>(words, u16(scale_pair), o);
-#pragma unroll
-  for (int wi = 0; wi < 4; ++wi) {
-    put_tile16<kCross>(col + (4 * u + wi) * 1024, U32x4{o[wi][0], o[wi][1], o[wi][2], o[wi][3]}, peer, peer_bar);
-  }
+  e2m1x32_decode_unit<kE2m1RawExponent - sparse_detail::kKScaleExp>(
+      codes, u16(scale_pair), [&](int p, U32x4 v) { put_tile16<kCross>(col + (4 * u + p) * 1024, v, peer, peer_bar); });
 }
 
 // ---- the dealt epilogue: slices of a split combined in distributed shared memory ----
