@@ -18,6 +18,7 @@
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
 #include "common/nvfp4.cuh"
+#include "common/nvfp4_encode.cuh"
 #include "common/pdl.cuh"
 #include "common/softmax.cuh"
 #include "sparse_nvfp4/params.cuh"
@@ -261,48 +262,12 @@ __device__ __forceinline__ u32 compress_even_bits(u32 x) {
   return (x | (x >> 8)) & 0x0000ffffu;
 }
 
-// Round-to-nearest-even onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6, as the
-// writers' cvt.rn.satfinite.e2m1 does (common/nvfp4_encode.cuh). The grid step in |y|'s binade (0.5
-// below 2, then 1, then 2) is the ulp of magic = 2^(22 + max(exponent, 0)), so |y| + magic rounds once
-// onto the grid, ties to the even multiple of the step, which is the even code. Magnitudes from 7 up
-// round to 8 or more, and +-Inf (or a magic that overflows) to NaN, so one fminf after the rounding
-// saturates every y (same results as a compare-and-select rounding for every y = bf16 x fp32(1 /
-// scale), +-Inf included, checked on the host for all bf16 and all 126 non-zero scales). A NaN y
-// (from a NaN element: the product is the GPU's one canonical NaN, sign bit clear) becomes +6, the
-// writers' code for NaN.
-__device__ __forceinline__ float e2m1_round(float y) {
-  const float a = fabsf(y);
-  const float magic = __fmul_rn(__uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u), 0x1p22f);
-  const float r = fminf(__fsub_rn(__fadd_rn(a, magic), magic), 6.0f);
-  return __uint_as_float(__float_as_uint(r) | (__float_as_uint(y) & 0x80000000u));
-}
-
-// One 16-dim NoPE group of Q NVFP4 round-tripped by the writers' rule, as 16 exact f16 values.
-// amax * fp32(1/6) gives the same E4M3 byte as amax / 6 for every bf16 amax
-// (runtime/nvfp4_writer/README.md); NaN elements do not count towards amax (fmaxf drops them).
-__device__ __forceinline__ void quantize_q_group(uint4 a, uint4 b, u32 (&h)[8]) {
-  const u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-  float x[16];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    x[2 * i] = bf16x2_lo(v[i]);
-    x[2 * i + 1] = bf16x2_hi(v[i]);
-  }
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
-  const float scale = e4m3_to_float(float_to_e4m3_satfinite(__fmul_rn(amax, 0x1.555556p-3f)));
-  const float inv = scale == 0.0f ? 0.0f : __frcp_rn(scale);
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-    h[i] = pack_f16x2(e2m1_round(__fmul_rn(x[2 * i], inv)) * scale, e2m1_round(__fmul_rn(x[2 * i + 1], inv)) * scale);
-}
-
-// Q rows head0 .. head0 + kRows - 1 into shared memory: NoPE NVFP4 round-tripped as exact f16, RoPE
-// as bf16 * 2^-7; rows past H are zero. The rows' 28 NoPE groups and 8 RoPE units are dealt
-// round-robin to kThreads threads (`idx` in [0, kThreads)). A thread loads its RoPE units first,
-// then its groups two at a time, issuing both groups' loads before converting either: at T = 1, a
-// round trip to L2 per group would be most of a block's time.
+// Q rows head0 .. head0 + kRows - 1 into shared memory: NoPE NVFP4 round-tripped by the writers'
+// rule (nvfp4_round_trip_group16) as exact f16, RoPE as bf16 * 2^-7; rows past H are zero. The
+// rows' 28 NoPE groups and 8 RoPE units are dealt round-robin to kThreads threads (`idx` in [0,
+// kThreads)). A thread loads its RoPE units first, then its groups two at a time, issuing both
+// groups' loads before converting either: at T = 1, a round trip to L2 per group would be most of a
+// block's time.
 template <int kHeads, int kRows, int kThreads>
 __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int idx) {
   constexpr int kNope = kRows * 28, kRope = kRows * 8;
@@ -334,7 +299,7 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
       const int g = idx + (k0 + k) * kThreads, r = g / 28, grp = g - r * 28;
       if (k0 + k >= kPerNope || g >= kNope) break;
       u32 h[8];
-      quantize_q_group(raw[k][0], raw[k][1], h);
+      nvfp4_round_trip_group16(raw[k][0], raw[k][1], h);
       u8* row = q_smem + r * kTileRow;
       *reinterpret_cast<uint4*>(row + (((2 * grp) ^ (r & 7)) * 16)) = make_uint4(h[0], h[1], h[2], h[3]);
       *reinterpret_cast<uint4*>(row + (((2 * grp + 1) ^ (r & 7)) * 16)) = make_uint4(h[4], h[5], h[6], h[7]);

@@ -121,7 +121,7 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
     if (!((mine >> k) & 1u)) continue;
     const int grp = (ctid >> 6) + 4 * k;
     u32 h[8];
-    sparse_detail::quantize_q_group(raw[k][0], raw[k][1], h);
+    nvfp4_round_trip_group16(raw[k][0], raw[k][1], h);
     const U32x4 lo{h[0], h[1], h[2], h[3]}, hi{h[4], h[5], h[6], h[7]};
     const u32 a_lo = q_smem + (2 * grp) * 1024 + r * 16, a_hi = a_lo + 1024;
     sts128(a_lo, lo);
