@@ -339,6 +339,294 @@ struct Nvfp4Format {
   }
 };
 
+// ---- The mma.sync body by role ----
+// Per chunk: the producers gather its 64 records and decode them into a tile (produce_compact,
+// produce_staged); each consumer team computes S = Q K^T for its 16 heads (chunk_scores), takes the
+// online-softmax step (in the loop of sparse_decode) and adds P V (chunk_pv). Then each team
+// publishes its row sums (publish_row_sums) and normalises and writes its rows (write_rows), or a
+// cluster's CTAs, which split the chunks, combine their partial rows (cluster_combine).
+
+// Producers of the compact configuration (one tile): thread (cand, half) = (ptid / 2, ptid % 2)
+// loads its record half of chunk i + 1 into registers before it decodes chunk i, so the loads'
+// latency hides behind the decode and the consumers' wait on the tile.
+template <class F, bool kHasExtra>
+__device__ __forceinline__ void produce_compact(const SparseNvfp4Params& p, const TokenWork& work, int t, int c_begin, int n_iter, u8* tiles,
+                                                u32* masks, u32 bar_empty, u32 bar_full, int ptid, int lane) {
+  const int cand = ptid >> 1, half = ptid & 1;
+  typename F::Record cur, next;
+  bool valid_cur = n_iter > 0 && F::template load<kHasExtra>(p, work, t, c_begin, cand, half, cur);
+  for (int i = 0; i < n_iter; ++i) {
+    const int b = i & 1;
+    bool valid_next = false;
+    if (i + 1 < n_iter) valid_next = F::template load<kHasExtra>(p, work, t, c_begin + i + 1, cand, half, next);
+    if (i >= 1) mbar_wait(bar_empty, u32((i - 1) & 1));
+    F::decode(cur, tiles + cand * kTileRow, cand, half);
+    const u32 ballot = __ballot_sync(0xffffffffu, valid_cur && half == 0);
+    if (lane == 0) masks[b * 4 + (ptid >> 5)] = compress_even_bits(ballot);
+    mbar_arrive(bar_full);
+    cur = next;
+    valid_cur = valid_next;
+  }
+}
+
+// Producers of the staged configuration (two tiles, two raw stages): work item = (candidate, half)
+// of 128, two per thread with 64 producer threads. Chunks i and i + 1 are in flight as cp.async
+// groups while chunk i waits for its tile; kStageQ: the producers also stage a share of Q while
+// their first gathers are in flight.
+template <class F, int kHeads, int kRows, int kQThreads, int kProducers, bool kStageQ, bool kHasExtra>
+__device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const TokenWork& work, int t, int head0, int c_begin, int n_iter,
+                                               u8* stages, u8* tiles, u8* q_smem, u32* masks, u32 bar_empty, u32 bar_full, int tid, int ptid,
+                                               int lane) {
+  constexpr int kReps = 128 / kProducers;
+  bool valid_next[2][kReps];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int r = 0; r < kReps; ++r) {
+      const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
+      valid_next[i][r] = false;
+      if (i < n_iter)
+        valid_next[i][r] =
+            load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half, stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
+    }
+    cp_async_commit();  // one group per chunk
+  }
+  if (kStageQ) F::template stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
+  for (int i = 0; i < n_iter; ++i) {
+    const int b = i & 1;
+    cp_async_wait<1>();
+    named_barrier_sync(kBarProducers, kProducers);
+    if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) - 1) & 1));
+#pragma unroll
+    for (int r = 0; r < kReps; ++r) {
+      const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
+      const u8* stage_row = stages + b * kSparseStageBytes + cand * kSparseStageRowBytes;
+      decode_candidate(stage_row, tiles + b * kSparseTileBytes + cand * kTileRow, cand, half);
+      const u32 ballot = __ballot_sync(0xffffffffu, valid_next[0][r] && half == 0);
+      if (lane == 0) masks[b * 4 + (item >> 5)] = compress_even_bits(ballot);
+    }
+    mbar_arrive(bar_full + 8 * b);
+    named_barrier_sync(kBarProducers, kProducers);  // staging buffer b fully read
+#pragma unroll
+    for (int r = 0; r < kReps; ++r) {
+      const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
+      valid_next[0][r] = valid_next[1][r];
+      valid_next[1][r] = false;
+      if (i + 2 < n_iter)
+        valid_next[1][r] =
+            load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half, stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
+    }
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+}
+
+// A consumer thread's place: team `team` owns heads head0 + 16 team .. + 15 (rows row0 = 16 team ..
+// of Q, P and the exchanges); in accumulator fragments the thread holds rows row0 + g and
+// row0 + g + 8, columns 2 q4, 2 q4 + 1 of each 8-wide n-tile.
+struct ConsumerLane {
+  int warp, lane, g, q4, row0, bar_team;
+};
+
+// S = Q K^T for the team's 16 rows and this warp's 16 candidates (16 warp ..), over kSets independent
+// accumulator sets (MMA latency hiding), summed at the end: s[nt][e] is candidate 16 warp + 8 nt + 2 q4
+// + (e & 1) of row g + 8 (e >> 1).
+template <class F, int kSets>
+__device__ __forceinline__ void chunk_scores(const u8* tile, const u8* q, const ConsumerLane& c, float (&s)[2][4]) {
+  const int lane = c.lane;
+  float sacc[kSets][2][4];
+#pragma unroll
+  for (int st = 0; st < kSets; ++st)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sacc[st][nt][e] = 0.0f;
+  const u8* k_row = tile + (c.warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kTileRow;
+  const int k_sub = (lane >> 3) & 1;
+  const u8* q_row = q + (c.row0 + (lane & 15)) * kTileRow;
+  const int q_sub = lane >> 4;
+  const int sw = lane & 7;
+#pragma unroll
+  for (int ks = 0; ks < 32; ++ks) {
+    u32 kb[4];
+    ldmatrix_x4(kb, k_row + (((2 * ks + k_sub) ^ sw) * 16));
+    const u32 b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+    u32 qa[4];
+    ldmatrix_x4(qa, q_row + (((2 * ks + q_sub) ^ sw) * 16));
+    if (F::kF16Nope && ks < kNopeDims / 16) {
+      mma_f16_16816(sacc[ks % kSets][0], qa, b0);
+      mma_f16_16816(sacc[ks % kSets][1], qa, b1);
+    } else {
+      mma_bf16_16816(sacc[ks % kSets][0], qa, b0);
+      mma_bf16_16816(sacc[ks % kSets][1], qa, b1);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v = 0.0f;
+#pragma unroll
+      for (int st = 0; st < kSets; ++st) v += sacc[st][nt][e];
+      s[nt][e] = v;
+    }
+}
+
+// The NoPE or RoPE dim of column pair q4 of this warp's n-tile nt: NoPE dims 112 warp .. + 111
+// (nt < 14), RoPE dims 448 + 16 warp .. + 15.
+__device__ __forceinline__ int out_dim(int nt, int warp, int q4) { return (nt < 14 ? 112 * warp + 8 * nt : 448 + 16 * warp + 8 * (nt - 14)) + 2 * q4; }
+
+// O += P V with P (the team's 16 rows x 64 candidates) from pbuf and V the tile, for this warp's
+// dims (out_dim). With kF16Nope the NoPE dims take f16 P and the RoPE dims P converted to bf16.
+template <class F>
+__device__ __forceinline__ void chunk_pv(const u8* pbuf, const u8* tile, const ConsumerLane& c, float (&o)[16][4]) {
+  const int lane = c.lane, warp = c.warp;
+  const int q_sub = lane >> 4;
+  const int sw = lane & 7;
+  const u8* p_row = pbuf + (lane & 15) * 128;
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    u32 pa[4], pb[4];
+    ldmatrix_x4(pa, p_row + (((2 * ks + q_sub) ^ sw) * 16));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pb[e] = F::kF16Nope ? f16x2_to_bf16x2(pa[e]) : pa[e];
+    const u8* v_row = tile + (ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * kTileRow;
+#pragma unroll
+    for (int np = 0; np < 8; ++np) {
+      const int chunk = (np < 7 ? 14 * warp + 2 * np : 56 + 2 * warp) + (lane >> 4);
+      u32 vb[4];
+      ldmatrix_x4_trans(vb, v_row + ((chunk ^ sw) * 16));
+      const u32 b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+      if (F::kF16Nope && np < 7) {
+        mma_f16_16816(o[2 * np], pa, b0);
+        mma_f16_16816(o[2 * np + 1], pa, b1);
+      } else {
+        mma_bf16_16816(o[2 * np], pb, b0);
+        mma_bf16_16816(o[2 * np + 1], pb, b1);
+      }
+    }
+  }
+}
+
+// Each warp's part of its rows' sums into red_l[warp][row]; after the team barrier a row's sum is
+// the four parts' total (row_sum).
+__device__ __forceinline__ void publish_row_sums(const float (&l_run)[2], float* red_l, const ConsumerLane& c) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float l = quad_sum(l_run[hr]);
+    if (c.q4 == 0) red_l[c.warp * 32 + c.row0 + hr * 8 + c.g] = l;
+  }
+  named_barrier_sync(c.bar_team, kSparseConsumerThreads);
+}
+__device__ __forceinline__ float row_sum(const float* red_l, int row) { return red_l[row] + red_l[32 + row] + red_l[64 + row] + red_l[96 + row]; }
+
+// The team's finished rows, normalised (and with the sink for a final output), into output / out_lse
+// or the split's mid_out / mid_lse.
+template <class F, int kHeads, bool kSplit>
+__device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const float (&o)[16][4], const float (&m_run)[2], const float* red_l,
+                                           int t, int head0, int split, const ConsumerLane& c) {
+  const float* sink = static_cast<const float*>(p.attn_sink);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = c.row0 + hr * 8 + c.g;
+    const int head = head0 + row;
+    if (head >= kHeads) continue;
+    const float l = row_sum(red_l, row);
+    const bool empty = !(l > 0.0f);
+    float lse = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
+    float factor = empty ? 0.0f : 1.0f / l;
+    if (!kSplit && sink != nullptr) {
+      sparse_fold_sink(sink[head], empty, lse, factor);
+    } else if (empty) {
+      lse = kSplit ? kSparseEmptySplitLse : neg_inf();
+    }
+    const long long out_row = (long long)t * kHeads + head;
+    if (kSplit && empty) {
+      if (c.warp == 0 && c.q4 == 0) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
+      continue;  // mid_out of an empty split is never read
+    }
+    u16* dst = sparse_out_row<kSplit>(p, out_row, split);
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+      const float f = nt < 14 ? factor * F::kNopeUndo : factor;
+      *reinterpret_cast<u32*>(dst + out_dim(nt, c.warp, c.q4)) = pack_bf16x2(o[nt][2 * hr] * f, o[nt][2 * hr + 1] * f);
+    }
+    if (c.warp == 0 && c.q4 == 0) {
+      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
+      else static_cast<float*>(p.out_lse)[out_row] = lse * p.lse_scale;
+    }
+  }
+}
+
+// The cluster epilogue: every CTA publishes its rows' max, sum and unnormalised O in its tiles
+// region; after the first cluster barrier CTA crank combines the O columns nt with nt % ncta ==
+// crank over all CTAs in rank order (a fixed order: bitwise repeatable) and writes them; the second
+// barrier keeps each CTA's shared memory alive until read.
+template <class F, int kHeads, bool kSplit, int kConsumers>
+__device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, const float (&o)[16][4], const float (&m_run)[2], const float* red_l,
+                                                u8* tiles, int t, int head0, int split, int ncta, int crank, int tid, const ConsumerLane& c) {
+  const float* sink = static_cast<const float*>(p.attn_sink);
+  named_barrier_sync(kBarQStaged, kConsumers);  // both teams are past their last tile read
+  float* xo = reinterpret_cast<float*>(tiles);  // [16 nt][kConsumers][4]
+  float* xs = xo + 16 * kConsumers * 4;         // [kRows][2]: max, sum
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt) *reinterpret_cast<float4*>(xo + (nt * kConsumers + tid) * 4) = make_float4(o[nt][0], o[nt][1], o[nt][2], o[nt][3]);
+  if (c.warp == 0 && c.q4 == 0) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = c.row0 + hr * 8 + c.g;
+      xs[2 * row] = m_run[hr];
+      xs[2 * row + 1] = row_sum(red_l, row);
+    }
+  }
+  cluster_sync();
+  float w[2][kSparseMaxCluster], factor[2];
+  bool empty[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = c.row0 + hr * 8 + c.g;
+    const int head = head0 + row;
+    const SparseClusterRow cr =
+        sparse_cluster_row<kSplit>(smem_addr(xs + 2 * row), ncta, 0u, 1u, sink != nullptr && head < kHeads ? sink + head : nullptr);
+#pragma unroll
+    for (int r = 0; r < kSparseMaxCluster; ++r) w[hr][r] = cr.w[r];
+    factor[hr] = cr.factor;
+    empty[hr] = cr.empty;
+    const long long out_row = (long long)t * kHeads + head;
+    if (crank == 0 && c.warp == 0 && c.q4 == 0 && head < kHeads) {
+      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = cr.lse;
+      else static_cast<float*>(p.out_lse)[out_row] = cr.lse * p.lse_scale;
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt) {
+    if (nt % ncta != crank) continue;
+    const u32 o_addr = smem_addr(xo + (nt * kConsumers + tid) * 4);
+    float4 v[kSparseMaxCluster];
+#pragma unroll
+    for (int r = 0; r < kSparseMaxCluster; ++r) v[r] = r < ncta ? ld_peer_f32x4(peer_addr(o_addr, u32(r))) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < kSparseMaxCluster; ++r) {
+      acc[0] += w[0][r] * v[r].x;
+      acc[1] += w[0][r] * v[r].y;
+      acc[2] += w[1][r] * v[r].z;
+      acc[3] += w[1][r] * v[r].w;
+    }
+    const int dim = out_dim(nt, c.warp, c.q4);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int head = head0 + c.row0 + hr * 8 + c.g;
+      if (head >= kHeads || (kSplit && empty[hr])) continue;  // mid_out of an empty split is never read
+      const long long out_row = (long long)t * kHeads + head;
+      u16* dst = sparse_out_row<kSplit>(p, out_row, split);
+      const float f = nt < 14 ? factor[hr] * F::kNopeUndo : factor[hr];
+      *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
+    }
+  }
+  cluster_sync();
+}
+
 // kHeads: H (multiple of 8, <= 128). kHeadTiles: 1 (16 heads per block) or 2 (32 heads share one
 // gather). kHasExtra: a second pool shares the softmax. kSplit: write mid_out/mid_lse (merged by
 // sparse_nvfp4_merge_kernel) instead of output/out_lse. kSmall: the compact configuration, the only
@@ -351,7 +639,6 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   static_assert(kHeadTiles == 1 || kHeads % 32 == 0, "head_tiles 2 needs H % 32 == 0");
   static_assert(!kSmall || kHeadTiles == 1, "the compact configuration has one head tile");
   constexpr int kTileBufs = sparse_tile_buffers(kSmall);
-  constexpr int kMt = 1;                   // m16 tiles per consumer warp (one per team)
   constexpr int kRows = 16 * kHeadTiles;
   constexpr int kGroups = sparse_head_groups(kHeads, kHeadTiles);
   // Independent QK accumulator sets (MMA latency hiding); two teams share a 168-register budget.
@@ -368,7 +655,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   u8* tiles = smem;
   u8* stages = smem + 2 * kSparseTileBytes;  // absent in the compact configuration
   u8* q_smem = smem + sparse_smem_q_offset(kSmall);
-  u8* p_smem = smem + sparse_smem_p_offset(kHeadTiles, kSmall);
+  u8* p_smem = smem + sparse_smem_p_offset(kHeadTiles, kSmall);                                  // [2][kRows][128 B]
   float* red_max = reinterpret_cast<float*>(smem + sparse_smem_red_offset(kHeadTiles, kSmall));  // [2][4][32]
   float* red_l = red_max + 2 * 4 * 32;                                                            // [4][32]
   u32* masks = reinterpret_cast<u32*>(smem + sparse_smem_mask_offset(kHeadTiles, kSmall));        // [2][4]
@@ -382,7 +669,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   const int tid = threadIdx.x;
   // With a cluster of ncta CTAs (kMma launches only), the cluster shares one (token, head group,
   // split): CTA crank takes its slice of the split's chunks and the cluster combines the partial
-  // rows in distributed shared memory (the cluster epilogue below).
+  // rows in distributed shared memory (cluster_combine).
   const int ncta = kSmall ? 1 : int(cluster_size());
   const int crank = kSmall ? 0 : int(cluster_rank());
   int bx = blockIdx.x / ncta;
@@ -411,351 +698,117 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   __syncthreads();
 
   if (kSmall && tid >= kConsumers) {
-    // --------------------- producers, compact configuration ---------------------
-    // Thread (cand, half) = (ptid / 2, ptid % 2); chunk i + 1's loads are issued before chunk i is
-    // decoded, so their latency hides behind the decode and the consumers' wait on the one tile.
-    const int ptid = tid - kConsumers, lane = tid & 31;
-    const int cand = ptid >> 1, half = ptid & 1;
-    typename F::Record cur, next;
-    bool valid_cur = n_iter > 0 && F::template load<kHasExtra>(p, work, t, c_begin, cand, half, cur);
-    for (int i = 0; i < n_iter; ++i) {
-      const int b = i & 1;
-      bool valid_next = false;
-      if (i + 1 < n_iter) valid_next = F::template load<kHasExtra>(p, work, t, c_begin + i + 1, cand, half, next);
-      if (i >= 1) mbar_wait(bar_empty, u32((i - 1) & 1));
-      F::decode(cur, tiles + cand * kTileRow, cand, half);
-      const u32 ballot = __ballot_sync(0xffffffffu, valid_cur && half == 0);
-      if (lane == 0) masks[b * 4 + (ptid >> 5)] = compress_even_bits(ballot);
-      mbar_arrive(bar_full);
-      cur = next;
-      valid_cur = valid_next;
-    }
+    produce_compact<F, kHasExtra>(p, work, t, c_begin, n_iter, tiles, masks, bar_empty, bar_full, tid - kConsumers, tid & 31);
     return;  // the compact configuration is never launched as a cluster
   }
   if constexpr (!kSmall) {
-  if (tid >= kConsumers) {
-    // ------------------------------ producers ------------------------------
-    // Work item = (candidate, half) of 128; with 64 producer threads each thread takes two items.
-    constexpr int kReps = 128 / kProducers;
-    const int ptid = tid - kConsumers;
-    const int lane = tid & 31;
-    bool valid_next[2][kReps];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int r = 0; r < kReps; ++r) {
-        const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
-        valid_next[i][r] = false;
-        if (i < n_iter)
-          valid_next[i][r] = load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half,
-                                                       stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
+    if (tid >= kConsumers) {
+      produce_staged<F, kHeads, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra>(p, work, t, head0, c_begin, n_iter, stages, tiles,
+                                                                                          q_smem, masks, bar_empty, bar_full, tid,
+                                                                                          tid - kConsumers, tid & 31);
+      if (ncta > 1) {  // the consumers' two cluster barriers (cluster_combine)
+        cluster_sync();
+        cluster_sync();
       }
-      cp_async_commit();  // one group per chunk
+      return;
     }
-    if (kProducersStageQ) F::template stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
-    for (int i = 0; i < n_iter; ++i) {
-      const int b = i & 1;
-      cp_async_wait<1>();
-      named_barrier_sync(kBarProducers, kProducers);
-      if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) - 1) & 1));
-#pragma unroll
-      for (int r = 0; r < kReps; ++r) {
-        const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
-        const u8* stage_row = stages + b * kSparseStageBytes + cand * kSparseStageRowBytes;
-        decode_candidate(stage_row, tiles + b * kSparseTileBytes + cand * kTileRow, cand, half);
-        const u32 ballot = __ballot_sync(0xffffffffu, valid_next[0][r] && half == 0);
-        if (lane == 0) masks[b * 4 + (item >> 5)] = compress_even_bits(ballot);
-      }
-      mbar_arrive(bar_full + 8 * b);
-      named_barrier_sync(kBarProducers, kProducers);  // staging buffer b fully read
-#pragma unroll
-      for (int r = 0; r < kReps; ++r) {
-        const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
-        valid_next[0][r] = valid_next[1][r];
-        valid_next[1][r] = false;
-        if (i + 2 < n_iter)
-          valid_next[1][r] = load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half,
-                                                       stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
-      }
-      cp_async_commit();
-    }
-    cp_async_wait<0>();
-    if (ncta > 1) {  // the consumers' two cluster barriers
-      cluster_sync();
-      cluster_sync();
-    }
-    return;
-  }
   }
 
   // ------------------------------ consumers ------------------------------
-  // Team `team` owns heads head0 + 16*team .. +15 (rows 16*team.. of Q, P and the exchanges).
   const int team = tid / kSparseConsumerThreads;
-  const int warp = (tid >> 5) & 3, lane = tid & 31;
-  const int g = lane >> 2, q4 = lane & 3;
-  const int bar_team = team == 0 ? kBarTeam0 : kBarTeam1;
-  const int row0 = team * 16;
+  ConsumerLane c;
+  c.warp = (tid >> 5) & 3;
+  c.lane = tid & 31;
+  c.g = c.lane >> 2;
+  c.q4 = c.lane & 3;
+  c.bar_team = team == 0 ? kBarTeam0 : kBarTeam1;
+  c.row0 = team * 16;
   // This thread's share of Q: kBarQStaged orders the consumers' shares, the first full barrier the
   // producers' (if any), before any read.
   F::template stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
   named_barrier_sync(kBarQStaged, kConsumers);
 
   const float scale_log2 = p.sm_scale_log2 * F::kNopeUndo;
-  float o[kMt][16][4];
-  float m_run[kMt][2], l_run[kMt][2];
+  float o[16][4];
+  float m_run[2], l_run[2];
 #pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) {
+  for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mt][nt][e] = 0.0f;
-    m_run[mt][0] = m_run[mt][1] = neg_inf();
-    l_run[mt][0] = l_run[mt][1] = 0.0f;
-  }
+    for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
+  m_run[0] = m_run[1] = neg_inf();
+  l_run[0] = l_run[1] = 0.0f;
 
   for (int i = 0; i < n_iter; ++i) {
     const int b = i & 1;
     const int tb = i % kTileBufs;
     const u8* tile = tiles + tb * kSparseTileBytes;
     mbar_wait(bar_full + 8 * tb, u32((i / kTileBufs) & 1));
+    float s[2][4];
+    chunk_scores<F, kSets>(tile, q_smem, c, s);
 
-    // ---- S = Q K^T for this warp's 16 candidates ----
-    float sacc[kSets][kMt][2][4];
-#pragma unroll
-    for (int s = 0; s < kSets; ++s)
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) sacc[s][mt][nt][e] = 0.0f;
-    const u8* k_row = tile + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kTileRow;
-    const int k_sub = (lane >> 3) & 1;
-    const u8* q_row = q_smem + (row0 + (lane & 15)) * kTileRow;
-    const int q_sub = lane >> 4;
-    const int sw = lane & 7;
-#pragma unroll
-    for (int ks = 0; ks < 32; ++ks) {
-      u32 kb[4];
-      ldmatrix_x4(kb, k_row + (((2 * ks + k_sub) ^ sw) * 16));
-      const u32 b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        u32 qa[4];
-        ldmatrix_x4(qa, q_row + mt * 16 * kTileRow + (((2 * ks + q_sub) ^ sw) * 16));
-        if (F::kF16Nope && ks < kNopeDims / 16) {
-          mma_f16_16816(sacc[ks % kSets][mt][0], qa, b0);
-          mma_f16_16816(sacc[ks % kSets][mt][1], qa, b1);
-        } else {
-          mma_bf16_16816(sacc[ks % kSets][mt][0], qa, b0);
-          mma_bf16_16816(sacc[ks % kSets][mt][1], qa, b1);
-        }
-      }
-    }
-    // ---- masking, chunk row max across the 4 consumer warps ----
-    const u32 mask = masks[b * 4 + warp];
-    float s[kMt][2][4];
+    // ---- the online-softmax step (written out here: as a function, ptxas allocates the staged
+    // sm_90a kernels differently and the compact ones lose their unrolled loop) ----
+    // Masked base-2 scores and the chunk's row max over the team's four warps (through rmax).
+    const u32 mask = masks[b * 4 + c.warp];
     float* rmax = red_max + b * 4 * 32;
+    float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-      float mx[2] = {neg_inf(), neg_inf()};
+    for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * c.q4 + (e & 1);
+        const float v = ((mask >> col) & 1u) ? s[nt][e] * scale_log2 : neg_inf();
+        s[nt][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = 0.0f;
+    for (int hr = 0; hr < 2; ++hr) {
+      mx[hr] = quad_max(mx[hr]);
+      if (c.q4 == 0) rmax[c.warp * 32 + c.row0 + hr * 8 + c.g] = mx[hr];
+    }
+    named_barrier_sync(c.bar_team, kSparseConsumerThreads);
+    // P = 2^(s - m) into pbuf (f16 with kF16Nope, else bf16) for chunk_pv; O and l rescaled.
+    u8* pbuf = p_smem + b * kRows * 128 + c.row0 * 128;
 #pragma unroll
-          for (int st = 0; st < kSets; ++st) v += sacc[st][mt][nt][e];
-          const int col = nt * 8 + 2 * q4 + (e & 1);
-          v = ((mask >> col) & 1u) ? v * scale_log2 : neg_inf();
-          s[mt][nt][e] = v;
-          mx[e >> 1] = fmaxf(mx[e >> 1], v);
-        }
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = hr * 8 + c.g;
+      float tile_max = rmax[c.row0 + row];
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        mx[hr] = quad_max(mx[hr]);
-        if (q4 == 0) rmax[warp * 32 + row0 + mt * 16 + hr * 8 + g] = mx[hr];
+      for (int w = 1; w < 4; ++w) tile_max = fmaxf(tile_max, rmax[w * 32 + c.row0 + row]);
+      const auto [m_use, alpha] = online_softmax_step(m_run[hr], tile_max);
+      float psum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float p0 = fast_exp2(s[nt][2 * hr] - m_use);
+        const float p1 = fast_exp2(s[nt][2 * hr + 1] - m_use);
+        psum += p0 + p1;
+        u32 h;
+        if constexpr (F::kF16Nope) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(p1), "f"(p0));
+        else h = pack_bf16x2(p0, p1);
+        const int chunk = 2 * c.warp + nt;
+        *reinterpret_cast<u32*>(pbuf + row * 128 + ((chunk ^ (row & 7)) * 16) + 4 * c.q4) = h;
+      }
+      l_run[hr] = l_run[hr] * alpha + psum;
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt) {
+        o[nt][2 * hr] *= alpha;
+        o[nt][2 * hr + 1] *= alpha;
       }
     }
-    named_barrier_sync(bar_team, kSparseConsumerThreads);
-    u8* pbuf = p_smem + b * kRows * 128 + row0 * 128;
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = mt * 16 + hr * 8 + g;
-        float tile_max = rmax[row0 + row];
-#pragma unroll
-        for (int w = 1; w < 4; ++w) tile_max = fmaxf(tile_max, rmax[w * 32 + row0 + row]);
-        const auto [m_use, alpha] = online_softmax_step(m_run[mt][hr], tile_max);
-        float psum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const float p0 = fast_exp2(s[mt][nt][2 * hr] - m_use);
-          const float p1 = fast_exp2(s[mt][nt][2 * hr + 1] - m_use);
-          psum += p0 + p1;
-          u32 h;
-          if constexpr (F::kF16Nope) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(p1), "f"(p0));
-          else h = pack_bf16x2(p0, p1);
-          const int chunk = 2 * warp + nt;
-          *reinterpret_cast<u32*>(pbuf + row * 128 + ((chunk ^ (row & 7)) * 16) + 4 * q4) = h;
-        }
-        l_run[mt][hr] = l_run[mt][hr] * alpha + psum;
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-          o[mt][nt][2 * hr] *= alpha;
-          o[mt][nt][2 * hr + 1] *= alpha;
-        }
-      }
-    }
-    named_barrier_sync(bar_team, kSparseConsumerThreads);
+    named_barrier_sync(c.bar_team, kSparseConsumerThreads);
 
-    // ---- O += P V: this warp owns NoPE dims 112w..112w+111 and RoPE dims 448+16w..+15 ----
-    const u8* p_row = pbuf + (lane & 15) * 128;
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      u32 pa[kMt][4], pb[kMt][4];
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        ldmatrix_x4(pa[mt], p_row + mt * 16 * 128 + (((2 * ks + q_sub) ^ sw) * 16));
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pb[mt][e] = F::kF16Nope ? f16x2_to_bf16x2(pa[mt][e]) : pa[mt][e];
-      }
-      const u8* v_row = tile + (ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * kTileRow;
-#pragma unroll
-      for (int np = 0; np < 8; ++np) {
-        const int chunk = (np < 7 ? 14 * warp + 2 * np : 56 + 2 * warp) + (lane >> 4);
-        u32 vb[4];
-        ldmatrix_x4_trans(vb, v_row + ((chunk ^ sw) * 16));
-        const u32 b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-#pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) {
-          if (F::kF16Nope && np < 7) {
-            mma_f16_16816(o[mt][2 * np], pa[mt], b0);
-            mma_f16_16816(o[mt][2 * np + 1], pa[mt], b1);
-          } else {
-            mma_bf16_16816(o[mt][2 * np], pb[mt], b0);
-            mma_bf16_16816(o[mt][2 * np + 1], pb[mt], b1);
-          }
-        }
-      }
-    }
+    chunk_pv<F>(pbuf, tile, c, o);
     if (i + kTileBufs < n_iter) mbar_arrive(bar_empty + 8 * tb);
   }
 
-  // ---- epilogue: total row sums, normalisation, sink ----
-#pragma unroll
-  for (int mt = 0; mt < kMt; ++mt)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const float l = quad_sum(l_run[mt][hr]);
-      if (q4 == 0) red_l[warp * 32 + row0 + mt * 16 + hr * 8 + g] = l;
-    }
-  named_barrier_sync(bar_team, kSparseConsumerThreads);
-  const float* sink = static_cast<const float*>(p.attn_sink);
+  publish_row_sums(l_run, red_l, c);
   if constexpr (!kSmall) {
     if (ncta > 1) {
-      // ---- cluster epilogue: every CTA publishes its rows' max, sum and unnormalised O in its
-      // tiles region; after the first cluster barrier CTA crank combines the O columns nt with
-      // nt % ncta == crank over all CTAs in rank order (a fixed order: bitwise repeatable) and
-      // writes them; the second barrier keeps each CTA's shared memory alive until read. ----
-      named_barrier_sync(kBarQStaged, kConsumers);  // both teams are past their last tile read
-      float* xo = reinterpret_cast<float*>(tiles);  // [16 nt][kConsumers][4]
-      float* xs = xo + 16 * kConsumers * 4;         // [kRows][2]: max, sum
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt)
-        *reinterpret_cast<float4*>(xo + (nt * kConsumers + tid) * 4) = make_float4(o[0][nt][0], o[0][nt][1], o[0][nt][2], o[0][nt][3]);
-      if (warp == 0 && q4 == 0) {
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int row = row0 + hr * 8 + g;
-          xs[2 * row] = m_run[0][hr];
-          xs[2 * row + 1] = red_l[row] + red_l[32 + row] + red_l[64 + row] + red_l[96 + row];
-        }
-      }
-      cluster_sync();
-      float w[2][kSparseMaxCluster], factor[2];
-      bool empty[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = row0 + hr * 8 + g;
-        const int head = head0 + row;
-        const SparseClusterRow c = sparse_cluster_row<kSplit>(smem_addr(xs + 2 * row), ncta, 0u, 1u,
-                                                              sink != nullptr && head < kHeads ? sink + head : nullptr);
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) w[hr][r] = c.w[r];
-        factor[hr] = c.factor;
-        empty[hr] = c.empty;
-        const long long out_row = (long long)t * kHeads + head;
-        if (crank == 0 && warp == 0 && q4 == 0 && head < kHeads) {
-          if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = c.lse;
-          else static_cast<float*>(p.out_lse)[out_row] = c.lse * p.lse_scale;
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        if (nt % ncta != crank) continue;
-        const u32 o_addr = smem_addr(xo + (nt * kConsumers + tid) * 4);
-        float4 v[kSparseMaxCluster];
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) v[r] = r < ncta ? ld_peer_f32x4(peer_addr(o_addr, u32(r))) : make_float4(0.f, 0.f, 0.f, 0.f);
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) {
-          acc[0] += w[0][r] * v[r].x;
-          acc[1] += w[0][r] * v[r].y;
-          acc[2] += w[1][r] * v[r].z;
-          acc[3] += w[1][r] * v[r].w;
-        }
-        const int dim = (nt < 14 ? 112 * warp + 8 * nt : 448 + 16 * warp + 8 * (nt - 14)) + 2 * q4;
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int head = head0 + row0 + hr * 8 + g;
-          if (head >= kHeads || (kSplit && empty[hr])) continue;  // mid_out of an empty split is never read
-          const long long out_row = (long long)t * kHeads + head;
-          u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-          const float f = nt < 14 ? factor[hr] * F::kNopeUndo : factor[hr];
-          *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
-        }
-      }
-      cluster_sync();
+      cluster_combine<F, kHeads, kSplit, kConsumers>(p, o, m_run, red_l, tiles, t, head0, split, ncta, crank, tid, c);
       return;
     }
   }
-#pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = row0 + mt * 16 + hr * 8 + g;
-      const int head = head0 + row;
-      if (head >= kHeads) continue;
-      const float l = red_l[row] + red_l[32 + row] + red_l[64 + row] + red_l[96 + row];
-      const bool empty = !(l > 0.0f);
-      float lse = m_run[mt][hr] + fast_log2(l);  // base 2, in units of the true logits
-      float factor = empty ? 0.0f : 1.0f / l;
-      if (!kSplit && sink != nullptr) {
-        sparse_fold_sink(sink[head], empty, lse, factor);
-      } else if (empty) {
-        lse = kSplit ? kSparseEmptySplitLse : neg_inf();
-      }
-      const long long out_row = (long long)t * kHeads + head;
-      if (kSplit && empty) {
-        if (warp == 0 && q4 == 0) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
-        continue;  // mid_out of an empty split is never read
-      }
-      u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        const int dim = (nt < 14 ? 112 * warp + 8 * nt : 448 + 16 * warp + 8 * (nt - 14)) + 2 * q4;
-        const float f = nt < 14 ? factor * F::kNopeUndo : factor;
-        *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(o[mt][nt][2 * hr] * f, o[mt][nt][2 * hr + 1] * f);
-      }
-      if (warp == 0 && q4 == 0) {
-        if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
-        else static_cast<float*>(p.out_lse)[out_row] = lse * p.lse_scale;
-      }
-    }
-  }
+  write_rows<F, kHeads, kSplit>(p, o, m_run, red_l, t, head0, split, c);
 }
 
 }  // namespace sparse_detail
