@@ -312,6 +312,162 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
   }
 }
 
+// ---- The sm90 body by role ----
+// The producer warpgroup gathers and decodes each chunk into a tile (F::produce). Consumers stage Q
+// (stage_q_shared); per chunk WG0 computes S = Q K^T (wg0_scores), takes the online-softmax step
+// (in the loop), hands P and the rescale to WG1 and adds P V over dims 0..255 (wg0_pv), while WG1
+// adds P V over dims 256..511 (wg1_pv). Then each warpgroup writes its columns (wg0_write_rows,
+// wg1_write_rows), or a dealt split's slices combine theirs (dealt_rows, dealt_publish,
+// dealt_combine).
+
+// Q into shared memory by the 256 consumer threads, shared between dealt slices where the format
+// allows: each slice rounds its share of the NoPE groups and st.asyncs it to the others, whose
+// shares complete on bar_q.
+template <class F, int kHeads, int kGroups>
+__device__ __forceinline__ void stage_q_shared(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int tid, int group, u32 bar_q) {
+  const DealShape ds = deal_shape<kGroups>();
+  u32 mine = (1u << kQGroupsPerThread) - 1u;
+  if (F::kDealtQ && ds.deal > 1) {
+    mine = 0u;
+    for (int k = ds.slice; k < kQGroupsPerThread; k += ds.deal) mine |= 1u << k;
+    // The other slices' groups: 32 B per (thread, group).
+    if (tid == 0) mbar_arrive_expect_tx(bar_q, u32(kQGroupsPerThread - __popc(mine)) * u32(kConsumers) * 32u);
+  }
+  F::template stage_q<kHeads>(p, t, head0, q_smem, tid, ds, mine, group, kGroups, bar_q);
+  fence_proxy_async_smem();
+  named_barrier_sync(kBarQ, kConsumers);
+  if (F::kDealtQ && ds.deal > 1) {  // complete once every other slice's share has landed (no cluster-scope acquire needed)
+    mbar_wait(bar_q, 0);
+    fence_proxy_async_smem();
+  }
+}
+
+// S = Q K^T of a chunk (64 heads x 64 candidates) into s, issued and retired: the NoPE k-steps as
+// f16 wgmmas with kF16Nope, the rest bf16. dq, dk: descriptors of Q and of the chunk's tile.
+template <class F>
+__device__ __forceinline__ void wg0_scores(float (&s)[32], u64 dq, u64 dk) {
+  wgmma_fence_operand(s);
+  wgmma_fence();
+  constexpr int kF16Steps = F::kF16Nope ? 28 : 0;
+#pragma unroll
+  for (int ks = 0; ks < kF16Steps; ++ks) sm90::wgmma_m64n64k16_ss_f16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+#pragma unroll
+  for (int ks = kF16Steps; ks < 32; ++ks)
+    sm90::wgmma_m64n64k16_ss_bf16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(s);
+}
+
+// O[:, 0:256] += P V with P (the A operand, from registers) and V the chunk's tile (dv), retired
+// before returning.
+template <class F>
+__device__ __forceinline__ void wg0_pv(float (&o)[128], u32 (&pf)[4][4], u64 dv) {
+  wgmma_fence_operand(o);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (F::kF16Nope) sm90::wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
+    else WgmmaBf16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 256), true);
+  }
+  wgmma_commit();
+  // P V retires before S(i + 1) is issued, so the tile goes back to the producer now and the
+  // decode of chunk i + 2 overlaps S(i + 1) instead of following it (with both queued, the
+  // release waited for S(i + 1); a wait for the older group only serializes every wgmma in ptxas).
+  wgmma_wait<0>();
+  wgmma_fence_operand(o);
+  sm90::pin_u32(pf);
+}
+
+// O[:, 256:448] += P V (f16 P with kF16Nope) and O[:, 448:512] += P V (bf16 P), retired before
+// returning.
+template <class F>
+__device__ __forceinline__ void wg1_pv(float (&o_nope)[96], float (&o_rope)[32], u32 (&pf)[4][4], u32 (&pb)[4][4], u64 dv) {
+  wgmma_fence_operand(o_nope);
+  wgmma_fence_operand(o_rope);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (F::kF16Nope) sm90::wgmma_m64n192k16_rs_f16(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
+    else sm90::wgmma_m64n192k16_rs_bf16(o_nope, pb[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
+    sm90::wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256));
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(o_nope);
+  wgmma_fence_operand(o_rope);
+  sm90::pin_u32(pf);
+  sm90::pin_u32(pb);
+}
+
+// WG0's epilogue without dealt slices: each row's sum, LSE and factor (with the sink for a final
+// output); the factor goes to WG1 through shared memory (-1: a row without candidates), then WG0
+// writes the LSE and dims 0..255.
+template <class F, int kHeads, bool kSplit>
+__device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const float (&o)[128], const float (&m_run)[2],
+                                               const float (&l_run)[2], u32 sbase, int t, int split, int head_lo, int row_lo, int q4) {
+  const float* sink = static_cast<const float*>(p.attn_sink);
+  float factor[2], lse[2];
+  bool empty[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int head = head_lo + 8 * hr;
+    const float l = quad_sum(l_run[hr]);
+    empty[hr] = !(l > 0.0f);
+    lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
+    factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
+    if (!kSplit && sink != nullptr && head < kHeads) {
+      sparse_detail::sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
+    } else if (empty[hr]) {
+      lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
+    }
+    if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
+  }
+  named_barrier_sync(kBarEpilogue, kConsumers);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int head = head_lo + 8 * hr;
+    if (head >= kHeads) continue;
+    const long long out_row = (long long)t * kHeads + head;
+    if (q4 == 0) {
+      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
+      else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
+    }
+    if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
+    u16* dst = sparse_detail::sparse_out_row<kSplit>(p, out_row, split);
+    const float f = factor[hr] * F::kNopeUndo;
+#pragma unroll
+    for (int j = 0; j < 32; ++j)
+      *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+  }
+}
+
+// WG1's epilogue without dealt slices: dims 256..511 of its rows, with WG0's factors.
+template <class F, int kHeads, bool kSplit>
+__device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const float (&o_nope)[96], const float (&o_rope)[32], u32 sbase, int t,
+                                               int split, int head_lo, int row_lo, int q4) {
+  named_barrier_sync(kBarEpilogue, kConsumers);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int head = head_lo + 8 * hr;
+    if (head >= kHeads) continue;
+    float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
+    if (f < 0.0f) {
+      if (kSplit) continue;
+      f = 0.0f;
+    }
+    const long long out_row = (long long)t * kHeads + head;
+    u16* dst = sparse_detail::sparse_out_row<kSplit>(p, out_row, split);
+    const float fn = f * F::kNopeUndo;
+#pragma unroll
+    for (int j = 0; j < 24; ++j)
+      *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
+  }
+}
+
 // The NVFP4 record format on this kernel: what the producer warpgroup does with each chunk (see the
 // file comment), Q staging, and the tile's number formats (Nvfp4Format in sparse_nvfp4/kernel.cuh).
 struct Nvfp4Sm90Format {
@@ -567,26 +723,9 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
     const u32 q_smem = sbase + kQOff;
     if (wg == 0) setmaxnreg_inc<F::kRegs.wg0>();
     else setmaxnreg_inc<F::kRegs.wg1>();
-    {
-      const DealShape ds = deal_shape<kGroups>();
-      u32 mine = (1u << kQGroupsPerThread) - 1u;
-      if (F::kDealtQ && ds.deal > 1) {
-        mine = 0u;
-        for (int k = ds.slice; k < kQGroupsPerThread; k += ds.deal) mine |= 1u << k;
-        // The other slices' groups: 32 B per (thread, group).
-        if (tid == 0) mbar_arrive_expect_tx(bar_q, u32(kQGroupsPerThread - __popc(mine)) * u32(kConsumers) * 32u);
-      }
-      F::template stage_q<kHeads>(p, t, head0, q_smem, tid, ds, mine, group, kGroups, bar_q);
-      fence_proxy_async_smem();
-      named_barrier_sync(kBarQ, kConsumers);
-      if (F::kDealtQ && ds.deal > 1) {  // complete once every other slice's share has landed (no cluster-scope acquire needed)
-        mbar_wait(bar_q, 0);
-        fence_proxy_async_smem();
-      }
-    }
+    stage_q_shared<F, kHeads, kGroups>(p, t, head0, q_smem, tid, group, bar_q);
 
     const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
-    const float* sink = static_cast<const float*>(p.attn_sink);
 
     if (wg == 0) {
       // ---- WG0: S = Q K^T, softmax, O[:, 0:256] ----
@@ -604,17 +743,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         const int b = i & 1;
         const u64 dk = wgmma_desc_advance(dk0, u32(b) * kTileBytes), dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
         wait_tile(b, u32((i >> 1) & 1));
-        wgmma_fence_operand(s);
-        wgmma_fence();
-        constexpr int kF16Steps = F::kF16Nope ? 28 : 0;
-#pragma unroll
-        for (int ks = 0; ks < kF16Steps; ++ks) wgmma_m64n64k16_ss_f16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
-#pragma unroll
-        for (int ks = kF16Steps; ks < 32; ++ks)
-          wgmma_m64n64k16_ss_bf16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(s);
+        wg0_scores<F>(s, dq, dk);
         const u64 mask = lds64(sbase + kMaskOff + 8 * b);
         float mx[2] = {neg_inf(), neg_inf()};
         if (mask == ~0ull) {  // the common chunk: every candidate valid (uniform over the warpgroup)
@@ -667,20 +796,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         }
         named_barrier_arrive(kBarPReady, kConsumers);
 
-        wgmma_fence_operand(o);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          if constexpr (F::kF16Nope) wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
-          else WgmmaBf16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 256), true);
-        }
-        wgmma_commit();
-        // P V retires before S(i + 1) is issued, so the tile goes back to the producer now and the
-        // decode of chunk i + 2 overlaps S(i + 1) instead of following it (with both queued, the
-        // release waited for S(i + 1); a wait for the older group only serializes every wgmma in ptxas).
-        wgmma_wait<0>();
-        wgmma_fence_operand(o);
-        pin_u32(pf);
+        wg0_pv<F>(o, pf, dv);
         release_tile(b);
       }
 
@@ -712,39 +828,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
       } else {
         // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
-        float factor[2], lse[2];
-        bool empty[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int head = head0 + row_lo + 8 * hr;
-          const float l = quad_sum(l_run[hr]);
-          empty[hr] = !(l > 0.0f);
-          lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
-          factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
-          if (!kSplit && sink != nullptr && head < kHeads) {
-            sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
-          } else if (empty[hr]) {
-            lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
-          }
-          if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
-        }
-        named_barrier_sync(kBarEpilogue, kConsumers);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int head = head0 + row_lo + 8 * hr;
-          if (head >= kHeads) continue;
-          const long long out_row = (long long)t * kHeads + head;
-          if (q4 == 0) {
-            if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
-            else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
-          }
-          if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
-          u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-          const float f = factor[hr] * F::kNopeUndo;
-#pragma unroll
-          for (int j = 0; j < 32; ++j)
-            *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
-        }
+        wg0_write_rows<F, kHeads, kSplit>(p, o, m_run, l_run, sbase, t, split, head0 + row_lo, row_lo, q4);
       }
     } else {
       // ---- WG1: O[:, 256:448] (f16 P) and O[:, 448:512] (bf16 P) ----
@@ -780,21 +864,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
           for (int e = 0; e < 32; ++e) o_rope[e] *= alpha[(e >> 1) & 1];
         }
         wait_tile(b, u32((i >> 1) & 1));
-        wgmma_fence_operand(o_nope);
-        wgmma_fence_operand(o_rope);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          if constexpr (F::kF16Nope) wgmma_m64n192k16_rs_f16(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
-          else wgmma_m64n192k16_rs_bf16(o_nope, pb[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
-          wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256));
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(o_nope);
-        wgmma_fence_operand(o_rope);
-        pin_u32(pf);
-        pin_u32(pb);
+        wg1_pv<F>(o_nope, o_rope, pf, pb, dv);
         release_tile(b);
       }
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
@@ -809,26 +879,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         cluster_sync();
         dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
       } else {
-        named_barrier_sync(kBarEpilogue, kConsumers);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int head = head0 + row_lo + 8 * hr;
-          if (head >= kHeads) continue;
-          float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
-          if (f < 0.0f) {
-            if (kSplit) continue;
-            f = 0.0f;
-          }
-          const long long out_row = (long long)t * kHeads + head;
-          u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-          const float fn = f * F::kNopeUndo;
-#pragma unroll
-          for (int j = 0; j < 24; ++j)
-            *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-            *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
-        }
+        wg1_write_rows<F, kHeads, kSplit>(p, o_nope, o_rope, sbase, t, split, head0 + row_lo, row_lo, q4);
       }
     }
   }
