@@ -400,6 +400,98 @@ __device__ __forceinline__ void wg1_pv(float (&o_nope)[96], float (&o_rope)[32],
   sm90::pin_u32(pb);
 }
 
+// The online-softmax step of WG0 for one chunk: S (in s) masked by the tile mask and scaled to base
+// 2, the rows' maxima moved (alpha: the rescale of their earlier sums and O), P = 2^(s - m) packed
+// as the A operand of P V (f16 with kF16Nope, else bf16) and the row sums l updated.
+template <class F>
+__device__ __forceinline__ void wg0_softmax(float (&s)[32], u64 mask, float scale_log2, int q4, float (&m_run)[2], float (&l_run)[2],
+                                            u32 (&pf)[4][4], float (&alpha)[2]) {
+  float mx[2] = {neg_inf(), neg_inf()};
+  if (mask == ~0ull) {  // the common chunk: every candidate valid (uniform over the warpgroup)
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      s[e] *= scale_log2;
+      mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[e]);
+    }
+  } else {
+    const u64 my_mask = mask >> (2 * q4);
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      const float v = ((my_mask >> (8 * (e >> 2) + (e & 1))) & 1u) ? s[e] * scale_log2 : neg_inf();
+      s[e] = v;
+      mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
+    }
+  }
+  float m_use[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const OnlineSoftmaxStep step = online_softmax_step(m_run[hr], quad_max(mx[hr]));
+    m_use[hr] = step.m_use;
+    alpha[hr] = step.alpha;
+  }
+  float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int e = 8 * kk + 2 * r;
+      const float p0 = fast_exp2(s[e] - m_use[r & 1]);
+      const float p1 = fast_exp2(s[e + 1] - m_use[r & 1]);
+      psum[r & 1] += p0 + p1;
+      pf[kk][r] = F::kF16Nope ? pack_f16x2(p0, p1) : pack_bf16x2(p0, p1);
+    }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + psum[hr];
+}
+
+// Whether any row of the warp has a new maximum. Most chunks leave every row's maximum where it was
+// (alpha exactly 1), and the warp skips its O rescale.
+__device__ __forceinline__ bool rows_moved(const float (&alpha)[2]) { return __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f); }
+// O rows times their alpha (element e of an accumulator fragment is in row (e >> 1) & 1 of the
+// thread's two).
+template <int kN>
+__device__ __forceinline__ void rescale_rows(float (&o)[kN], const float (&alpha)[2]) {
+#pragma unroll
+  for (int e = 0; e < kN; ++e) o[e] *= alpha[(e >> 1) & 1];
+}
+
+// WG0 hands chunk i's P and alphas to WG1 through shared memory (kPOff, kAlphaOff), once WG1 has
+// taken chunk i - 1's (bar_p_free), and arrives on kBarPReady.
+__device__ __forceinline__ void publish_p(u32 sbase, const u32 (&pf)[4][4], const float (&alpha)[2], int i, u32 bar_p_free, int wtid, int row_lo,
+                                          int q4) {
+  if (i > 0) mbar_wait(bar_p_free, u32((i - 1) & 1));  // WG1 holds chunk i - 1's P and alphas
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) sts128(sbase + kPOff + (kk * 128 + wtid) * 16, U32x4{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]});
+  if (q4 == 0) {
+    sts_f32(sbase + kAlphaOff + row_lo * 4, alpha[0]);
+    sts_f32(sbase + kAlphaOff + (row_lo + 8) * 4, alpha[1]);
+  }
+  named_barrier_arrive(kBarPReady, kConsumers);
+}
+
+// WG1 takes chunk i's P (pf as WG0 packed it, pb as bf16) and alphas, and releases them for chunk
+// i + 1 (bar_p_free) unless i is the last.
+template <class F>
+__device__ __forceinline__ void take_p(u32 sbase, int i, int n_iter, u32 bar_p_free, int wtid, int row_lo, u32 (&pf)[4][4], u32 (&pb)[4][4],
+                                       float (&alpha)[2]) {
+  named_barrier_sync(kBarPReady, kConsumers);
+  alpha[0] = lds_f32(sbase + kAlphaOff + row_lo * 4);
+  alpha[1] = lds_f32(sbase + kAlphaOff + (row_lo + 8) * 4);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const U32x4 v = lds128(sbase + kPOff + (kk * 128 + wtid) * 16);
+    pf[kk][0] = v.x;
+    pf[kk][1] = v.y;
+    pf[kk][2] = v.z;
+    pf[kk][3] = v.w;
+  }
+  if (i + 1 < n_iter) mbar_arrive(bar_p_free);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pb[kk][r] = F::kF16Nope ? f16x2_to_bf16x2(pf[kk][r]) : pf[kk][r];
+}
+
 // WG0's epilogue without dealt slices: each row's sum, LSE and factor (with the sink for a final
 // output); the factor goes to WG1 through shared memory (-1: a row without candidates), then WG0
 // writes the LSE and dims 0..255.
@@ -466,6 +558,54 @@ __device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const
     for (int j = 0; j < 8; ++j)
       *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
   }
+}
+
+// WG0's part of the dealt epilogue: its rows' (max, sum) published for every slice, the LSE
+// written by slice 0, then its columns (dims 0..255) scaled, published and combined.
+template <class F, int kHeads, bool kSplit, int kGroups>
+__device__ __forceinline__ void wg0_dealt_epilogue(const SparseNvfp4Params& p, const float (&o)[128], const float (&m_run)[2], const float (&l_run)[2],
+                                                   u32 sbase, DealShape ds, int group, int t, int split, int head0, int row_lo, int tid, int q4) {
+  named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float l = quad_sum(l_run[hr]);
+    if (q4 == 0) {
+      sts_f32(sbase + kDealRowsOff + (row_lo + 8 * hr) * 8, m_run[hr]);
+      sts_f32(sbase + kDealRowsOff + (row_lo + 8 * hr) * 8 + 4, l);
+    }
+  }
+  cluster_sync();
+  const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int head = head0 + row_lo + 8 * hr;
+    const long long out_row = (long long)t * kHeads + head;
+    if (ds.slice == 0 && q4 == 0 && head < kHeads) {
+      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = d.row[hr].lse;
+      else static_cast<float*>(p.out_lse)[out_row] = d.row[hr].lse * p.lse_scale;
+    }
+  }
+  const u32 units = sbase + kTileOff + u32(tid) * 16u;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) dealt_publish(units + j * 4096u, o + 4 * j, d, F::kNopeUndo);
+  cluster_sync();
+  dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
+}
+
+// WG1's part of the dealt epilogue: its columns (dims 256..511) scaled, published and combined.
+template <class F, int kHeads, bool kSplit, int kGroups>
+__device__ __forceinline__ void wg1_dealt_epilogue(const SparseNvfp4Params& p, const float (&o_nope)[96], const float (&o_rope)[32], u32 sbase,
+                                                   DealShape ds, int group, int t, int split, int head0, int row_lo, int tid, int q4) {
+  named_barrier_sync(kBarEpilogue, kConsumers);
+  cluster_sync();
+  const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
+  const u32 units = sbase + kTileOff + u32(tid) * 16u;
+#pragma unroll
+  for (int j = 0; j < 24; ++j) dealt_publish(units + j * 4096u, o_nope + 4 * j, d, F::kNopeUndo);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) dealt_publish(units + (24 + j) * 4096u, o_rope + 4 * j, d, 1.0f);
+  cluster_sync();
+  dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
 }
 
 // The NVFP4 record format on this kernel: what the producer warpgroup does with each chunk (see the
@@ -744,88 +884,16 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         const u64 dk = wgmma_desc_advance(dk0, u32(b) * kTileBytes), dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
         wait_tile(b, u32((i >> 1) & 1));
         wg0_scores<F>(s, dq, dk);
-        const u64 mask = lds64(sbase + kMaskOff + 8 * b);
-        float mx[2] = {neg_inf(), neg_inf()};
-        if (mask == ~0ull) {  // the common chunk: every candidate valid (uniform over the warpgroup)
-#pragma unroll
-          for (int e = 0; e < 32; ++e) {
-            s[e] *= scale_log2;
-            mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[e]);
-          }
-        } else {
-          const u64 my_mask = mask >> (2 * q4);
-#pragma unroll
-          for (int e = 0; e < 32; ++e) {
-            const float v = ((my_mask >> (8 * (e >> 2) + (e & 1))) & 1u) ? s[e] * scale_log2 : neg_inf();
-            s[e] = v;
-            mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
-          }
-        }
-        float alpha[2], m_use[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const OnlineSoftmaxStep step = online_softmax_step(m_run[hr], quad_max(mx[hr]));
-          m_use[hr] = step.m_use;
-          alpha[hr] = step.alpha;
-        }
-        float psum[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int e = 8 * kk + 2 * r;
-            const float p0 = fast_exp2(s[e] - m_use[r & 1]);
-            const float p1 = fast_exp2(s[e + 1] - m_use[r & 1]);
-            psum[r & 1] += p0 + p1;
-            pf[kk][r] = F::kF16Nope ? pack_f16x2(p0, p1) : pack_bf16x2(p0, p1);
-          }
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + psum[hr];
-        // Most chunks leave every row's maximum where it was (alpha exactly 1): no rescale then.
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-          for (int e = 0; e < 128; ++e) o[e] *= alpha[(e >> 1) & 1];
-        }
-
-        if (i > 0) mbar_wait(bar_p_free, u32((i - 1) & 1));  // WG1 holds chunk i - 1's P and alphas
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) sts128(sbase + kPOff + (kk * 128 + wtid) * 16, U32x4{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]});
-        if (q4 == 0) {
-          sts_f32(sbase + kAlphaOff + row_lo * 4, alpha[0]);
-          sts_f32(sbase + kAlphaOff + (row_lo + 8) * 4, alpha[1]);
-        }
-        named_barrier_arrive(kBarPReady, kConsumers);
-
+        float alpha[2];
+        wg0_softmax<F>(s, lds64(sbase + kMaskOff + 8 * b), scale_log2, q4, m_run, l_run, pf, alpha);
+        if (rows_moved(alpha)) rescale_rows(o, alpha);
+        publish_p(sbase, pf, alpha, i, bar_p_free, wtid, row_lo, q4);
         wg0_pv<F>(o, pf, dv);
         release_tile(b);
       }
 
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const float l = quad_sum(l_run[hr]);
-          if (q4 == 0) {
-            sts_f32(sbase + kDealRowsOff + (row_lo + 8 * hr) * 8, m_run[hr]);
-            sts_f32(sbase + kDealRowsOff + (row_lo + 8 * hr) * 8 + 4, l);
-          }
-        }
-        cluster_sync();
-        const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int head = head0 + row_lo + 8 * hr;
-          const long long out_row = (long long)t * kHeads + head;
-          if (ds.slice == 0 && q4 == 0 && head < kHeads) {
-            if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = d.row[hr].lse;
-            else static_cast<float*>(p.out_lse)[out_row] = d.row[hr].lse * p.lse_scale;
-          }
-        }
-        const u32 units = sbase + kTileOff + u32(tid) * 16u;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) dealt_publish(units + j * 4096u, o + 4 * j, d, F::kNopeUndo);
-        cluster_sync();
-        dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
+        wg0_dealt_epilogue<F, kHeads, kSplit, kGroups>(p, o, m_run, l_run, sbase, ds, group, t, split, head0, row_lo, tid, q4);
       } else {
         // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
         wg0_write_rows<F, kHeads, kSplit>(p, o, m_run, l_run, sbase, t, split, head0 + row_lo, row_lo, q4);
@@ -841,43 +909,19 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
       for (int i = 0; i < n_iter; ++i) {
         const int b = i & 1;
         const u64 dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
-        named_barrier_sync(kBarPReady, kConsumers);
-        const float alpha[2] = {lds_f32(sbase + kAlphaOff + row_lo * 4), lds_f32(sbase + kAlphaOff + (row_lo + 8) * 4)};
         u32 pf[4][4], pb[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const U32x4 v = lds128(sbase + kPOff + (kk * 128 + wtid) * 16);
-          pf[kk][0] = v.x;
-          pf[kk][1] = v.y;
-          pf[kk][2] = v.z;
-          pf[kk][3] = v.w;
-        }
-        if (i + 1 < n_iter) mbar_arrive(bar_p_free);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) pb[kk][r] = F::kF16Nope ? f16x2_to_bf16x2(pf[kk][r]) : pf[kk][r];
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-          for (int e = 0; e < 96; ++e) o_nope[e] *= alpha[(e >> 1) & 1];
-#pragma unroll
-          for (int e = 0; e < 32; ++e) o_rope[e] *= alpha[(e >> 1) & 1];
+        float alpha[2];
+        take_p<F>(sbase, i, n_iter, bar_p_free, wtid, row_lo, pf, pb, alpha);
+        if (rows_moved(alpha)) {
+          rescale_rows(o_nope, alpha);
+          rescale_rows(o_rope, alpha);
         }
         wait_tile(b, u32((i >> 1) & 1));
         wg1_pv<F>(o_nope, o_rope, pf, pb, dv);
         release_tile(b);
       }
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        named_barrier_sync(kBarEpilogue, kConsumers);
-        cluster_sync();
-        const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
-        const u32 units = sbase + kTileOff + u32(tid) * 16u;
-#pragma unroll
-        for (int j = 0; j < 24; ++j) dealt_publish(units + j * 4096u, o_nope + 4 * j, d, F::kNopeUndo);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) dealt_publish(units + (24 + j) * 4096u, o_rope + 4 * j, d, 1.0f);
-        cluster_sync();
-        dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
+        wg1_dealt_epilogue<F, kHeads, kSplit, kGroups>(p, o_nope, o_rope, sbase, ds, group, t, split, head0, row_lo, tid, q4);
       } else {
         wg1_write_rows<F, kHeads, kSplit>(p, o_nope, o_rope, sbase, t, split, head0 + row_lo, row_lo, q4);
       }
