@@ -622,145 +622,160 @@ struct Nvfp4Sm90Format {
     sparse_sm90::stage_q<kHeads>(p, t, head0, q_smem, ctid, ds, mine, group, groups, q_bar);
   }
 
-  template <int kHeads, bool kHasExtra, bool kCross>
-  __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
-                                                 int n_iter, u32 sbase, int tid, int group, u32 peer) {
+  // H <= 64: this CTA gathers and decodes all 64 candidates of each chunk.
+  template <bool kHasExtra>
+  __device__ static __forceinline__ void produce_own(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
+                                                     int n_iter, u32 sbase, int tid) {
     using namespace sparse_detail;
     using namespace sm90;
     const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;
     const int lane = tid & 31;
-    if constexpr (!kCross) {
-      if (n_iter > 0) {
-        const int ptid = tid - kConsumers, pw = ptid >> 5;
-        // Decode role: warps 0-1 take record half 0, warps 2-3 half 1 (no divergence) of candidate `tok`.
-        // Gather role: warp pw copies rows 16 pw .. 16 pw + 15 (gather_rows), so the raw stage is shared
-        // by the warpgroup and kBarRaw separates its writes from the reads.
-        const int half = pw >> 1, tok = 32 * (pw & 1) + lane;
-        const u32 row = sbase + kRawOff + u32(tok) * kRawRow;
-        // This half's 7 code units, 4 RoPE units and the scale words of its units.
-        const u32 half_codes = row + 112u * half, half_rope = row + 224u + 64u * half, half_scales = row + kDataBytes + 12u * half;
-        const u32 my_rows = sbase + kRawOff + u32(16 * pw) * kRawRow;
-        const int my_slot = 16 * pw + (lane & 15);
-        const bool scale_lane = lane >= 16;
-        const u8* fallback = static_cast<const u8*>(p.kv);
-        u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
-        SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
-        u32 valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
+    const int ptid = tid - kConsumers, pw = ptid >> 5;
+    // Decode role: warps 0-1 take record half 0, warps 2-3 half 1 (no divergence) of candidate `tok`.
+    // Gather role: warp pw copies rows 16 pw .. 16 pw + 15 (gather_rows), so the raw stage is shared
+    // by the warpgroup and kBarRaw separates its writes from the reads.
+    const int half = pw >> 1, tok = 32 * (pw & 1) + lane;
+    const u32 row = sbase + kRawOff + u32(tok) * kRawRow;
+    // This half's 7 code units, 4 RoPE units and the scale words of its units.
+    const u32 half_codes = row + 112u * half, half_rope = row + 224u + 64u * half, half_scales = row + kDataBytes + 12u * half;
+    const u32 my_rows = sbase + kRawOff + u32(16 * pw) * kRawRow;
+    const int my_slot = 16 * pw + (lane & 15);
+    const bool scale_lane = lane >= 16;
+    const u8* fallback = static_cast<const u8*>(p.kv);
+    u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
+    SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
+    u32 valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
+    gather_rows<16>(fallback, addr, my_rows, lane);
+    cp_async_commit();
+    for (int i = 0; i < n_iter; ++i) {
+      const int b = i & 1;
+      cp_async_wait<0>();
+      named_barrier_sync(kBarRaw, 128);  // every warp's copies of this chunk have landed
+      U32x4 code[7], rope[4];
+#pragma unroll
+      for (int k = 0; k < 7; ++k) code[k] = lds128(half_codes + 16 * k);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) rope[k] = lds128(half_rope + 16 * k);
+      // Scale bytes 2u, 2u+1 of code unit u = 7 half + k sit in word u / 2 of the scale record:
+      // words 3 half .. 3 half + 3 hold this half's 14 bytes, unit k's pair starts 16 (k + half)
+      // bits into word k / 2.
+      u32 sw[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sw[k] = lds_u32(half_scales + 4 * k);
+      const u32 valid_cur = valid16;
+      named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
+      // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
+      if (i + 1 < n_iter) {
+        addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
+        valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
         gather_rows<16>(fallback, addr, my_rows, lane);
-        cp_async_commit();
-        for (int i = 0; i < n_iter; ++i) {
-          const int b = i & 1;
-          cp_async_wait<0>();
-          named_barrier_sync(kBarRaw, 128);  // every warp's copies of this chunk have landed
-          U32x4 code[7], rope[4];
-#pragma unroll
-          for (int k = 0; k < 7; ++k) code[k] = lds128(half_codes + 16 * k);
-#pragma unroll
-          for (int k = 0; k < 4; ++k) rope[k] = lds128(half_rope + 16 * k);
-          // Scale bytes 2u, 2u+1 of code unit u = 7 half + k sit in word u / 2 of the scale record:
-          // words 3 half .. 3 half + 3 hold this half's 14 bytes, unit k's pair starts 16 (k + half)
-          // bits into word k / 2.
-          u32 sw[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) sw[k] = lds_u32(half_scales + 4 * k);
-          const u32 valid_cur = valid16;
-          named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
-          // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
-          if (i + 1 < n_iter) {
-            addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
-            valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
-            gather_rows<16>(fallback, addr, my_rows, lane);
-            if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
-          }
-          cp_async_commit();
-          if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
-          const u32 tile = sbase + kTileOff + u32(b) * kTileBytes + u32(tok) * 16;
-          const u32 half_tile = tile + u32(28 * half) * 1024;  // dims 224 half ..
-#pragma unroll
-          for (int k = 0; k < 4; ++k) sts128(tile + u32(56 + 4 * half + k) * 1024, rope[k]);
-#pragma unroll
-          for (int k = 0; k < 7; ++k)
-            decode_unit<false>(code[k], funnel_right(sw[k >> 1], sw[(k >> 1) + ((k >> 1) < 3)], 16u * u32((k & 1) + half)), half_tile, k, 0u, 0u);
-          if (lane == 0) sts16(sbase + kMaskOff + 8 * b + 2 * pw, valid_cur);
-          fence_proxy_async_smem();
-          mbar_arrive(bar_full + 8 * b);
-        }
+        if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
       }
-    } else if (n_iter > 0) {
-      // Shared decode (kCross): this CTA gathers and decodes candidates 32 group .. 32 group + 31 of
-      // each chunk. Gather role: warp pw copies raw rows 8 pw .. 8 pw + 7 (gather_rows<8>). Decode
-      // role: thread (warp pw, lane) takes part pw of raw row `lane`: code units first .. first +
-      // n_units - 1 (4, 4, 3, 3 units) and RoPE units 2 pw, 2 pw + 1; the scale pair of unit u is
-      // bytes 2 u, 2 u + 1 of the scale record, so the part's pairs sit in its words first / 2 ..
-      // first / 2 + 2. Every decoded piece goes into this CTA's tile and the peer's.
-      const int ptid = tid - kConsumers, pw = ptid >> 5;
-      const int cand0 = 32 * group;
-      const u32 my_rows = sbase + kRawOff + u32(8 * pw) * kRawRow;
-      const int my_slot = cand0 + 8 * pw + (lane & 7);
-      const bool scale_lane = lane >= 16;
-      const int first = pw < 2 ? 4 * pw : 3 * pw + 2, n_units = pw < 2 ? 4 : 3;
-      const u32 row = sbase + kRawOff + u32(lane) * kRawRow;
-      const u32 col = u32(cand0 + lane) * 16;  // the candidate's column in a decoded tile
-      const u8* fallback = static_cast<const u8*>(p.kv);
-      // Each gather warp's 8 valid bits (bit r: its raw row r has a record) for the chunk it copies,
-      // combined into one word for the tile mask, which the peer needs too.
-      auto publish_valid = [&](u64 a) {
-        const u32 bits = __ballot_sync(0xffffffffu, a != 0) & 0xffu;
-        if (lane == 0) sts8(sbase + kValidOff + pw, bits);
-      };
-      u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
-      SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
-      publish_valid(addr);
-      gather_rows<8>(fallback, addr, my_rows, lane);
       cp_async_commit();
-      for (int i = 0; i < n_iter; ++i) {
-        const int b = i & 1;
-        cp_async_wait<0>();
-        named_barrier_sync(kBarRaw, 128);  // every warp's copies (and valid bits) of this chunk have landed
-        U32x4 code[4], rope[2];
-        u32 sw[3];
+      if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
+      const u32 tile = sbase + kTileOff + u32(b) * kTileBytes + u32(tok) * 16;
+      const u32 half_tile = tile + u32(28 * half) * 1024;  // dims 224 half ..
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if (k < n_units) code[k] = lds128(row + 16u * (first + k));
-        }
+      for (int k = 0; k < 4; ++k) sts128(tile + u32(56 + 4 * half + k) * 1024, rope[k]);
 #pragma unroll
-        for (int k = 0; k < 3; ++k) sw[k] = lds_u32(row + kDataBytes + 4u * ((first >> 1) + k));
-#pragma unroll
-        for (int k = 0; k < 2; ++k) rope[k] = lds128(row + 224u + 16u * (2 * pw + k));
-        const u32 valid = ptid == 0 ? lds_u32(sbase + kValidOff) : 0u;
-        named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
-        // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
-        if (i + 1 < n_iter) {
-          addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
-          publish_valid(addr);
-          gather_rows<8>(fallback, addr, my_rows, lane);
-          if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
-        }
-        cp_async_commit();
-        // Tile b is free once every consumer warp of both CTAs released it.
-        if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
-        const u32 tile_col = sbase + kTileOff + u32(b) * kTileBytes + col;
-        const u32 peer_bar = bar_full + 8 * b + peer;
-#pragma unroll
-        for (int k = 0; k < 2; ++k) put_tile16<true>(tile_col + u32(56 + 2 * pw + k) * 1024, rope[k], peer, peer_bar);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          // Unit first + k's pair starts 16 (k + first % 2) bits into word first / 2 + k / 2 (k / 2 and
-          // the shift, 0..32, keep the register index a constant).
-          const u32 pair = funnel_right(sw[k >> 1], sw[(k >> 1) + 1], 16u * u32((k & 1) + (first & 1)));
-          if (k < n_units) decode_unit<true>(code[k], pair, tile_col, first + k, peer, peer_bar);
-        }
-        if (ptid == 0) {
-          const u32 mask = sbase + kMaskOff + 8 * b + 4 * group;
-          sts32(mask, valid);
-          st_async_32(mask + peer, valid, peer_bar);
-        }
-        fence_proxy_async_smem();
-        // The full barrier's phase: 128 local arrivals and the peer's bytes.
-        if (ptid == 0) mbar_arrive_expect_tx(bar_full + 8 * b, kPeerBytes);
-        else mbar_arrive(bar_full + 8 * b);
-      }
+      for (int k = 0; k < 7; ++k)
+        decode_unit<false>(code[k], funnel_right(sw[k >> 1], sw[(k >> 1) + ((k >> 1) < 3)], 16u * u32((k & 1) + half)), half_tile, k, 0u, 0u);
+      if (lane == 0) sts16(sbase + kMaskOff + 8 * b + 2 * pw, valid_cur);
+      fence_proxy_async_smem();
+      mbar_arrive(bar_full + 8 * b);
     }
+  }
+
+  // H > 64, a cluster pair: this CTA gathers and decodes half of each chunk's candidates into both
+  // CTAs' tiles.
+  template <bool kHasExtra>
+  __device__ static __forceinline__ void produce_pair(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
+                                                      int n_iter, u32 sbase, int tid, int group, u32 peer) {
+    using namespace sparse_detail;
+    using namespace sm90;
+    const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;
+    const int lane = tid & 31;
+    // Shared decode (kCross): this CTA gathers and decodes candidates 32 group .. 32 group + 31 of
+    // each chunk. Gather role: warp pw copies raw rows 8 pw .. 8 pw + 7 (gather_rows<8>). Decode
+    // role: thread (warp pw, lane) takes part pw of raw row `lane`: code units first .. first +
+    // n_units - 1 (4, 4, 3, 3 units) and RoPE units 2 pw, 2 pw + 1; the scale pair of unit u is
+    // bytes 2 u, 2 u + 1 of the scale record, so the part's pairs sit in its words first / 2 ..
+    // first / 2 + 2. Every decoded piece goes into this CTA's tile and the peer's.
+    const int ptid = tid - kConsumers, pw = ptid >> 5;
+    const int cand0 = 32 * group;
+    const u32 my_rows = sbase + kRawOff + u32(8 * pw) * kRawRow;
+    const int my_slot = cand0 + 8 * pw + (lane & 7);
+    const bool scale_lane = lane >= 16;
+    const int first = pw < 2 ? 4 * pw : 3 * pw + 2, n_units = pw < 2 ? 4 : 3;
+    const u32 row = sbase + kRawOff + u32(lane) * kRawRow;
+    const u32 col = u32(cand0 + lane) * 16;  // the candidate's column in a decoded tile
+    const u8* fallback = static_cast<const u8*>(p.kv);
+    // Each gather warp's 8 valid bits (bit r: its raw row r has a record) for the chunk it copies,
+    // combined into one word for the tile mask, which the peer needs too.
+    auto publish_valid = [&](u64 a) {
+      const u32 bits = __ballot_sync(0xffffffffu, a != 0) & 0xffu;
+      if (lane == 0) sts8(sbase + kValidOff + pw, bits);
+    };
+    u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
+    SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
+    publish_valid(addr);
+    gather_rows<8>(fallback, addr, my_rows, lane);
+    cp_async_commit();
+    for (int i = 0; i < n_iter; ++i) {
+      const int b = i & 1;
+      cp_async_wait<0>();
+      named_barrier_sync(kBarRaw, 128);  // every warp's copies (and valid bits) of this chunk have landed
+      U32x4 code[4], rope[2];
+      u32 sw[3];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (k < n_units) code[k] = lds128(row + 16u * (first + k));
+      }
+#pragma unroll
+      for (int k = 0; k < 3; ++k) sw[k] = lds_u32(row + kDataBytes + 4u * ((first >> 1) + k));
+#pragma unroll
+      for (int k = 0; k < 2; ++k) rope[k] = lds128(row + 224u + 16u * (2 * pw + k));
+      const u32 valid = ptid == 0 ? lds_u32(sbase + kValidOff) : 0u;
+      named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
+      // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
+      if (i + 1 < n_iter) {
+        addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
+        publish_valid(addr);
+        gather_rows<8>(fallback, addr, my_rows, lane);
+        if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
+      }
+      cp_async_commit();
+      // Tile b is free once every consumer warp of both CTAs released it.
+      if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
+      const u32 tile_col = sbase + kTileOff + u32(b) * kTileBytes + col;
+      const u32 peer_bar = bar_full + 8 * b + peer;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) put_tile16<true>(tile_col + u32(56 + 2 * pw + k) * 1024, rope[k], peer, peer_bar);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        // Unit first + k's pair starts 16 (k + first % 2) bits into word first / 2 + k / 2 (k / 2 and
+        // the shift, 0..32, keep the register index a constant).
+        const u32 pair = funnel_right(sw[k >> 1], sw[(k >> 1) + 1], 16u * u32((k & 1) + (first & 1)));
+        if (k < n_units) decode_unit<true>(code[k], pair, tile_col, first + k, peer, peer_bar);
+      }
+      if (ptid == 0) {
+        const u32 mask = sbase + kMaskOff + 8 * b + 4 * group;
+        sts32(mask, valid);
+        st_async_32(mask + peer, valid, peer_bar);
+      }
+      fence_proxy_async_smem();
+      // The full barrier's phase: 128 local arrivals and the peer's bytes.
+      if (ptid == 0) mbar_arrive_expect_tx(bar_full + 8 * b, kPeerBytes);
+      else mbar_arrive(bar_full + 8 * b);
+    }
+  }
+
+  template <int kHeads, bool kHasExtra, bool kCross>
+  __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
+                                                 int n_iter, u32 sbase, int tid, int group, u32 peer) {
+    if (n_iter <= 0) return;
+    if constexpr (kCross) produce_pair<kHasExtra>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
+    else produce_own<kHasExtra>(p, work, t, c_begin, n_iter, sbase, tid);
   }
 };
 
