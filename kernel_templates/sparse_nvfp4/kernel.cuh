@@ -65,6 +65,22 @@ __device__ __forceinline__ TokenWork token_work(const SparseNvfp4Params& p, int 
   return w;
 }
 
+// The chunks [begin, begin + count) a CTA runs: its slice `slice` of `slices` equal parts of its
+// split's chunks (unsplit, chunks_per_block covers every chunk of the call), clipped to the token's.
+struct ChunkRange {
+  int begin, count;
+};
+template <bool kSplit>
+__device__ __forceinline__ ChunkRange chunk_range(const SparseNvfp4Params& p, const TokenWork& w, int split, int slice, int slices) {
+  const int per_cta = (p.chunks_per_block + slices - 1) / slices;
+  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
+  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + slice * per_cta;
+  int c_end = c_begin + per_cta;
+  if (c_end > split_end) c_end = split_end;
+  if (c_end > w.total_chunks) c_end = w.total_chunks;
+  return {c_begin, c_end > c_begin ? c_end - c_begin : 0};
+}
+
 // Folds the attention sink (a logit in natural units) into a finished row: the output factor shrinks
 // by 1 / (1 + 2^(s2 - lse)) and the base-2 LSE becomes log2(2^lse + 2^s2); a row that saw nothing
 // takes the sink's LSE (its output stays 0).
@@ -687,14 +703,8 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   }
   pdl_wait();  // the first read of an input (sparse_detail)
   const TokenWork work = token_work<kHasExtra>(p, t);
-  // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
-  const int per_cta = (p.chunks_per_block + ncta - 1) / ncta;
-  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
-  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + crank * per_cta;
-  int c_end = c_begin + per_cta;
-  if (c_end > split_end) c_end = split_end;
-  if (c_end > work.total_chunks) c_end = work.total_chunks;
-  const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
+  const ChunkRange range = chunk_range<kSplit>(p, work, split, crank, ncta);
+  const int c_begin = range.begin, n_iter = range.count;
   __syncthreads();
 
   if (kSmall && tid >= kConsumers) {

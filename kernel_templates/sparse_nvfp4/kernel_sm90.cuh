@@ -834,14 +834,8 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   }
   pdl_wait();  // the first read of an input
   const TokenWork work = token_work<kHasExtra>(p, t);
-  // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
-  const int per_cta = (p.chunks_per_block + shape.deal - 1) / shape.deal;
-  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
-  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + shape.slice * per_cta;
-  int c_end = c_begin + per_cta;
-  if (c_end > split_end) c_end = split_end;
-  if (c_end > work.total_chunks) c_end = work.total_chunks;
-  const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
+  const ChunkRange range = chunk_range<kSplit>(p, work, split, shape.slice, shape.deal);
+  const int c_begin = range.begin, n_iter = range.count;
   // With kCross the peer arrives on and writes into this CTA's barriers and tiles, and dealt slices
   // write into each other's Q: all initialised.
   if (kCross || shape.deal > 1) cluster_sync();
