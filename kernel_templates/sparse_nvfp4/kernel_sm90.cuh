@@ -313,12 +313,13 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
 }
 
 // ---- The sm90 body by role ----
-// The producer warpgroup gathers and decodes each chunk into a tile (F::produce). Consumers stage Q
-// (stage_q_shared); per chunk WG0 computes S = Q K^T (wg0_scores), takes the online-softmax step
-// (in the loop), hands P and the rescale to WG1 and adds P V over dims 0..255 (wg0_pv), while WG1
-// adds P V over dims 256..511 (wg1_pv). Then each warpgroup writes its columns (wg0_write_rows,
-// wg1_write_rows), or a dealt split's slices combine theirs (dealt_rows, dealt_publish,
-// dealt_combine).
+// The producer warpgroup gathers and decodes each chunk into a tile (F::produce: produce_own, or
+// produce_pair for a cluster pair). Consumers stage Q (stage_q_shared); per chunk WG0 computes
+// S = Q K^T (wg0_scores), takes the online-softmax step (wg0_softmax, rescale_rows), hands P and
+// the rescale to WG1 (publish_p) and adds P V over dims 0..255 (wg0_pv), while WG1 takes them
+// (take_p) and adds P V over dims 256..511 (wg1_pv). Then each warpgroup writes its columns
+// (wg0_write_rows, wg1_write_rows), or a dealt split's slices combine theirs
+// (wg0_dealt_epilogue, wg1_dealt_epilogue).
 
 // Q into shared memory by the 256 consumer threads, shared between dealt slices where the format
 // allows: each slice rounds its share of the NoPE groups and st.asyncs it to the others, whose
