@@ -358,7 +358,7 @@ struct Nvfp4Format {
 // ---- The mma.sync body by role ----
 // Per chunk: the producers gather its 64 records and decode them into a tile (produce_compact,
 // produce_staged); each consumer team computes S = Q K^T for its 16 heads (chunk_scores), takes the
-// online-softmax step (in the loop of sparse_decode) and adds P V (chunk_pv). Then each team
+// online-softmax step (chunk_softmax) and adds P V (chunk_pv). Then each team
 // publishes its row sums (publish_row_sums) and normalises and writes its rows (write_rows), or a
 // cluster's CTAs, which split the chunks, combine their partial rows (cluster_combine).
 
@@ -486,6 +486,64 @@ __device__ __forceinline__ void chunk_scores(const u8* tile, const u8* q, const 
       for (int st = 0; st < kSets; ++st) v += sacc[st][nt][e];
       s[nt][e] = v;
     }
+}
+
+// The online-softmax step of one chunk for this thread's two rows: masked base-2 scores, the
+// chunk's row max over the team's four warps (through red_max, one team barrier), P = 2^(s - m)
+// (f16 with kF16Nope, else bf16) into the team's P buffer of chunk parity b, O and l rescaled; a
+// second team barrier publishes P. Returns the P buffer for chunk_pv (computed once: with a second
+// computation of the same address in the loop, ptxas allocated the staged sm_90a kernels 8 fewer
+// registers at ~50 more instructions and the compact sm_90a kernels lost their unrolled loop).
+template <class F, int kRows>
+__device__ __forceinline__ u8* chunk_softmax(float (&s)[2][4], const u32* masks, float* red_max, u8* p_smem, int b, float scale_log2,
+                                             const ConsumerLane& c, float (&o)[16][4], float (&m_run)[2], float (&l_run)[2]) {
+  const u32 mask = masks[b * 4 + c.warp];
+  float* rmax = red_max + b * 4 * 32;
+  float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = nt * 8 + 2 * c.q4 + (e & 1);
+      const float v = ((mask >> col) & 1u) ? s[nt][e] * scale_log2 : neg_inf();
+      s[nt][e] = v;
+      mx[e >> 1] = fmaxf(mx[e >> 1], v);
+    }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    mx[hr] = quad_max(mx[hr]);
+    if (c.q4 == 0) rmax[c.warp * 32 + c.row0 + hr * 8 + c.g] = mx[hr];
+  }
+  named_barrier_sync(c.bar_team, kSparseConsumerThreads);
+  u8* pbuf = p_smem + b * kRows * 128 + c.row0 * 128;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = hr * 8 + c.g;
+    float tile_max = rmax[c.row0 + row];
+#pragma unroll
+    for (int w = 1; w < 4; ++w) tile_max = fmaxf(tile_max, rmax[w * 32 + c.row0 + row]);
+    const auto [m_use, alpha] = online_softmax_step(m_run[hr], tile_max);
+    float psum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const float p0 = fast_exp2(s[nt][2 * hr] - m_use);
+      const float p1 = fast_exp2(s[nt][2 * hr + 1] - m_use);
+      psum += p0 + p1;
+      u32 h;
+      if constexpr (F::kF16Nope) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(p1), "f"(p0));
+      else h = pack_bf16x2(p0, p1);
+      const int chunk = 2 * c.warp + nt;
+      *reinterpret_cast<u32*>(pbuf + row * 128 + ((chunk ^ (row & 7)) * 16) + 4 * c.q4) = h;
+    }
+    l_run[hr] = l_run[hr] * alpha + psum;
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+      o[nt][2 * hr] *= alpha;
+      o[nt][2 * hr + 1] *= alpha;
+    }
+  }
+  named_barrier_sync(c.bar_team, kSparseConsumerThreads);
+  return pbuf;
 }
 
 // The NoPE or RoPE dim of column pair q4 of this warp's n-tile nt: NoPE dims 112 warp .. + 111
@@ -755,58 +813,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
     mbar_wait(bar_full + 8 * tb, u32((i / kTileBufs) & 1));
     float s[2][4];
     chunk_scores<F, kSets>(tile, q_smem, c, s);
-
-    // ---- the online-softmax step (written out here: as a function, ptxas allocates the staged
-    // sm_90a kernels differently and the compact ones lose their unrolled loop) ----
-    // Masked base-2 scores and the chunk's row max over the team's four warps (through rmax).
-    const u32 mask = masks[b * 4 + c.warp];
-    float* rmax = red_max + b * 4 * 32;
-    float mx[2] = {neg_inf(), neg_inf()};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = nt * 8 + 2 * c.q4 + (e & 1);
-        const float v = ((mask >> col) & 1u) ? s[nt][e] * scale_log2 : neg_inf();
-        s[nt][e] = v;
-        mx[e >> 1] = fmaxf(mx[e >> 1], v);
-      }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      mx[hr] = quad_max(mx[hr]);
-      if (c.q4 == 0) rmax[c.warp * 32 + c.row0 + hr * 8 + c.g] = mx[hr];
-    }
-    named_barrier_sync(c.bar_team, kSparseConsumerThreads);
-    // P = 2^(s - m) into pbuf (f16 with kF16Nope, else bf16) for chunk_pv; O and l rescaled.
-    u8* pbuf = p_smem + b * kRows * 128 + c.row0 * 128;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = hr * 8 + c.g;
-      float tile_max = rmax[c.row0 + row];
-#pragma unroll
-      for (int w = 1; w < 4; ++w) tile_max = fmaxf(tile_max, rmax[w * 32 + c.row0 + row]);
-      const auto [m_use, alpha] = online_softmax_step(m_run[hr], tile_max);
-      float psum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const float p0 = fast_exp2(s[nt][2 * hr] - m_use);
-        const float p1 = fast_exp2(s[nt][2 * hr + 1] - m_use);
-        psum += p0 + p1;
-        u32 h;
-        if constexpr (F::kF16Nope) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(p1), "f"(p0));
-        else h = pack_bf16x2(p0, p1);
-        const int chunk = 2 * c.warp + nt;
-        *reinterpret_cast<u32*>(pbuf + row * 128 + ((chunk ^ (row & 7)) * 16) + 4 * c.q4) = h;
-      }
-      l_run[hr] = l_run[hr] * alpha + psum;
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        o[nt][2 * hr] *= alpha;
-        o[nt][2 * hr + 1] *= alpha;
-      }
-    }
-    named_barrier_sync(c.bar_team, kSparseConsumerThreads);
-
+    u8* pbuf = chunk_softmax<F, kRows>(s, masks, red_max, p_smem, b, scale_log2, c, o, m_run, l_run);
     chunk_pv<F>(pbuf, tile, c, o);
     if (i + kTileBufs < n_iter) mbar_arrive(bar_empty + 8 * tb);
   }
