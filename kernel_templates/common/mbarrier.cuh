@@ -63,6 +63,12 @@ __device__ __forceinline__ void named_barrier_sync(u32 id, u32 threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrives on hardware barrier `id` without waiting: the `threads` of a named_barrier_sync on the same
+// id count this warp's arrival, so a producer can signal consumers and go on.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 #endif  // __CUDACC__
 
 }  // namespace kiln

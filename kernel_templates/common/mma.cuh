@@ -62,6 +62,13 @@ __device__ __forceinline__ void ldsm_x4_trans(u32 (&r)[4], u32 addr) {
 __device__ __forceinline__ void cp_async_16_addr(u32 smem, const void* gmem, u32 bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(bytes));
 }
+// cp_async_16_addr issued only where `pred` holds, as a predicated instruction: a branch around it
+// ends a basic block per copy and keeps the compiler from overlapping the copies' address math.
+__device__ __forceinline__ void cp_async_16_if(u32 smem, const void* gmem, u32 bytes, bool pred) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(smem), "l"(gmem),
+      "r"(bytes), "r"(int(pred)));
+}
 
 struct U32x4 {
   u32 x, y, z, w;
@@ -75,6 +82,18 @@ __device__ __forceinline__ U32x4 lds128(u32 addr) {
 __device__ __forceinline__ void sts128(u32 addr, U32x4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
 }
+__device__ __forceinline__ u32 lds_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ u64 lds64(u32 addr) {
+  u64 v;
+  asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void sts8(u32 addr, u32 v) { asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v)); }
+__device__ __forceinline__ void sts16(u32 addr, u32 v) { asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "r"(v)); }
 __device__ __forceinline__ void sts32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
 __device__ __forceinline__ void sts_f32(u32 addr, float v) { asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v)); }
 __device__ __forceinline__ float lds_f32(u32 addr) {

@@ -1,6 +1,7 @@
 #pragma once
 // Fast NVFP4 (E2M1 codes + E4M3 block scales) decode for GPUs without FP4 conversion instructions
 // (sm_90). Codes become f16 by bit placement, then one f16x2 multiply applies the block scale.
+#include "common/mma.cuh"
 #include "common/numeric.cuh"
 
 namespace kiln {
@@ -72,6 +73,17 @@ __device__ __forceinline__ void e2m1x32_to_f16_scaled(const u32 (&codes)[4], u16
   const u32 s_lo = f16x2_bcast_lo(s2), s_hi = f16x2_bcast_hi(s2);
 #pragma unroll
   for (int wi = 0; wi < 4; ++wi) e2m1x8_to_f16_scaled(codes[wi], wi < 2 ? s_lo : s_hi, out[wi]);
+}
+
+// e2m1x32_to_f16_scaled with each 16-byte piece handed to put(piece, U32x4) (piece p: dims 8p .. 8p + 7
+// of the unit), so that a caller's stores sit next to the decode they follow.
+template <int kExtraExp, class Put>
+__device__ __forceinline__ void e2m1x32_decode_unit(U32x4 codes, u16 two_scales, Put&& put) {
+  const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
+  u32 o[4][4];
+  e2m1x32_to_f16_scaled<kExtraExp>(words, two_scales, o);
+#pragma unroll
+  for (int p = 0; p < 4; ++p) put(p, U32x4{o[p][0], o[p][1], o[p][2], o[p][3]});
 }
 
 #endif  // __CUDACC__

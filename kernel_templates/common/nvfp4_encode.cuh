@@ -8,6 +8,8 @@
 //           (and +-Inf) -> +-6, NaN -> +6 (code 0x7), and a value that rounds to zero keeps its sign
 //           (code 0x8 for negative values and -0).
 // sm_100+ has the E2M1 conversion instruction; sm_90 computes the same bits in software.
+// nvfp4_round_trip_group16 gives the values such a group reads back as (the attention kernels'
+// rounding of Q), by the same rule.
 #include "common/numeric.cuh"
 
 namespace kiln {
@@ -18,6 +20,39 @@ __device__ __forceinline__ float rcp_approx_ftz(float x) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
+}
+
+// The scale of a group whose largest |x| is `amax`: its E4M3 byte, that byte's value and the
+// reciprocal every element is multiplied by before its E2M1 rounding.
+struct Nvfp4GroupScale {
+  u8 byte;
+  float value, inv;
+};
+__device__ __forceinline__ Nvfp4GroupScale nvfp4_group_scale(float amax) {
+  const u8 byte = float_to_e4m3_satfinite(__fmul_rn(amax, 0x1.555556p-3f));  // fp32(1/6)
+  const float value = e4m3_to_float(byte);
+  return {byte, value, value == 0.0f ? 0.0f : rcp_approx_ftz(value)};
+}
+
+// A magnitude `a` >= 0 rounded onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6, ...}, ties to the even
+// code, before saturation: 7 and up round to 8 or more, +Inf (or a magic that overflows) to NaN.
+// The grid step in a's binade (0.5 below 2, then 1, then 2) is the ulp of magic = 2^(22 +
+// max(exponent, 0)), so a + magic rounds once onto the grid, ties to the even multiple of the
+// step, which is the even code.
+__device__ __forceinline__ float e2m1_grid_round(float a) {
+  const float magic = __fmul_rn(__uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u), 0x1p22f);
+  return __fsub_rn(__fadd_rn(a, magic), magic);
+}
+
+// The value of cvt.rn.satfinite.e2m1's code for any y: one fminf after the rounding saturates
+// every y at 6 (a NaN rounding drops out of it), and the sign is y's. A NaN y from a NaN element
+// is the GPU's canonical NaN (sign bit clear), so it becomes +6, as code 0x7 does. Same values as a
+// compare-and-select rounding for every y = bf16 x fp32(1 / scale), +-Inf included (checked on the
+// host for all bf16 and all 126 non-zero scales; on the H200 rcp.approx.ftz gives fp32(1 / scale)
+// for every scale).
+__device__ __forceinline__ float e2m1_round_value(float y) {
+  const float r = fminf(e2m1_grid_round(fabsf(y)), 6.0f);
+  return __uint_as_float(__float_as_uint(r) | (__float_as_uint(y) & 0x80000000u));
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -31,15 +66,11 @@ __device__ __forceinline__ u32 e2m1x2_rn_satfinite(float lo, float hi) {
 // One value's E2M1 code magnitude as cvt.rn.satfinite.e2m1x2.f32 rounds it, before saturation,
 // computed in fp32 (sm_90 has no FP4 conversion), as nibble k of a word. `y` must be finite with
 // |y| <= 9.
-// The E2M1 grid step in |y|'s binade (0.5 below 2, then 1, then 2) is the ulp of
-// magic = 2^(22 + max(exponent, 0)), so |y| + magic rounds once to that grid, ties to even; 7 and
-// up round to 8. Scaled by 2^-126, the rounded magnitude lands on fp32's subnormal boundary, where
-// its bits are code << 22 (8 for 8: e2m1_saturate makes it 7). Multiplies place the fields, so that
-// most of the work runs on the FMA pipe.
+// Scaled by 2^-126, the rounded magnitude (e2m1_grid_round) lands on fp32's subnormal boundary,
+// where its bits are code << 22 (8 for 8: e2m1_saturate makes it 7). Multiplies place the fields,
+// so that most of the work runs on the FMA pipe.
 __device__ __forceinline__ u32 e2m1_magnitude(float y, int k) {
-  const float a = fabsf(y);
-  const float magic = __fmul_rn(__uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u), 0x1p22f);
-  const u32 code22 = __float_as_uint(__fmul_rn(__fsub_rn(__fadd_rn(a, magic), magic), 0x1p-126f));
+  const u32 code22 = __float_as_uint(__fmul_rn(e2m1_grid_round(fabsf(y)), 0x1p-126f));
   return k <= 5 ? __umulhi(code22, 1u << (10 + 4 * k)) : code22 * (1u << (4 * k - 22));
 }
 
@@ -124,9 +155,8 @@ __device__ __forceinline__ u32 nvfp4_encode_group16(const uint4& a, const uint4&
   const bool bounded = amax <= 2688.0f;
   if (!bounded) amax = bf16x16_abs_max<false>(w);
 #endif
-  const u8 scale = float_to_e4m3_satfinite(__fmul_rn(amax, 0x1.555556p-3f));  // fp32(1/6)
-  const float s = e4m3_to_float(scale);
-  const float inv = s == 0.0f ? 0.0f : rcp_approx_ftz(s);
+  const Nvfp4GroupScale gs = nvfp4_group_scale(amax);
+  const float inv = gs.inv;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
   u32 bytes[8];
 #pragma unroll
@@ -142,7 +172,30 @@ __device__ __forceinline__ u32 nvfp4_encode_group16(const uint4& a, const uint4&
     hi = e2m1_word<false>(w + 4, inv);
   }
 #endif
-  return scale;
+  return gs.byte;
+}
+
+// What the group of nvfp4_encode_group16 reads back as, e2m1(code) * scale, as eight f16 pairs (the
+// products are exact in f16: at most 6 significant bits, from 2^-10 to 6 * 448). Same rule, element
+// by element in fp32: amax ignores NaN elements, a NaN element reads back as +6 * scale.
+__device__ __forceinline__ void nvfp4_round_trip_group16(const uint4& a, const uint4& b, u32 (&h)[8]) {
+  const u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  float x[16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    x[2 * i] = bf16x2_lo(v[i]);
+    x[2 * i + 1] = bf16x2_hi(v[i]);
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  const Nvfp4GroupScale gs = nvfp4_group_scale(amax);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float lo = e2m1_round_value(__fmul_rn(x[2 * i], gs.inv)) * gs.value;
+    const float hi = e2m1_round_value(__fmul_rn(x[2 * i + 1], gs.inv)) * gs.value;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h[i]) : "f"(hi), "f"(lo));
+  }
 }
 
 #endif  // __CUDACC__

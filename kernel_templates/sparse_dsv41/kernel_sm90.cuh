@@ -77,9 +77,9 @@ struct Sm90Format {
       const u64 d = (u64(__shfl_sync(0xffffffffu, u32(addr >> 32), k)) << 32) | __shfl_sync(0xffffffffu, u32(addr), k);
       const u64 s = (u64(__shfl_sync(0xffffffffu, u32(addr >> 32), 8 + k)) << 32) | __shfl_sync(0xffffffffu, u32(addr), 8 + k);
       const u32 row = rows + u32(k) * stride;
-      sparse_sm90::cp_async_16_if(row + 16u * lane, d ? reinterpret_cast<const u8*>(d) + 16 * lane : fallback, d ? 16u : 0u,
+      cp_async_16_if(row + 16u * lane, d ? reinterpret_cast<const u8*>(d) + 16 * lane : fallback, d ? 16u : 0u,
                                   lane < data_pieces);
-      sparse_sm90::cp_async_16_if(row + scale_at + 16u * lane, s ? reinterpret_cast<const u8*>(s) + 16 * lane : fallback, s ? 16u : 0u,
+      cp_async_16_if(row + scale_at + 16u * lane, s ? reinterpret_cast<const u8*>(s) + 16 * lane : fallback, s ? 16u : 0u,
                                   lane < scale_pieces);
     }
   }

@@ -13,10 +13,12 @@
 // Decoded NoPE values are stored as value * 2^-7 (exact in f16 for every e2m1 x e4m3 product); the
 // Q RoPE dims are pre-multiplied by 2^-7 too, so every logit is 2^-7 * s and the 2^7 is folded into
 // the softmax scale. NoPE output columns are multiplied back by 2^7 at the end.
+#include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
 #include "common/nvfp4.cuh"
+#include "common/nvfp4_encode.cuh"
 #include "common/pdl.cuh"
 #include "common/softmax.cuh"
 #include "sparse_nvfp4/params.cuh"
@@ -42,40 +44,6 @@ constexpr unsigned kTileRow = 1024u;
 // its blocks start: a dependent cannot take an SM one of this grid's blocks still needs, since all of
 // them have started by then.
 
-// Cluster helpers (sm_90+). A launch without a cluster attribute is a cluster of one CTA.
-__device__ __forceinline__ u32 cluster_size() {
-  u32 n;
-  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-  return n;
-}
-__device__ __forceinline__ u32 cluster_rank() {
-  u32 r;
-  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// Every thread of every CTA of the cluster arrives (exited threads would not), then waits: the
-// release/acquire pair makes each CTA's shared-memory writes before it visible to its peers after.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// The shared-memory address `addr` of this CTA, as the same variable of CTA `rank` of the cluster.
-__device__ __forceinline__ u32 peer_addr(u32 addr, u32 rank) {
-  u32 r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float ld_peer_f32(u32 addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ float4 ld_peer_f32x4(u32 addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-
 __device__ __forceinline__ int clamp_length(const void* lengths, int t, int topk) {
   if (lengths == nullptr) return topk;
   const int v = static_cast<const int*>(lengths)[t];
@@ -95,6 +63,22 @@ __device__ __forceinline__ TokenWork token_work(const SparseNvfp4Params& p, int 
   w.main_chunks = (w.main_len + kSparseChunk - 1) / kSparseChunk;
   w.total_chunks = w.main_chunks + (w.extra_len + kSparseChunk - 1) / kSparseChunk;
   return w;
+}
+
+// The chunks [begin, begin + count) a CTA runs: its slice `slice` of `slices` equal parts of its
+// split's chunks (unsplit, chunks_per_block covers every chunk of the call), clipped to the token's.
+struct ChunkRange {
+  int begin, count;
+};
+template <bool kSplit>
+__device__ __forceinline__ ChunkRange chunk_range(const SparseNvfp4Params& p, const TokenWork& w, int split, int slice, int slices) {
+  const int per_cta = (p.chunks_per_block + slices - 1) / slices;
+  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
+  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + slice * per_cta;
+  int c_end = c_begin + per_cta;
+  if (c_end > split_end) c_end = split_end;
+  if (c_end > w.total_chunks) c_end = w.total_chunks;
+  return {c_begin, c_end > c_begin ? c_end - c_begin : 0};
 }
 
 // Folds the attention sink (a logit in natural units) into a finished row: the output factor shrinks
@@ -226,25 +210,23 @@ __device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const
   return r.valid;
 }
 
-// Decode the staged record (cand, half) into its tile row; 16 B chunk j of a row sits at j ^ (row & 7).
+// A staged record half (cand, half) into its tile row: code units u = 2k + half (k < 7: dims 32u ..
+// 32u + 31, scale groups 2u, 2u + 1) and RoPE units 2k + half (k < 4: dims 448 + 8 (2k + half) ..,
+// bf16 copied as is); 16-byte piece j of a tile row sits at j ^ (cand & 7).
 __device__ __forceinline__ void decode_candidate(const u8* stage_row, u8* tile_row, int cand, int half) {
   const int sw = cand & 7;
 #pragma unroll
   for (int k = 0; k < 7; ++k) {
-    const int u = 2 * k + half;  // 16 B code unit: dims 32u .. 32u+31, scale groups 2u, 2u+1
+    const int u = 2 * k + half;
     const uint4 codes = *reinterpret_cast<const uint4*>(stage_row + u * 16);
     const u16 sc = *reinterpret_cast<const u16*>(stage_row + kDataBytes + 2 * u);
-    const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
-    u32 o[4][4];
-    e2m1x32_to_f16_scaled<kE2m1RawExponent - kKScaleExp>(words, sc, o);
-#pragma unroll
-    for (int wi = 0; wi < 4; ++wi) {
-      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
-    }
+    e2m1x32_decode_unit<kE2m1RawExponent - kKScaleExp>(U32x4{codes.x, codes.y, codes.z, codes.w}, sc, [&](int p, U32x4 v) {
+      *reinterpret_cast<uint4*>(tile_row + (((4 * u + p) ^ sw) * 16)) = make_uint4(v.x, v.y, v.z, v.w);
+    });
   }
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const int r = 2 * k + half;  // RoPE unit: dims 448 + 8r .. +7, bf16 copied as is
+    const int r = 2 * k + half;
     const uint4 v = *reinterpret_cast<const uint4*>(stage_row + 224 + r * 16);
     *reinterpret_cast<uint4*>(tile_row + (((56 + r) ^ sw) * 16)) = v;
   }
@@ -275,14 +257,10 @@ __device__ __forceinline__ void decode_candidate_regs(const RecordHalf& rec, u8*
                               rec.scales[1].x, rec.scales[1].y, rec.scales[1].z};
 #pragma unroll
   for (int k = 0; k < 7; ++k) {
-    const int u = 2 * k + half;  // 16 B code unit: dims 32u .. 32u+31, scale groups 2u, 2u+1 (word k)
-    const u32 words[4] = {rec.data[k].x, rec.data[k].y, rec.data[k].z, rec.data[k].w};
-    u32 o[4][4];
-    e2m1x32_to_f16_scaled<kE2m1RawExponent - kKScaleExp>(words, u16(scale_words[k] >> (16 * half)), o);
-#pragma unroll
-    for (int wi = 0; wi < 4; ++wi) {
-      *reinterpret_cast<uint4*>(tile_row + (((4 * u + wi) ^ sw) * 16)) = make_uint4(o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
-    }
+    const int u = 2 * k + half;  // scale groups 2u, 2u + 1: half `half` of scale word k
+    e2m1x32_decode_unit<kE2m1RawExponent - kKScaleExp>(rec.data[k], u16(scale_words[k] >> (16 * half)), [&](int p, U32x4 v) {
+      *reinterpret_cast<uint4*>(tile_row + (((4 * u + p) ^ sw) * 16)) = make_uint4(v.x, v.y, v.z, v.w);
+    });
   }
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -300,48 +278,12 @@ __device__ __forceinline__ u32 compress_even_bits(u32 x) {
   return (x | (x >> 8)) & 0x0000ffffu;
 }
 
-// Round-to-nearest-even onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6, as the
-// writers' cvt.rn.satfinite.e2m1 does (common/nvfp4_encode.cuh). The grid step in |y|'s binade (0.5
-// below 2, then 1, then 2) is the ulp of magic = 2^(22 + max(exponent, 0)), so |y| + magic rounds once
-// onto the grid, ties to the even multiple of the step, which is the even code. Magnitudes from 7 up
-// round to 8 or more, and +-Inf (or a magic that overflows) to NaN, so one fminf after the rounding
-// saturates every y (same results as a compare-and-select rounding for every y = bf16 x fp32(1 /
-// scale), +-Inf included, checked on the host for all bf16 and all 126 non-zero scales). A NaN y
-// (from a NaN element: the product is the GPU's one canonical NaN, sign bit clear) becomes +6, the
-// writers' code for NaN.
-__device__ __forceinline__ float e2m1_round(float y) {
-  const float a = fabsf(y);
-  const float magic = __fmul_rn(__uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7f800000u), 0x1p22f);
-  const float r = fminf(__fsub_rn(__fadd_rn(a, magic), magic), 6.0f);
-  return __uint_as_float(__float_as_uint(r) | (__float_as_uint(y) & 0x80000000u));
-}
-
-// One 16-dim NoPE group of Q NVFP4 round-tripped by the writers' rule, as 16 exact f16 values.
-// amax * fp32(1/6) gives the same E4M3 byte as amax / 6 for every bf16 amax
-// (runtime/nvfp4_writer/README.md); NaN elements do not count towards amax (fmaxf drops them).
-__device__ __forceinline__ void quantize_q_group(uint4 a, uint4 b, u32 (&h)[8]) {
-  const u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-  float x[16];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    x[2 * i] = bf16x2_lo(v[i]);
-    x[2 * i + 1] = bf16x2_hi(v[i]);
-  }
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
-  const float scale = e4m3_to_float(float_to_e4m3_satfinite(__fmul_rn(amax, 0x1.555556p-3f)));
-  const float inv = scale == 0.0f ? 0.0f : __frcp_rn(scale);
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-    h[i] = pack_f16x2(e2m1_round(__fmul_rn(x[2 * i], inv)) * scale, e2m1_round(__fmul_rn(x[2 * i + 1], inv)) * scale);
-}
-
-// Q rows head0 .. head0 + kRows - 1 into shared memory: NoPE NVFP4 round-tripped as exact f16, RoPE
-// as bf16 * 2^-7; rows past H are zero. The rows' 28 NoPE groups and 8 RoPE units are dealt
-// round-robin to kThreads threads (`idx` in [0, kThreads)). A thread loads its RoPE units first,
-// then its groups two at a time, issuing both groups' loads before converting either: at T = 1, a
-// round trip to L2 per group would be most of a block's time.
+// Q rows head0 .. head0 + kRows - 1 into shared memory: NoPE NVFP4 round-tripped by the writers'
+// rule (nvfp4_round_trip_group16) as exact f16, RoPE as bf16 * 2^-7; rows past H are zero. The
+// rows' 28 NoPE groups and 8 RoPE units are dealt round-robin to kThreads threads (`idx` in [0,
+// kThreads)). A thread loads its RoPE units first, then its groups two at a time, issuing both
+// groups' loads before converting either: at T = 1, a round trip to L2 per group would be most of a
+// block's time.
 template <int kHeads, int kRows, int kThreads>
 __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int idx) {
   constexpr int kNope = kRows * 28, kRope = kRows * 8;
@@ -373,7 +315,7 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
       const int g = idx + (k0 + k) * kThreads, r = g / 28, grp = g - r * 28;
       if (k0 + k >= kPerNope || g >= kNope) break;
       u32 h[8];
-      quantize_q_group(raw[k][0], raw[k][1], h);
+      nvfp4_round_trip_group16(raw[k][0], raw[k][1], h);
       u8* row = q_smem + r * kTileRow;
       *reinterpret_cast<uint4*>(row + (((2 * grp) ^ (r & 7)) * 16)) = make_uint4(h[0], h[1], h[2], h[3]);
       *reinterpret_cast<uint4*>(row + (((2 * grp + 1) ^ (r & 7)) * 16)) = make_uint4(h[4], h[5], h[6], h[7]);
@@ -413,6 +355,352 @@ struct Nvfp4Format {
   }
 };
 
+// ---- The mma.sync body by role ----
+// Per chunk: the producers gather its 64 records and decode them into a tile (produce_compact,
+// produce_staged); each consumer team computes S = Q K^T for its 16 heads (chunk_scores), takes the
+// online-softmax step (chunk_softmax) and adds P V (chunk_pv). Then each team
+// publishes its row sums (publish_row_sums) and normalises and writes its rows (write_rows), or a
+// cluster's CTAs, which split the chunks, combine their partial rows (cluster_combine).
+
+// Producers of the compact configuration (one tile): thread (cand, half) = (ptid / 2, ptid % 2)
+// loads its record half of chunk i + 1 into registers before it decodes chunk i, so the loads'
+// latency hides behind the decode and the consumers' wait on the tile.
+template <class F, bool kHasExtra>
+__device__ __forceinline__ void produce_compact(const SparseNvfp4Params& p, const TokenWork& work, int t, int c_begin, int n_iter, u8* tiles,
+                                                u32* masks, u32 bar_empty, u32 bar_full, int ptid, int lane) {
+  const int cand = ptid >> 1, half = ptid & 1;
+  typename F::Record cur, next;
+  bool valid_cur = n_iter > 0 && F::template load<kHasExtra>(p, work, t, c_begin, cand, half, cur);
+  for (int i = 0; i < n_iter; ++i) {
+    const int b = i & 1;
+    bool valid_next = false;
+    if (i + 1 < n_iter) valid_next = F::template load<kHasExtra>(p, work, t, c_begin + i + 1, cand, half, next);
+    if (i >= 1) mbar_wait(bar_empty, u32((i - 1) & 1));
+    F::decode(cur, tiles + cand * kTileRow, cand, half);
+    const u32 ballot = __ballot_sync(0xffffffffu, valid_cur && half == 0);
+    if (lane == 0) masks[b * 4 + (ptid >> 5)] = compress_even_bits(ballot);
+    mbar_arrive(bar_full);
+    cur = next;
+    valid_cur = valid_next;
+  }
+}
+
+// Producers of the staged configuration (two tiles, two raw stages): work item = (candidate, half)
+// of 128, two per thread with 64 producer threads. Chunks i and i + 1 are in flight as cp.async
+// groups while chunk i waits for its tile; kStageQ: the producers also stage a share of Q while
+// their first gathers are in flight.
+template <class F, int kHeads, int kRows, int kQThreads, int kProducers, bool kStageQ, bool kHasExtra>
+__device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const TokenWork& work, int t, int head0, int c_begin, int n_iter,
+                                               u8* stages, u8* tiles, u8* q_smem, u32* masks, u32 bar_empty, u32 bar_full, int tid, int ptid,
+                                               int lane) {
+  constexpr int kReps = 128 / kProducers;
+  bool valid_next[2][kReps];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int r = 0; r < kReps; ++r) {
+      const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
+      valid_next[i][r] = false;
+      if (i < n_iter)
+        valid_next[i][r] =
+            load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half, stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
+    }
+    cp_async_commit();  // one group per chunk
+  }
+  if (kStageQ) F::template stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
+  for (int i = 0; i < n_iter; ++i) {
+    const int b = i & 1;
+    cp_async_wait<1>();
+    named_barrier_sync(kBarProducers, kProducers);
+    if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) - 1) & 1));
+#pragma unroll
+    for (int r = 0; r < kReps; ++r) {
+      const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
+      const u8* stage_row = stages + b * kSparseStageBytes + cand * kSparseStageRowBytes;
+      decode_candidate(stage_row, tiles + b * kSparseTileBytes + cand * kTileRow, cand, half);
+      const u32 ballot = __ballot_sync(0xffffffffu, valid_next[0][r] && half == 0);
+      if (lane == 0) masks[b * 4 + (item >> 5)] = compress_even_bits(ballot);
+    }
+    mbar_arrive(bar_full + 8 * b);
+    named_barrier_sync(kBarProducers, kProducers);  // staging buffer b fully read
+#pragma unroll
+    for (int r = 0; r < kReps; ++r) {
+      const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
+      valid_next[0][r] = valid_next[1][r];
+      valid_next[1][r] = false;
+      if (i + 2 < n_iter)
+        valid_next[1][r] =
+            load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half, stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
+    }
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+}
+
+// A consumer thread's place: team `team` owns heads head0 + 16 team .. + 15 (rows row0 = 16 team ..
+// of Q, P and the exchanges); in accumulator fragments the thread holds rows row0 + g and
+// row0 + g + 8, columns 2 q4, 2 q4 + 1 of each 8-wide n-tile.
+struct ConsumerLane {
+  int warp, lane, g, q4, row0, bar_team;
+};
+
+// S = Q K^T for the team's 16 rows and this warp's 16 candidates (16 warp ..), over kSets independent
+// accumulator sets (MMA latency hiding), summed at the end: s[nt][e] is candidate 16 warp + 8 nt + 2 q4
+// + (e & 1) of row g + 8 (e >> 1).
+template <class F, int kSets>
+__device__ __forceinline__ void chunk_scores(const u8* tile, const u8* q, const ConsumerLane& c, float (&s)[2][4]) {
+  const int lane = c.lane;
+  float sacc[kSets][2][4];
+#pragma unroll
+  for (int st = 0; st < kSets; ++st)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sacc[st][nt][e] = 0.0f;
+  const u8* k_row = tile + (c.warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kTileRow;
+  const int k_sub = (lane >> 3) & 1;
+  const u8* q_row = q + (c.row0 + (lane & 15)) * kTileRow;
+  const int q_sub = lane >> 4;
+  const int sw = lane & 7;
+#pragma unroll
+  for (int ks = 0; ks < 32; ++ks) {
+    u32 kb[4];
+    ldmatrix_x4(kb, k_row + (((2 * ks + k_sub) ^ sw) * 16));
+    const u32 b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+    u32 qa[4];
+    ldmatrix_x4(qa, q_row + (((2 * ks + q_sub) ^ sw) * 16));
+    if (F::kF16Nope && ks < kNopeDims / 16) {
+      mma_f16_16816(sacc[ks % kSets][0], qa, b0);
+      mma_f16_16816(sacc[ks % kSets][1], qa, b1);
+    } else {
+      mma_bf16_16816(sacc[ks % kSets][0], qa, b0);
+      mma_bf16_16816(sacc[ks % kSets][1], qa, b1);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v = 0.0f;
+#pragma unroll
+      for (int st = 0; st < kSets; ++st) v += sacc[st][nt][e];
+      s[nt][e] = v;
+    }
+}
+
+// The online-softmax step of one chunk for this thread's two rows: masked base-2 scores, the
+// chunk's row max over the team's four warps (through red_max, one team barrier), P = 2^(s - m)
+// (f16 with kF16Nope, else bf16) into the team's P buffer of chunk parity b, O and l rescaled; a
+// second team barrier publishes P. Returns the P buffer for chunk_pv (computed once: with a second
+// computation of the same address in the loop, ptxas allocated the staged sm_90a kernels 8 fewer
+// registers at ~50 more instructions and the compact sm_90a kernels lost their unrolled loop).
+template <class F, int kRows>
+__device__ __forceinline__ u8* chunk_softmax(float (&s)[2][4], const u32* masks, float* red_max, u8* p_smem, int b, float scale_log2,
+                                             const ConsumerLane& c, float (&o)[16][4], float (&m_run)[2], float (&l_run)[2]) {
+  const u32 mask = masks[b * 4 + c.warp];
+  float* rmax = red_max + b * 4 * 32;
+  float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = nt * 8 + 2 * c.q4 + (e & 1);
+      const float v = ((mask >> col) & 1u) ? s[nt][e] * scale_log2 : neg_inf();
+      s[nt][e] = v;
+      mx[e >> 1] = fmaxf(mx[e >> 1], v);
+    }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    mx[hr] = quad_max(mx[hr]);
+    if (c.q4 == 0) rmax[c.warp * 32 + c.row0 + hr * 8 + c.g] = mx[hr];
+  }
+  named_barrier_sync(c.bar_team, kSparseConsumerThreads);
+  u8* pbuf = p_smem + b * kRows * 128 + c.row0 * 128;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = hr * 8 + c.g;
+    float tile_max = rmax[c.row0 + row];
+#pragma unroll
+    for (int w = 1; w < 4; ++w) tile_max = fmaxf(tile_max, rmax[w * 32 + c.row0 + row]);
+    const auto [m_use, alpha] = online_softmax_step(m_run[hr], tile_max);
+    float psum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const float p0 = fast_exp2(s[nt][2 * hr] - m_use);
+      const float p1 = fast_exp2(s[nt][2 * hr + 1] - m_use);
+      psum += p0 + p1;
+      u32 h;
+      if constexpr (F::kF16Nope) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(p1), "f"(p0));
+      else h = pack_bf16x2(p0, p1);
+      const int chunk = 2 * c.warp + nt;
+      *reinterpret_cast<u32*>(pbuf + row * 128 + ((chunk ^ (row & 7)) * 16) + 4 * c.q4) = h;
+    }
+    l_run[hr] = l_run[hr] * alpha + psum;
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+      o[nt][2 * hr] *= alpha;
+      o[nt][2 * hr + 1] *= alpha;
+    }
+  }
+  named_barrier_sync(c.bar_team, kSparseConsumerThreads);
+  return pbuf;
+}
+
+// The NoPE or RoPE dim of column pair q4 of this warp's n-tile nt: NoPE dims 112 warp .. + 111
+// (nt < 14), RoPE dims 448 + 16 warp .. + 15.
+__device__ __forceinline__ int out_dim(int nt, int warp, int q4) { return (nt < 14 ? 112 * warp + 8 * nt : 448 + 16 * warp + 8 * (nt - 14)) + 2 * q4; }
+
+// O += P V with P (the team's 16 rows x 64 candidates) from pbuf and V the tile, for this warp's
+// dims (out_dim). With kF16Nope the NoPE dims take f16 P and the RoPE dims P converted to bf16.
+template <class F>
+__device__ __forceinline__ void chunk_pv(const u8* pbuf, const u8* tile, const ConsumerLane& c, float (&o)[16][4]) {
+  const int lane = c.lane, warp = c.warp;
+  const int q_sub = lane >> 4;
+  const int sw = lane & 7;
+  const u8* p_row = pbuf + (lane & 15) * 128;
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    u32 pa[4], pb[4];
+    ldmatrix_x4(pa, p_row + (((2 * ks + q_sub) ^ sw) * 16));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pb[e] = F::kF16Nope ? f16x2_to_bf16x2(pa[e]) : pa[e];
+    const u8* v_row = tile + (ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * kTileRow;
+#pragma unroll
+    for (int np = 0; np < 8; ++np) {
+      const int chunk = (np < 7 ? 14 * warp + 2 * np : 56 + 2 * warp) + (lane >> 4);
+      u32 vb[4];
+      ldmatrix_x4_trans(vb, v_row + ((chunk ^ sw) * 16));
+      const u32 b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+      if (F::kF16Nope && np < 7) {
+        mma_f16_16816(o[2 * np], pa, b0);
+        mma_f16_16816(o[2 * np + 1], pa, b1);
+      } else {
+        mma_bf16_16816(o[2 * np], pb, b0);
+        mma_bf16_16816(o[2 * np + 1], pb, b1);
+      }
+    }
+  }
+}
+
+// Each warp's part of its rows' sums into red_l[warp][row]; after the team barrier a row's sum is
+// the four parts' total (row_sum).
+__device__ __forceinline__ void publish_row_sums(const float (&l_run)[2], float* red_l, const ConsumerLane& c) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float l = quad_sum(l_run[hr]);
+    if (c.q4 == 0) red_l[c.warp * 32 + c.row0 + hr * 8 + c.g] = l;
+  }
+  named_barrier_sync(c.bar_team, kSparseConsumerThreads);
+}
+__device__ __forceinline__ float row_sum(const float* red_l, int row) { return red_l[row] + red_l[32 + row] + red_l[64 + row] + red_l[96 + row]; }
+
+// The team's finished rows, normalised (and with the sink for a final output), into output / out_lse
+// or the split's mid_out / mid_lse.
+template <class F, int kHeads, bool kSplit>
+__device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const float (&o)[16][4], const float (&m_run)[2], const float* red_l,
+                                           int t, int head0, int split, const ConsumerLane& c) {
+  const float* sink = static_cast<const float*>(p.attn_sink);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = c.row0 + hr * 8 + c.g;
+    const int head = head0 + row;
+    if (head >= kHeads) continue;
+    const float l = row_sum(red_l, row);
+    const bool empty = !(l > 0.0f);
+    float lse = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
+    float factor = empty ? 0.0f : 1.0f / l;
+    if (!kSplit && sink != nullptr) {
+      sparse_fold_sink(sink[head], empty, lse, factor);
+    } else if (empty) {
+      lse = kSplit ? kSparseEmptySplitLse : neg_inf();
+    }
+    const long long out_row = (long long)t * kHeads + head;
+    if (kSplit && empty) {
+      if (c.warp == 0 && c.q4 == 0) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
+      continue;  // mid_out of an empty split is never read
+    }
+    u16* dst = sparse_out_row<kSplit>(p, out_row, split);
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+      const float f = nt < 14 ? factor * F::kNopeUndo : factor;
+      *reinterpret_cast<u32*>(dst + out_dim(nt, c.warp, c.q4)) = pack_bf16x2(o[nt][2 * hr] * f, o[nt][2 * hr + 1] * f);
+    }
+    if (c.warp == 0 && c.q4 == 0) {
+      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
+      else static_cast<float*>(p.out_lse)[out_row] = lse * p.lse_scale;
+    }
+  }
+}
+
+// The cluster epilogue: every CTA publishes its rows' max, sum and unnormalised O in its tiles
+// region; after the first cluster barrier CTA crank combines the O columns nt with nt % ncta ==
+// crank over all CTAs in rank order (a fixed order: bitwise repeatable) and writes them; the second
+// barrier keeps each CTA's shared memory alive until read.
+template <class F, int kHeads, bool kSplit, int kConsumers>
+__device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, const float (&o)[16][4], const float (&m_run)[2], const float* red_l,
+                                                u8* tiles, int t, int head0, int split, int ncta, int crank, int tid, const ConsumerLane& c) {
+  const float* sink = static_cast<const float*>(p.attn_sink);
+  named_barrier_sync(kBarQStaged, kConsumers);  // both teams are past their last tile read
+  float* xo = reinterpret_cast<float*>(tiles);  // [16 nt][kConsumers][4]
+  float* xs = xo + 16 * kConsumers * 4;         // [kRows][2]: max, sum
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt) *reinterpret_cast<float4*>(xo + (nt * kConsumers + tid) * 4) = make_float4(o[nt][0], o[nt][1], o[nt][2], o[nt][3]);
+  if (c.warp == 0 && c.q4 == 0) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = c.row0 + hr * 8 + c.g;
+      xs[2 * row] = m_run[hr];
+      xs[2 * row + 1] = row_sum(red_l, row);
+    }
+  }
+  cluster_sync();
+  float w[2][kSparseMaxCluster], factor[2];
+  bool empty[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = c.row0 + hr * 8 + c.g;
+    const int head = head0 + row;
+    const SparseClusterRow cr =
+        sparse_cluster_row<kSplit>(smem_addr(xs + 2 * row), ncta, 0u, 1u, sink != nullptr && head < kHeads ? sink + head : nullptr);
+#pragma unroll
+    for (int r = 0; r < kSparseMaxCluster; ++r) w[hr][r] = cr.w[r];
+    factor[hr] = cr.factor;
+    empty[hr] = cr.empty;
+    const long long out_row = (long long)t * kHeads + head;
+    if (crank == 0 && c.warp == 0 && c.q4 == 0 && head < kHeads) {
+      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = cr.lse;
+      else static_cast<float*>(p.out_lse)[out_row] = cr.lse * p.lse_scale;
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt) {
+    if (nt % ncta != crank) continue;
+    const u32 o_addr = smem_addr(xo + (nt * kConsumers + tid) * 4);
+    float4 v[kSparseMaxCluster];
+#pragma unroll
+    for (int r = 0; r < kSparseMaxCluster; ++r) v[r] = r < ncta ? ld_peer_f32x4(peer_addr(o_addr, u32(r))) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < kSparseMaxCluster; ++r) {
+      acc[0] += w[0][r] * v[r].x;
+      acc[1] += w[0][r] * v[r].y;
+      acc[2] += w[1][r] * v[r].z;
+      acc[3] += w[1][r] * v[r].w;
+    }
+    const int dim = out_dim(nt, c.warp, c.q4);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int head = head0 + c.row0 + hr * 8 + c.g;
+      if (head >= kHeads || (kSplit && empty[hr])) continue;  // mid_out of an empty split is never read
+      const long long out_row = (long long)t * kHeads + head;
+      u16* dst = sparse_out_row<kSplit>(p, out_row, split);
+      const float f = nt < 14 ? factor[hr] * F::kNopeUndo : factor[hr];
+      *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
+    }
+  }
+  cluster_sync();
+}
+
 // kHeads: H (multiple of 8, <= 128). kHeadTiles: 1 (16 heads per block) or 2 (32 heads share one
 // gather). kHasExtra: a second pool shares the softmax. kSplit: write mid_out/mid_lse (merged by
 // sparse_nvfp4_merge_kernel) instead of output/out_lse. kSmall: the compact configuration, the only
@@ -425,7 +713,6 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   static_assert(kHeadTiles == 1 || kHeads % 32 == 0, "head_tiles 2 needs H % 32 == 0");
   static_assert(!kSmall || kHeadTiles == 1, "the compact configuration has one head tile");
   constexpr int kTileBufs = sparse_tile_buffers(kSmall);
-  constexpr int kMt = 1;                   // m16 tiles per consumer warp (one per team)
   constexpr int kRows = 16 * kHeadTiles;
   constexpr int kGroups = sparse_head_groups(kHeads, kHeadTiles);
   // Independent QK accumulator sets (MMA latency hiding); two teams share a 168-register budget.
@@ -442,7 +729,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   u8* tiles = smem;
   u8* stages = smem + 2 * kSparseTileBytes;  // absent in the compact configuration
   u8* q_smem = smem + sparse_smem_q_offset(kSmall);
-  u8* p_smem = smem + sparse_smem_p_offset(kHeadTiles, kSmall);
+  u8* p_smem = smem + sparse_smem_p_offset(kHeadTiles, kSmall);                                  // [2][kRows][128 B]
   float* red_max = reinterpret_cast<float*>(smem + sparse_smem_red_offset(kHeadTiles, kSmall));  // [2][4][32]
   float* red_l = red_max + 2 * 4 * 32;                                                            // [4][32]
   u32* masks = reinterpret_cast<u32*>(smem + sparse_smem_mask_offset(kHeadTiles, kSmall));        // [2][4]
@@ -456,7 +743,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   const int tid = threadIdx.x;
   // With a cluster of ncta CTAs (kMma launches only), the cluster shares one (token, head group,
   // split): CTA crank takes its slice of the split's chunks and the cluster combines the partial
-  // rows in distributed shared memory (the cluster epilogue below).
+  // rows in distributed shared memory (cluster_combine).
   const int ncta = kSmall ? 1 : int(cluster_size());
   const int crank = kSmall ? 0 : int(cluster_rank());
   int bx = blockIdx.x / ncta;
@@ -474,362 +761,71 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   }
   pdl_wait();  // the first read of an input (sparse_detail)
   const TokenWork work = token_work<kHasExtra>(p, t);
-  // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
-  const int per_cta = (p.chunks_per_block + ncta - 1) / ncta;
-  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
-  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + crank * per_cta;
-  int c_end = c_begin + per_cta;
-  if (c_end > split_end) c_end = split_end;
-  if (c_end > work.total_chunks) c_end = work.total_chunks;
-  const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
+  const ChunkRange range = chunk_range<kSplit>(p, work, split, crank, ncta);
+  const int c_begin = range.begin, n_iter = range.count;
   __syncthreads();
 
   if (kSmall && tid >= kConsumers) {
-    // --------------------- producers, compact configuration ---------------------
-    // Thread (cand, half) = (ptid / 2, ptid % 2); chunk i + 1's loads are issued before chunk i is
-    // decoded, so their latency hides behind the decode and the consumers' wait on the one tile.
-    const int ptid = tid - kConsumers, lane = tid & 31;
-    const int cand = ptid >> 1, half = ptid & 1;
-    typename F::Record cur, next;
-    bool valid_cur = n_iter > 0 && F::template load<kHasExtra>(p, work, t, c_begin, cand, half, cur);
-    for (int i = 0; i < n_iter; ++i) {
-      const int b = i & 1;
-      bool valid_next = false;
-      if (i + 1 < n_iter) valid_next = F::template load<kHasExtra>(p, work, t, c_begin + i + 1, cand, half, next);
-      if (i >= 1) mbar_wait(bar_empty, u32((i - 1) & 1));
-      F::decode(cur, tiles + cand * kTileRow, cand, half);
-      const u32 ballot = __ballot_sync(0xffffffffu, valid_cur && half == 0);
-      if (lane == 0) masks[b * 4 + (ptid >> 5)] = compress_even_bits(ballot);
-      mbar_arrive(bar_full);
-      cur = next;
-      valid_cur = valid_next;
-    }
+    produce_compact<F, kHasExtra>(p, work, t, c_begin, n_iter, tiles, masks, bar_empty, bar_full, tid - kConsumers, tid & 31);
     return;  // the compact configuration is never launched as a cluster
   }
   if constexpr (!kSmall) {
-  if (tid >= kConsumers) {
-    // ------------------------------ producers ------------------------------
-    // Work item = (candidate, half) of 128; with 64 producer threads each thread takes two items.
-    constexpr int kReps = 128 / kProducers;
-    const int ptid = tid - kConsumers;
-    const int lane = tid & 31;
-    bool valid_next[2][kReps];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int r = 0; r < kReps; ++r) {
-        const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
-        valid_next[i][r] = false;
-        if (i < n_iter)
-          valid_next[i][r] = load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half,
-                                                       stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
+    if (tid >= kConsumers) {
+      produce_staged<F, kHeads, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra>(p, work, t, head0, c_begin, n_iter, stages, tiles,
+                                                                                          q_smem, masks, bar_empty, bar_full, tid,
+                                                                                          tid - kConsumers, tid & 31);
+      if (ncta > 1) {  // the consumers' two cluster barriers (cluster_combine)
+        cluster_sync();
+        cluster_sync();
       }
-      cp_async_commit();  // one group per chunk
+      return;
     }
-    if (kProducersStageQ) F::template stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
-    for (int i = 0; i < n_iter; ++i) {
-      const int b = i & 1;
-      cp_async_wait<1>();
-      named_barrier_sync(kBarProducers, kProducers);
-      if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) - 1) & 1));
-#pragma unroll
-      for (int r = 0; r < kReps; ++r) {
-        const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
-        const u8* stage_row = stages + b * kSparseStageBytes + cand * kSparseStageRowBytes;
-        decode_candidate(stage_row, tiles + b * kSparseTileBytes + cand * kTileRow, cand, half);
-        const u32 ballot = __ballot_sync(0xffffffffu, valid_next[0][r] && half == 0);
-        if (lane == 0) masks[b * 4 + (item >> 5)] = compress_even_bits(ballot);
-      }
-      mbar_arrive(bar_full + 8 * b);
-      named_barrier_sync(kBarProducers, kProducers);  // staging buffer b fully read
-#pragma unroll
-      for (int r = 0; r < kReps; ++r) {
-        const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
-        valid_next[0][r] = valid_next[1][r];
-        valid_next[1][r] = false;
-        if (i + 2 < n_iter)
-          valid_next[1][r] = load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half,
-                                                       stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
-      }
-      cp_async_commit();
-    }
-    cp_async_wait<0>();
-    if (ncta > 1) {  // the consumers' two cluster barriers
-      cluster_sync();
-      cluster_sync();
-    }
-    return;
-  }
   }
 
   // ------------------------------ consumers ------------------------------
-  // Team `team` owns heads head0 + 16*team .. +15 (rows 16*team.. of Q, P and the exchanges).
   const int team = tid / kSparseConsumerThreads;
-  const int warp = (tid >> 5) & 3, lane = tid & 31;
-  const int g = lane >> 2, q4 = lane & 3;
-  const int bar_team = team == 0 ? kBarTeam0 : kBarTeam1;
-  const int row0 = team * 16;
+  ConsumerLane c;
+  c.warp = (tid >> 5) & 3;
+  c.lane = tid & 31;
+  c.g = c.lane >> 2;
+  c.q4 = c.lane & 3;
+  c.bar_team = team == 0 ? kBarTeam0 : kBarTeam1;
+  c.row0 = team * 16;
   // This thread's share of Q: kBarQStaged orders the consumers' shares, the first full barrier the
   // producers' (if any), before any read.
   F::template stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
   named_barrier_sync(kBarQStaged, kConsumers);
 
   const float scale_log2 = p.sm_scale_log2 * F::kNopeUndo;
-  float o[kMt][16][4];
-  float m_run[kMt][2], l_run[kMt][2];
+  float o[16][4];
+  float m_run[2], l_run[2];
 #pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) {
+  for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mt][nt][e] = 0.0f;
-    m_run[mt][0] = m_run[mt][1] = neg_inf();
-    l_run[mt][0] = l_run[mt][1] = 0.0f;
-  }
+    for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
+  m_run[0] = m_run[1] = neg_inf();
+  l_run[0] = l_run[1] = 0.0f;
 
   for (int i = 0; i < n_iter; ++i) {
     const int b = i & 1;
     const int tb = i % kTileBufs;
     const u8* tile = tiles + tb * kSparseTileBytes;
     mbar_wait(bar_full + 8 * tb, u32((i / kTileBufs) & 1));
-
-    // ---- S = Q K^T for this warp's 16 candidates ----
-    float sacc[kSets][kMt][2][4];
-#pragma unroll
-    for (int s = 0; s < kSets; ++s)
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) sacc[s][mt][nt][e] = 0.0f;
-    const u8* k_row = tile + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kTileRow;
-    const int k_sub = (lane >> 3) & 1;
-    const u8* q_row = q_smem + (row0 + (lane & 15)) * kTileRow;
-    const int q_sub = lane >> 4;
-    const int sw = lane & 7;
-#pragma unroll
-    for (int ks = 0; ks < 32; ++ks) {
-      u32 kb[4];
-      ldmatrix_x4(kb, k_row + (((2 * ks + k_sub) ^ sw) * 16));
-      const u32 b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        u32 qa[4];
-        ldmatrix_x4(qa, q_row + mt * 16 * kTileRow + (((2 * ks + q_sub) ^ sw) * 16));
-        if (F::kF16Nope && ks < kNopeDims / 16) {
-          mma_f16_16816(sacc[ks % kSets][mt][0], qa, b0);
-          mma_f16_16816(sacc[ks % kSets][mt][1], qa, b1);
-        } else {
-          mma_bf16_16816(sacc[ks % kSets][mt][0], qa, b0);
-          mma_bf16_16816(sacc[ks % kSets][mt][1], qa, b1);
-        }
-      }
-    }
-    // ---- masking, chunk row max across the 4 consumer warps ----
-    const u32 mask = masks[b * 4 + warp];
-    float s[kMt][2][4];
-    float* rmax = red_max + b * 4 * 32;
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-      float mx[2] = {neg_inf(), neg_inf()};
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = 0.0f;
-#pragma unroll
-          for (int st = 0; st < kSets; ++st) v += sacc[st][mt][nt][e];
-          const int col = nt * 8 + 2 * q4 + (e & 1);
-          v = ((mask >> col) & 1u) ? v * scale_log2 : neg_inf();
-          s[mt][nt][e] = v;
-          mx[e >> 1] = fmaxf(mx[e >> 1], v);
-        }
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        mx[hr] = quad_max(mx[hr]);
-        if (q4 == 0) rmax[warp * 32 + row0 + mt * 16 + hr * 8 + g] = mx[hr];
-      }
-    }
-    named_barrier_sync(bar_team, kSparseConsumerThreads);
-    u8* pbuf = p_smem + b * kRows * 128 + row0 * 128;
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = mt * 16 + hr * 8 + g;
-        float tile_max = rmax[row0 + row];
-#pragma unroll
-        for (int w = 1; w < 4; ++w) tile_max = fmaxf(tile_max, rmax[w * 32 + row0 + row]);
-        const auto [m_use, alpha] = online_softmax_step(m_run[mt][hr], tile_max);
-        float psum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const float p0 = fast_exp2(s[mt][nt][2 * hr] - m_use);
-          const float p1 = fast_exp2(s[mt][nt][2 * hr + 1] - m_use);
-          psum += p0 + p1;
-          u32 h;
-          if constexpr (F::kF16Nope) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(p1), "f"(p0));
-          else h = pack_bf16x2(p0, p1);
-          const int chunk = 2 * warp + nt;
-          *reinterpret_cast<u32*>(pbuf + row * 128 + ((chunk ^ (row & 7)) * 16) + 4 * q4) = h;
-        }
-        l_run[mt][hr] = l_run[mt][hr] * alpha + psum;
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-          o[mt][nt][2 * hr] *= alpha;
-          o[mt][nt][2 * hr + 1] *= alpha;
-        }
-      }
-    }
-    named_barrier_sync(bar_team, kSparseConsumerThreads);
-
-    // ---- O += P V: this warp owns NoPE dims 112w..112w+111 and RoPE dims 448+16w..+15 ----
-    const u8* p_row = pbuf + (lane & 15) * 128;
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      u32 pa[kMt][4], pb[kMt][4];
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        ldmatrix_x4(pa[mt], p_row + mt * 16 * 128 + (((2 * ks + q_sub) ^ sw) * 16));
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pb[mt][e] = F::kF16Nope ? f16x2_to_bf16x2(pa[mt][e]) : pa[mt][e];
-      }
-      const u8* v_row = tile + (ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * kTileRow;
-#pragma unroll
-      for (int np = 0; np < 8; ++np) {
-        const int chunk = (np < 7 ? 14 * warp + 2 * np : 56 + 2 * warp) + (lane >> 4);
-        u32 vb[4];
-        ldmatrix_x4_trans(vb, v_row + ((chunk ^ sw) * 16));
-        const u32 b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-#pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) {
-          if (F::kF16Nope && np < 7) {
-            mma_f16_16816(o[mt][2 * np], pa[mt], b0);
-            mma_f16_16816(o[mt][2 * np + 1], pa[mt], b1);
-          } else {
-            mma_bf16_16816(o[mt][2 * np], pb[mt], b0);
-            mma_bf16_16816(o[mt][2 * np + 1], pb[mt], b1);
-          }
-        }
-      }
-    }
+    float s[2][4];
+    chunk_scores<F, kSets>(tile, q_smem, c, s);
+    u8* pbuf = chunk_softmax<F, kRows>(s, masks, red_max, p_smem, b, scale_log2, c, o, m_run, l_run);
+    chunk_pv<F>(pbuf, tile, c, o);
     if (i + kTileBufs < n_iter) mbar_arrive(bar_empty + 8 * tb);
   }
 
-  // ---- epilogue: total row sums, normalisation, sink ----
-#pragma unroll
-  for (int mt = 0; mt < kMt; ++mt)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const float l = quad_sum(l_run[mt][hr]);
-      if (q4 == 0) red_l[warp * 32 + row0 + mt * 16 + hr * 8 + g] = l;
-    }
-  named_barrier_sync(bar_team, kSparseConsumerThreads);
-  const float* sink = static_cast<const float*>(p.attn_sink);
+  publish_row_sums(l_run, red_l, c);
   if constexpr (!kSmall) {
     if (ncta > 1) {
-      // ---- cluster epilogue: every CTA publishes its rows' max, sum and unnormalised O in its
-      // tiles region; after the first cluster barrier CTA crank combines the O columns nt with
-      // nt % ncta == crank over all CTAs in rank order (a fixed order: bitwise repeatable) and
-      // writes them; the second barrier keeps each CTA's shared memory alive until read. ----
-      named_barrier_sync(kBarQStaged, kConsumers);  // both teams are past their last tile read
-      float* xo = reinterpret_cast<float*>(tiles);  // [16 nt][kConsumers][4]
-      float* xs = xo + 16 * kConsumers * 4;         // [kRows][2]: max, sum
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt)
-        *reinterpret_cast<float4*>(xo + (nt * kConsumers + tid) * 4) = make_float4(o[0][nt][0], o[0][nt][1], o[0][nt][2], o[0][nt][3]);
-      if (warp == 0 && q4 == 0) {
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int row = row0 + hr * 8 + g;
-          xs[2 * row] = m_run[0][hr];
-          xs[2 * row + 1] = red_l[row] + red_l[32 + row] + red_l[64 + row] + red_l[96 + row];
-        }
-      }
-      cluster_sync();
-      float w[2][kSparseMaxCluster], factor[2];
-      bool empty[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = row0 + hr * 8 + g;
-        const int head = head0 + row;
-        const SparseClusterRow c = sparse_cluster_row<kSplit>(smem_addr(xs + 2 * row), ncta, 0u, 1u,
-                                                              sink != nullptr && head < kHeads ? sink + head : nullptr);
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) w[hr][r] = c.w[r];
-        factor[hr] = c.factor;
-        empty[hr] = c.empty;
-        const long long out_row = (long long)t * kHeads + head;
-        if (crank == 0 && warp == 0 && q4 == 0 && head < kHeads) {
-          if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = c.lse;
-          else static_cast<float*>(p.out_lse)[out_row] = c.lse * p.lse_scale;
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        if (nt % ncta != crank) continue;
-        const u32 o_addr = smem_addr(xo + (nt * kConsumers + tid) * 4);
-        float4 v[kSparseMaxCluster];
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) v[r] = r < ncta ? ld_peer_f32x4(peer_addr(o_addr, u32(r))) : make_float4(0.f, 0.f, 0.f, 0.f);
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) {
-          acc[0] += w[0][r] * v[r].x;
-          acc[1] += w[0][r] * v[r].y;
-          acc[2] += w[1][r] * v[r].z;
-          acc[3] += w[1][r] * v[r].w;
-        }
-        const int dim = (nt < 14 ? 112 * warp + 8 * nt : 448 + 16 * warp + 8 * (nt - 14)) + 2 * q4;
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int head = head0 + row0 + hr * 8 + g;
-          if (head >= kHeads || (kSplit && empty[hr])) continue;  // mid_out of an empty split is never read
-          const long long out_row = (long long)t * kHeads + head;
-          u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-          const float f = nt < 14 ? factor[hr] * F::kNopeUndo : factor[hr];
-          *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
-        }
-      }
-      cluster_sync();
+      cluster_combine<F, kHeads, kSplit, kConsumers>(p, o, m_run, red_l, tiles, t, head0, split, ncta, crank, tid, c);
       return;
     }
   }
-#pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = row0 + mt * 16 + hr * 8 + g;
-      const int head = head0 + row;
-      if (head >= kHeads) continue;
-      const float l = red_l[row] + red_l[32 + row] + red_l[64 + row] + red_l[96 + row];
-      const bool empty = !(l > 0.0f);
-      float lse = m_run[mt][hr] + fast_log2(l);  // base 2, in units of the true logits
-      float factor = empty ? 0.0f : 1.0f / l;
-      if (!kSplit && sink != nullptr) {
-        sparse_fold_sink(sink[head], empty, lse, factor);
-      } else if (empty) {
-        lse = kSplit ? kSparseEmptySplitLse : neg_inf();
-      }
-      const long long out_row = (long long)t * kHeads + head;
-      if (kSplit && empty) {
-        if (warp == 0 && q4 == 0) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
-        continue;  // mid_out of an empty split is never read
-      }
-      u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        const int dim = (nt < 14 ? 112 * warp + 8 * nt : 448 + 16 * warp + 8 * (nt - 14)) + 2 * q4;
-        const float f = nt < 14 ? factor * F::kNopeUndo : factor;
-        *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(o[mt][nt][2 * hr] * f, o[mt][nt][2 * hr + 1] * f);
-      }
-      if (warp == 0 && q4 == 0) {
-        if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
-        else static_cast<float*>(p.out_lse)[out_row] = lse * p.lse_scale;
-      }
-    }
-  }
+  write_rows<F, kHeads, kSplit>(p, o, m_run, red_l, t, head0, split, c);
 }
 
 }  // namespace sparse_detail

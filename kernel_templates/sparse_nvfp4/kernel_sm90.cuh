@@ -19,6 +19,7 @@
 // and the producer's 16-byte stores of 8 consecutive rows are bank-conflict free.
 // As in the mma.sync path, decoded NoPE values are value * 2^-7 (exact in f16), Q's RoPE dims are
 // pre-multiplied by 2^-7, the 2^7 is folded into the softmax scale and restored on NoPE outputs.
+#include "common/cluster.cuh"
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"
 #include "common/softmax.cuh"
@@ -68,17 +69,6 @@ struct Regs {
   int wg0, wg1, producer;
 };
 constexpr Regs kNvfp4Regs{208, 208, 88};
-
-__device__ __forceinline__ u32 lds_u32(u32 addr) {
-  u32 v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ u64 lds64(u32 addr) {
-  u64 v;
-  asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(v) : "r"(addr));
-  return v;
-}
 
 // The launch's dealing, read again where it is used (volatile: not kept live across the main loop,
 // where WG0 has no register to spare). Rank = slice * groups + group.
@@ -131,7 +121,7 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
     if (!((mine >> k) & 1u)) continue;
     const int grp = (ctid >> 6) + 4 * k;
     u32 h[8];
-    sparse_detail::quantize_q_group(raw[k][0], raw[k][1], h);
+    nvfp4_round_trip_group16(raw[k][0], raw[k][1], h);
     const U32x4 lo{h[0], h[1], h[2], h[3]}, hi{h[4], h[5], h[6], h[7]};
     const u32 a_lo = q_smem + (2 * grp) * 1024 + r * 16, a_hi = a_lo + 1024;
     sts128(a_lo, lo);
@@ -140,8 +130,8 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
     for (int s = 0; s < ds.deal; ++s) {
       if (s == ds.slice) continue;
       const u32 rank = u32(s * groups + group);
-      sm90::st_async_128(sparse_detail::peer_addr(a_lo, rank), lo, sparse_detail::peer_addr(q_bar, rank));
-      sm90::st_async_128(sparse_detail::peer_addr(a_hi, rank), hi, sparse_detail::peer_addr(q_bar, rank));
+      st_async_128(peer_addr(a_lo, rank), lo, peer_addr(q_bar, rank));
+      st_async_128(peer_addr(a_hi, rank), hi, peer_addr(q_bar, rank));
     }
   }
 #pragma unroll
@@ -199,14 +189,6 @@ __device__ __forceinline__ u64 record_addr(const SparseNvfp4Params& p, const spa
   return reinterpret_cast<u64>(rec);
 }
 
-// 16-byte cp.async issued only where `pred` holds, as a predicated instruction: a branch around
-// it would end a basic block per row and keep the compiler from overlapping the rows' shuffles.
-__device__ __forceinline__ void cp_async_16_if(u32 smem, const void* gmem, u32 bytes, bool pred) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(smem), "l"(gmem),
-      "r"(bytes), "r"(int(pred)));
-}
-
 // Raw row layout: the 352 data bytes, then the 32 scale bytes (16 bytes of padding to 400 keep 8
 // consecutive rows on distinct banks). One producer warp gathers kRows rows; for each, lane l < 24
 // copies 16-byte piece l (lanes 0-21 data units, 22-23 scale units), so a warp's copy of a record
@@ -234,29 +216,21 @@ __device__ __forceinline__ u32 funnel_right(u32 lo, u32 hi, u32 s) {
   return r;
 }
 
-__device__ __forceinline__ void sts8(u32 addr, u32 v) { asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v)); }
-__device__ __forceinline__ void sts16(u32 addr, u32 v) { asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "r"(v)); }
-
 // A 16-byte piece of a decoded tile row: into this CTA's tile and, with kCross, the same place of
 // the peer's tile (`peer`: the peer's shared::cluster address minus ours), completing on its
 // full barrier `peer_bar`.
 template <bool kCross>
 __device__ __forceinline__ void put_tile16(u32 addr, U32x4 v, u32 peer, u32 peer_bar) {
   sts128(addr, v);
-  if constexpr (kCross) sm90::st_async_128(addr + peer, v, peer_bar);
+  if constexpr (kCross) st_async_128(addr + peer, v, peer_bar);
 }
 
 // Decodes code unit u (dims 32u..32u+31) with its two scale bytes into tile column `col` (the
 // candidate's 16-byte column of the tile).
 template <bool kCross>
 __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col, int u, u32 peer, u32 peer_bar) {
-  const u32 words[4] = {codes.x, codes.y, codes.z, codes.w};
-  u32 o[4][4];
-  e2m1x32_to_f16_scaled<kE2m1RawExponent - sparse_detail::kKScaleExp>(words, u16(scale_pair), o);
-#pragma unroll
-  for (int wi = 0; wi < 4; ++wi) {
-    put_tile16<kCross>(col + (4 * u + wi) * 1024, U32x4{o[wi][0], o[wi][1], o[wi][2], o[wi][3]}, peer, peer_bar);
-  }
+  e2m1x32_decode_unit<kE2m1RawExponent - sparse_detail::kKScaleExp>(
+      codes, u16(scale_pair), [&](int p, U32x4 v) { put_tile16<kCross>(col + (4 * u + p) * 1024, v, peer, peer_bar); });
 }
 
 // ---- the dealt epilogue: slices of a split combined in distributed shared memory ----
@@ -310,7 +284,7 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
       for (int r = 0; r < kSparseMaxCluster; ++r) {
         const int j = j0 + b * ds.deal;
         if (j < 32 && r < ds.deal)
-          v[b][r] = sparse_detail::ld_peer_f32x4(sparse_detail::peer_addr(units + u32(j) * 4096u, u32(group + r * groups)));
+          v[b][r] = ld_peer_f32x4(peer_addr(units + u32(j) * 4096u, u32(group + r * groups)));
       }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -338,6 +312,303 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
   }
 }
 
+// ---- The sm90 body by role ----
+// The producer warpgroup gathers and decodes each chunk into a tile (F::produce: produce_own, or
+// produce_pair for a cluster pair). Consumers stage Q (stage_q_shared); per chunk WG0 computes
+// S = Q K^T (wg0_scores), takes the online-softmax step (wg0_softmax, rescale_rows), hands P and
+// the rescale to WG1 (publish_p) and adds P V over dims 0..255 (wg0_pv), while WG1 takes them
+// (take_p) and adds P V over dims 256..511 (wg1_pv). Then each warpgroup writes its columns
+// (wg0_write_rows, wg1_write_rows), or a dealt split's slices combine theirs
+// (wg0_dealt_epilogue, wg1_dealt_epilogue).
+
+// Q into shared memory by the 256 consumer threads, shared between dealt slices where the format
+// allows: each slice rounds its share of the NoPE groups and st.asyncs it to the others, whose
+// shares complete on bar_q.
+template <class F, int kHeads, int kGroups>
+__device__ __forceinline__ void stage_q_shared(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int tid, int group, u32 bar_q) {
+  const DealShape ds = deal_shape<kGroups>();
+  u32 mine = (1u << kQGroupsPerThread) - 1u;
+  if (F::kDealtQ && ds.deal > 1) {
+    mine = 0u;
+    for (int k = ds.slice; k < kQGroupsPerThread; k += ds.deal) mine |= 1u << k;
+    // The other slices' groups: 32 B per (thread, group).
+    if (tid == 0) mbar_arrive_expect_tx(bar_q, u32(kQGroupsPerThread - __popc(mine)) * u32(kConsumers) * 32u);
+  }
+  F::template stage_q<kHeads>(p, t, head0, q_smem, tid, ds, mine, group, kGroups, bar_q);
+  fence_proxy_async_smem();
+  named_barrier_sync(kBarQ, kConsumers);
+  if (F::kDealtQ && ds.deal > 1) {  // complete once every other slice's share has landed (no cluster-scope acquire needed)
+    mbar_wait(bar_q, 0);
+    fence_proxy_async_smem();
+  }
+}
+
+// S = Q K^T of a chunk (64 heads x 64 candidates) into s, issued and retired: the NoPE k-steps as
+// f16 wgmmas with kF16Nope, the rest bf16. dq, dk: descriptors of Q and of the chunk's tile.
+template <class F>
+__device__ __forceinline__ void wg0_scores(float (&s)[32], u64 dq, u64 dk) {
+  wgmma_fence_operand(s);
+  wgmma_fence();
+  constexpr int kF16Steps = F::kF16Nope ? 28 : 0;
+#pragma unroll
+  for (int ks = 0; ks < kF16Steps; ++ks) sm90::wgmma_m64n64k16_ss_f16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+#pragma unroll
+  for (int ks = kF16Steps; ks < 32; ++ks)
+    sm90::wgmma_m64n64k16_ss_bf16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(s);
+}
+
+// O[:, 0:256] += P V with P (the A operand, from registers) and V the chunk's tile (dv), retired
+// before returning.
+template <class F>
+__device__ __forceinline__ void wg0_pv(float (&o)[128], u32 (&pf)[4][4], u64 dv) {
+  wgmma_fence_operand(o);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (F::kF16Nope) sm90::wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
+    else WgmmaBf16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 256), true);
+  }
+  wgmma_commit();
+  // P V retires before S(i + 1) is issued, so the tile goes back to the producer now and the
+  // decode of chunk i + 2 overlaps S(i + 1) instead of following it (with both queued, the
+  // release waited for S(i + 1); a wait for the older group only serializes every wgmma in ptxas).
+  wgmma_wait<0>();
+  wgmma_fence_operand(o);
+  sm90::pin_u32(pf);
+}
+
+// O[:, 256:448] += P V (f16 P with kF16Nope) and O[:, 448:512] += P V (bf16 P), retired before
+// returning.
+template <class F>
+__device__ __forceinline__ void wg1_pv(float (&o_nope)[96], float (&o_rope)[32], u32 (&pf)[4][4], u32 (&pb)[4][4], u64 dv) {
+  wgmma_fence_operand(o_nope);
+  wgmma_fence_operand(o_rope);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (F::kF16Nope) sm90::wgmma_m64n192k16_rs_f16(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
+    else sm90::wgmma_m64n192k16_rs_bf16(o_nope, pb[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
+    sm90::wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256));
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(o_nope);
+  wgmma_fence_operand(o_rope);
+  sm90::pin_u32(pf);
+  sm90::pin_u32(pb);
+}
+
+// The online-softmax step of WG0 for one chunk: S (in s) masked by the tile mask and scaled to base
+// 2, the rows' maxima moved (alpha: the rescale of their earlier sums and O), P = 2^(s - m) packed
+// as the A operand of P V (f16 with kF16Nope, else bf16) and the row sums l updated.
+template <class F>
+__device__ __forceinline__ void wg0_softmax(float (&s)[32], u64 mask, float scale_log2, int q4, float (&m_run)[2], float (&l_run)[2],
+                                            u32 (&pf)[4][4], float (&alpha)[2]) {
+  float mx[2] = {neg_inf(), neg_inf()};
+  if (mask == ~0ull) {  // the common chunk: every candidate valid (uniform over the warpgroup)
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      s[e] *= scale_log2;
+      mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[e]);
+    }
+  } else {
+    const u64 my_mask = mask >> (2 * q4);
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      const float v = ((my_mask >> (8 * (e >> 2) + (e & 1))) & 1u) ? s[e] * scale_log2 : neg_inf();
+      s[e] = v;
+      mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
+    }
+  }
+  float m_use[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const OnlineSoftmaxStep step = online_softmax_step(m_run[hr], quad_max(mx[hr]));
+    m_use[hr] = step.m_use;
+    alpha[hr] = step.alpha;
+  }
+  float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int e = 8 * kk + 2 * r;
+      const float p0 = fast_exp2(s[e] - m_use[r & 1]);
+      const float p1 = fast_exp2(s[e + 1] - m_use[r & 1]);
+      psum[r & 1] += p0 + p1;
+      pf[kk][r] = F::kF16Nope ? pack_f16x2(p0, p1) : pack_bf16x2(p0, p1);
+    }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + psum[hr];
+}
+
+// Whether any row of the warp has a new maximum. Most chunks leave every row's maximum where it was
+// (alpha exactly 1), and the warp skips its O rescale.
+__device__ __forceinline__ bool rows_moved(const float (&alpha)[2]) { return __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f); }
+// O rows times their alpha (element e of an accumulator fragment is in row (e >> 1) & 1 of the
+// thread's two).
+template <int kN>
+__device__ __forceinline__ void rescale_rows(float (&o)[kN], const float (&alpha)[2]) {
+#pragma unroll
+  for (int e = 0; e < kN; ++e) o[e] *= alpha[(e >> 1) & 1];
+}
+
+// WG0 hands chunk i's P and alphas to WG1 through shared memory (kPOff, kAlphaOff), once WG1 has
+// taken chunk i - 1's (bar_p_free), and arrives on kBarPReady.
+__device__ __forceinline__ void publish_p(u32 sbase, const u32 (&pf)[4][4], const float (&alpha)[2], int i, u32 bar_p_free, int wtid, int row_lo,
+                                          int q4) {
+  if (i > 0) mbar_wait(bar_p_free, u32((i - 1) & 1));  // WG1 holds chunk i - 1's P and alphas
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) sts128(sbase + kPOff + (kk * 128 + wtid) * 16, U32x4{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]});
+  if (q4 == 0) {
+    sts_f32(sbase + kAlphaOff + row_lo * 4, alpha[0]);
+    sts_f32(sbase + kAlphaOff + (row_lo + 8) * 4, alpha[1]);
+  }
+  named_barrier_arrive(kBarPReady, kConsumers);
+}
+
+// WG1 takes chunk i's P (pf as WG0 packed it, pb as bf16) and alphas, and releases them for chunk
+// i + 1 (bar_p_free) unless i is the last.
+template <class F>
+__device__ __forceinline__ void take_p(u32 sbase, int i, int n_iter, u32 bar_p_free, int wtid, int row_lo, u32 (&pf)[4][4], u32 (&pb)[4][4],
+                                       float (&alpha)[2]) {
+  named_barrier_sync(kBarPReady, kConsumers);
+  alpha[0] = lds_f32(sbase + kAlphaOff + row_lo * 4);
+  alpha[1] = lds_f32(sbase + kAlphaOff + (row_lo + 8) * 4);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const U32x4 v = lds128(sbase + kPOff + (kk * 128 + wtid) * 16);
+    pf[kk][0] = v.x;
+    pf[kk][1] = v.y;
+    pf[kk][2] = v.z;
+    pf[kk][3] = v.w;
+  }
+  if (i + 1 < n_iter) mbar_arrive(bar_p_free);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pb[kk][r] = F::kF16Nope ? f16x2_to_bf16x2(pf[kk][r]) : pf[kk][r];
+}
+
+// WG0's epilogue without dealt slices: each row's sum, LSE and factor (with the sink for a final
+// output); the factor goes to WG1 through shared memory (-1: a row without candidates), then WG0
+// writes the LSE and dims 0..255.
+template <class F, int kHeads, bool kSplit>
+__device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const float (&o)[128], const float (&m_run)[2],
+                                               const float (&l_run)[2], u32 sbase, int t, int split, int head_lo, int row_lo, int q4) {
+  const float* sink = static_cast<const float*>(p.attn_sink);
+  float factor[2], lse[2];
+  bool empty[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int head = head_lo + 8 * hr;
+    const float l = quad_sum(l_run[hr]);
+    empty[hr] = !(l > 0.0f);
+    lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
+    factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
+    if (!kSplit && sink != nullptr && head < kHeads) {
+      sparse_detail::sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
+    } else if (empty[hr]) {
+      lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
+    }
+    if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
+  }
+  named_barrier_sync(kBarEpilogue, kConsumers);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int head = head_lo + 8 * hr;
+    if (head >= kHeads) continue;
+    const long long out_row = (long long)t * kHeads + head;
+    if (q4 == 0) {
+      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
+      else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
+    }
+    if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
+    u16* dst = sparse_detail::sparse_out_row<kSplit>(p, out_row, split);
+    const float f = factor[hr] * F::kNopeUndo;
+#pragma unroll
+    for (int j = 0; j < 32; ++j)
+      *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+  }
+}
+
+// WG1's epilogue without dealt slices: dims 256..511 of its rows, with WG0's factors.
+template <class F, int kHeads, bool kSplit>
+__device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const float (&o_nope)[96], const float (&o_rope)[32], u32 sbase, int t,
+                                               int split, int head_lo, int row_lo, int q4) {
+  named_barrier_sync(kBarEpilogue, kConsumers);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int head = head_lo + 8 * hr;
+    if (head >= kHeads) continue;
+    float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
+    if (f < 0.0f) {
+      if (kSplit) continue;
+      f = 0.0f;
+    }
+    const long long out_row = (long long)t * kHeads + head;
+    u16* dst = sparse_detail::sparse_out_row<kSplit>(p, out_row, split);
+    const float fn = f * F::kNopeUndo;
+#pragma unroll
+    for (int j = 0; j < 24; ++j)
+      *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
+  }
+}
+
+// WG0's part of the dealt epilogue: its rows' (max, sum) published for every slice, the LSE
+// written by slice 0, then its columns (dims 0..255) scaled, published and combined.
+template <class F, int kHeads, bool kSplit, int kGroups>
+__device__ __forceinline__ void wg0_dealt_epilogue(const SparseNvfp4Params& p, const float (&o)[128], const float (&m_run)[2], const float (&l_run)[2],
+                                                   u32 sbase, DealShape ds, int group, int t, int split, int head0, int row_lo, int tid, int q4) {
+  named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float l = quad_sum(l_run[hr]);
+    if (q4 == 0) {
+      sts_f32(sbase + kDealRowsOff + (row_lo + 8 * hr) * 8, m_run[hr]);
+      sts_f32(sbase + kDealRowsOff + (row_lo + 8 * hr) * 8 + 4, l);
+    }
+  }
+  cluster_sync();
+  const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int head = head0 + row_lo + 8 * hr;
+    const long long out_row = (long long)t * kHeads + head;
+    if (ds.slice == 0 && q4 == 0 && head < kHeads) {
+      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = d.row[hr].lse;
+      else static_cast<float*>(p.out_lse)[out_row] = d.row[hr].lse * p.lse_scale;
+    }
+  }
+  const u32 units = sbase + kTileOff + u32(tid) * 16u;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) dealt_publish(units + j * 4096u, o + 4 * j, d, F::kNopeUndo);
+  cluster_sync();
+  dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
+}
+
+// WG1's part of the dealt epilogue: its columns (dims 256..511) scaled, published and combined.
+template <class F, int kHeads, bool kSplit, int kGroups>
+__device__ __forceinline__ void wg1_dealt_epilogue(const SparseNvfp4Params& p, const float (&o_nope)[96], const float (&o_rope)[32], u32 sbase,
+                                                   DealShape ds, int group, int t, int split, int head0, int row_lo, int tid, int q4) {
+  named_barrier_sync(kBarEpilogue, kConsumers);
+  cluster_sync();
+  const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
+  const u32 units = sbase + kTileOff + u32(tid) * 16u;
+#pragma unroll
+  for (int j = 0; j < 24; ++j) dealt_publish(units + j * 4096u, o_nope + 4 * j, d, F::kNopeUndo);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) dealt_publish(units + (24 + j) * 4096u, o_rope + 4 * j, d, 1.0f);
+  cluster_sync();
+  dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
+}
+
 // The NVFP4 record format on this kernel: what the producer warpgroup does with each chunk (see the
 // file comment), Q staging, and the tile's number formats (Nvfp4Format in sparse_nvfp4/kernel.cuh).
 struct Nvfp4Sm90Format {
@@ -352,145 +623,160 @@ struct Nvfp4Sm90Format {
     sparse_sm90::stage_q<kHeads>(p, t, head0, q_smem, ctid, ds, mine, group, groups, q_bar);
   }
 
-  template <int kHeads, bool kHasExtra, bool kCross>
-  __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
-                                                 int n_iter, u32 sbase, int tid, int group, u32 peer) {
+  // H <= 64: this CTA gathers and decodes all 64 candidates of each chunk.
+  template <bool kHasExtra>
+  __device__ static __forceinline__ void produce_own(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
+                                                     int n_iter, u32 sbase, int tid) {
     using namespace sparse_detail;
     using namespace sm90;
     const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;
     const int lane = tid & 31;
-    if constexpr (!kCross) {
-      if (n_iter > 0) {
-        const int ptid = tid - kConsumers, pw = ptid >> 5;
-        // Decode role: warps 0-1 take record half 0, warps 2-3 half 1 (no divergence) of candidate `tok`.
-        // Gather role: warp pw copies rows 16 pw .. 16 pw + 15 (gather_rows), so the raw stage is shared
-        // by the warpgroup and kBarRaw separates its writes from the reads.
-        const int half = pw >> 1, tok = 32 * (pw & 1) + lane;
-        const u32 row = sbase + kRawOff + u32(tok) * kRawRow;
-        // This half's 7 code units, 4 RoPE units and the scale words of its units.
-        const u32 half_codes = row + 112u * half, half_rope = row + 224u + 64u * half, half_scales = row + kDataBytes + 12u * half;
-        const u32 my_rows = sbase + kRawOff + u32(16 * pw) * kRawRow;
-        const int my_slot = 16 * pw + (lane & 15);
-        const bool scale_lane = lane >= 16;
-        const u8* fallback = static_cast<const u8*>(p.kv);
-        u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
-        SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
-        u32 valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
+    const int ptid = tid - kConsumers, pw = ptid >> 5;
+    // Decode role: warps 0-1 take record half 0, warps 2-3 half 1 (no divergence) of candidate `tok`.
+    // Gather role: warp pw copies rows 16 pw .. 16 pw + 15 (gather_rows), so the raw stage is shared
+    // by the warpgroup and kBarRaw separates its writes from the reads.
+    const int half = pw >> 1, tok = 32 * (pw & 1) + lane;
+    const u32 row = sbase + kRawOff + u32(tok) * kRawRow;
+    // This half's 7 code units, 4 RoPE units and the scale words of its units.
+    const u32 half_codes = row + 112u * half, half_rope = row + 224u + 64u * half, half_scales = row + kDataBytes + 12u * half;
+    const u32 my_rows = sbase + kRawOff + u32(16 * pw) * kRawRow;
+    const int my_slot = 16 * pw + (lane & 15);
+    const bool scale_lane = lane >= 16;
+    const u8* fallback = static_cast<const u8*>(p.kv);
+    u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
+    SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
+    u32 valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
+    gather_rows<16>(fallback, addr, my_rows, lane);
+    cp_async_commit();
+    for (int i = 0; i < n_iter; ++i) {
+      const int b = i & 1;
+      cp_async_wait<0>();
+      named_barrier_sync(kBarRaw, 128);  // every warp's copies of this chunk have landed
+      U32x4 code[7], rope[4];
+#pragma unroll
+      for (int k = 0; k < 7; ++k) code[k] = lds128(half_codes + 16 * k);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) rope[k] = lds128(half_rope + 16 * k);
+      // Scale bytes 2u, 2u+1 of code unit u = 7 half + k sit in word u / 2 of the scale record:
+      // words 3 half .. 3 half + 3 hold this half's 14 bytes, unit k's pair starts 16 (k + half)
+      // bits into word k / 2.
+      u32 sw[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sw[k] = lds_u32(half_scales + 4 * k);
+      const u32 valid_cur = valid16;
+      named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
+      // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
+      if (i + 1 < n_iter) {
+        addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
+        valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
         gather_rows<16>(fallback, addr, my_rows, lane);
-        cp_async_commit();
-        for (int i = 0; i < n_iter; ++i) {
-          const int b = i & 1;
-          cp_async_wait<0>();
-          named_barrier_sync(kBarRaw, 128);  // every warp's copies of this chunk have landed
-          U32x4 code[7], rope[4];
-#pragma unroll
-          for (int k = 0; k < 7; ++k) code[k] = lds128(half_codes + 16 * k);
-#pragma unroll
-          for (int k = 0; k < 4; ++k) rope[k] = lds128(half_rope + 16 * k);
-          // Scale bytes 2u, 2u+1 of code unit u = 7 half + k sit in word u / 2 of the scale record:
-          // words 3 half .. 3 half + 3 hold this half's 14 bytes, unit k's pair starts 16 (k + half)
-          // bits into word k / 2.
-          u32 sw[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) sw[k] = lds_u32(half_scales + 4 * k);
-          const u32 valid_cur = valid16;
-          named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
-          // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
-          if (i + 1 < n_iter) {
-            addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
-            valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
-            gather_rows<16>(fallback, addr, my_rows, lane);
-            if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
-          }
-          cp_async_commit();
-          if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
-          const u32 tile = sbase + kTileOff + u32(b) * kTileBytes + u32(tok) * 16;
-          const u32 half_tile = tile + u32(28 * half) * 1024;  // dims 224 half ..
-#pragma unroll
-          for (int k = 0; k < 4; ++k) sts128(tile + u32(56 + 4 * half + k) * 1024, rope[k]);
-#pragma unroll
-          for (int k = 0; k < 7; ++k)
-            decode_unit<false>(code[k], funnel_right(sw[k >> 1], sw[(k >> 1) + ((k >> 1) < 3)], 16u * u32((k & 1) + half)), half_tile, k, 0u, 0u);
-          if (lane == 0) sts16(sbase + kMaskOff + 8 * b + 2 * pw, valid_cur);
-          fence_proxy_async_smem();
-          mbar_arrive(bar_full + 8 * b);
-        }
+        if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
       }
-    } else if (n_iter > 0) {
-      // Shared decode (kCross): this CTA gathers and decodes candidates 32 group .. 32 group + 31 of
-      // each chunk. Gather role: warp pw copies raw rows 8 pw .. 8 pw + 7 (gather_rows<8>). Decode
-      // role: thread (warp pw, lane) takes part pw of raw row `lane`: code units first .. first +
-      // n_units - 1 (4, 4, 3, 3 units) and RoPE units 2 pw, 2 pw + 1; the scale pair of unit u is
-      // bytes 2 u, 2 u + 1 of the scale record, so the part's pairs sit in its words first / 2 ..
-      // first / 2 + 2. Every decoded piece goes into this CTA's tile and the peer's.
-      const int ptid = tid - kConsumers, pw = ptid >> 5;
-      const int cand0 = 32 * group;
-      const u32 my_rows = sbase + kRawOff + u32(8 * pw) * kRawRow;
-      const int my_slot = cand0 + 8 * pw + (lane & 7);
-      const bool scale_lane = lane >= 16;
-      const int first = pw < 2 ? 4 * pw : 3 * pw + 2, n_units = pw < 2 ? 4 : 3;
-      const u32 row = sbase + kRawOff + u32(lane) * kRawRow;
-      const u32 col = u32(cand0 + lane) * 16;  // the candidate's column in a decoded tile
-      const u8* fallback = static_cast<const u8*>(p.kv);
-      // Each gather warp's 8 valid bits (bit r: its raw row r has a record) for the chunk it copies,
-      // combined into one word for the tile mask, which the peer needs too.
-      auto publish_valid = [&](u64 a) {
-        const u32 bits = __ballot_sync(0xffffffffu, a != 0) & 0xffu;
-        if (lane == 0) sts8(sbase + kValidOff + pw, bits);
-      };
-      u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
-      SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
-      publish_valid(addr);
-      gather_rows<8>(fallback, addr, my_rows, lane);
       cp_async_commit();
-      for (int i = 0; i < n_iter; ++i) {
-        const int b = i & 1;
-        cp_async_wait<0>();
-        named_barrier_sync(kBarRaw, 128);  // every warp's copies (and valid bits) of this chunk have landed
-        U32x4 code[4], rope[2];
-        u32 sw[3];
+      if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
+      const u32 tile = sbase + kTileOff + u32(b) * kTileBytes + u32(tok) * 16;
+      const u32 half_tile = tile + u32(28 * half) * 1024;  // dims 224 half ..
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if (k < n_units) code[k] = lds128(row + 16u * (first + k));
-        }
+      for (int k = 0; k < 4; ++k) sts128(tile + u32(56 + 4 * half + k) * 1024, rope[k]);
 #pragma unroll
-        for (int k = 0; k < 3; ++k) sw[k] = lds_u32(row + kDataBytes + 4u * ((first >> 1) + k));
-#pragma unroll
-        for (int k = 0; k < 2; ++k) rope[k] = lds128(row + 224u + 16u * (2 * pw + k));
-        const u32 valid = ptid == 0 ? lds_u32(sbase + kValidOff) : 0u;
-        named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
-        // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
-        if (i + 1 < n_iter) {
-          addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
-          publish_valid(addr);
-          gather_rows<8>(fallback, addr, my_rows, lane);
-          if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
-        }
-        cp_async_commit();
-        // Tile b is free once every consumer warp of both CTAs released it.
-        if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
-        const u32 tile_col = sbase + kTileOff + u32(b) * kTileBytes + col;
-        const u32 peer_bar = bar_full + 8 * b + peer;
-#pragma unroll
-        for (int k = 0; k < 2; ++k) put_tile16<true>(tile_col + u32(56 + 2 * pw + k) * 1024, rope[k], peer, peer_bar);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          // Unit first + k's pair starts 16 (k + first % 2) bits into word first / 2 + k / 2 (k / 2 and
-          // the shift, 0..32, keep the register index a constant).
-          const u32 pair = funnel_right(sw[k >> 1], sw[(k >> 1) + 1], 16u * u32((k & 1) + (first & 1)));
-          if (k < n_units) decode_unit<true>(code[k], pair, tile_col, first + k, peer, peer_bar);
-        }
-        if (ptid == 0) {
-          const u32 mask = sbase + kMaskOff + 8 * b + 4 * group;
-          sts32(mask, valid);
-          st_async_32(mask + peer, valid, peer_bar);
-        }
-        fence_proxy_async_smem();
-        // The full barrier's phase: 128 local arrivals and the peer's bytes.
-        if (ptid == 0) mbar_arrive_expect_tx(bar_full + 8 * b, kPeerBytes);
-        else mbar_arrive(bar_full + 8 * b);
-      }
+      for (int k = 0; k < 7; ++k)
+        decode_unit<false>(code[k], funnel_right(sw[k >> 1], sw[(k >> 1) + ((k >> 1) < 3)], 16u * u32((k & 1) + half)), half_tile, k, 0u, 0u);
+      if (lane == 0) sts16(sbase + kMaskOff + 8 * b + 2 * pw, valid_cur);
+      fence_proxy_async_smem();
+      mbar_arrive(bar_full + 8 * b);
     }
+  }
+
+  // H > 64, a cluster pair: this CTA gathers and decodes half of each chunk's candidates into both
+  // CTAs' tiles.
+  template <bool kHasExtra>
+  __device__ static __forceinline__ void produce_pair(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
+                                                      int n_iter, u32 sbase, int tid, int group, u32 peer) {
+    using namespace sparse_detail;
+    using namespace sm90;
+    const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;
+    const int lane = tid & 31;
+    // Shared decode (kCross): this CTA gathers and decodes candidates 32 group .. 32 group + 31 of
+    // each chunk. Gather role: warp pw copies raw rows 8 pw .. 8 pw + 7 (gather_rows<8>). Decode
+    // role: thread (warp pw, lane) takes part pw of raw row `lane`: code units first .. first +
+    // n_units - 1 (4, 4, 3, 3 units) and RoPE units 2 pw, 2 pw + 1; the scale pair of unit u is
+    // bytes 2 u, 2 u + 1 of the scale record, so the part's pairs sit in its words first / 2 ..
+    // first / 2 + 2. Every decoded piece goes into this CTA's tile and the peer's.
+    const int ptid = tid - kConsumers, pw = ptid >> 5;
+    const int cand0 = 32 * group;
+    const u32 my_rows = sbase + kRawOff + u32(8 * pw) * kRawRow;
+    const int my_slot = cand0 + 8 * pw + (lane & 7);
+    const bool scale_lane = lane >= 16;
+    const int first = pw < 2 ? 4 * pw : 3 * pw + 2, n_units = pw < 2 ? 4 : 3;
+    const u32 row = sbase + kRawOff + u32(lane) * kRawRow;
+    const u32 col = u32(cand0 + lane) * 16;  // the candidate's column in a decoded tile
+    const u8* fallback = static_cast<const u8*>(p.kv);
+    // Each gather warp's 8 valid bits (bit r: its raw row r has a record) for the chunk it copies,
+    // combined into one word for the tile mask, which the peer needs too.
+    auto publish_valid = [&](u64 a) {
+      const u32 bits = __ballot_sync(0xffffffffu, a != 0) & 0xffu;
+      if (lane == 0) sts8(sbase + kValidOff + pw, bits);
+    };
+    u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
+    SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
+    publish_valid(addr);
+    gather_rows<8>(fallback, addr, my_rows, lane);
+    cp_async_commit();
+    for (int i = 0; i < n_iter; ++i) {
+      const int b = i & 1;
+      cp_async_wait<0>();
+      named_barrier_sync(kBarRaw, 128);  // every warp's copies (and valid bits) of this chunk have landed
+      U32x4 code[4], rope[2];
+      u32 sw[3];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (k < n_units) code[k] = lds128(row + 16u * (first + k));
+      }
+#pragma unroll
+      for (int k = 0; k < 3; ++k) sw[k] = lds_u32(row + kDataBytes + 4u * ((first >> 1) + k));
+#pragma unroll
+      for (int k = 0; k < 2; ++k) rope[k] = lds128(row + 224u + 16u * (2 * pw + k));
+      const u32 valid = ptid == 0 ? lds_u32(sbase + kValidOff) : 0u;
+      named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
+      // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
+      if (i + 1 < n_iter) {
+        addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
+        publish_valid(addr);
+        gather_rows<8>(fallback, addr, my_rows, lane);
+        if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
+      }
+      cp_async_commit();
+      // Tile b is free once every consumer warp of both CTAs released it.
+      if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
+      const u32 tile_col = sbase + kTileOff + u32(b) * kTileBytes + col;
+      const u32 peer_bar = bar_full + 8 * b + peer;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) put_tile16<true>(tile_col + u32(56 + 2 * pw + k) * 1024, rope[k], peer, peer_bar);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        // Unit first + k's pair starts 16 (k + first % 2) bits into word first / 2 + k / 2 (k / 2 and
+        // the shift, 0..32, keep the register index a constant).
+        const u32 pair = funnel_right(sw[k >> 1], sw[(k >> 1) + 1], 16u * u32((k & 1) + (first & 1)));
+        if (k < n_units) decode_unit<true>(code[k], pair, tile_col, first + k, peer, peer_bar);
+      }
+      if (ptid == 0) {
+        const u32 mask = sbase + kMaskOff + 8 * b + 4 * group;
+        sts32(mask, valid);
+        st_async_32(mask + peer, valid, peer_bar);
+      }
+      fence_proxy_async_smem();
+      // The full barrier's phase: 128 local arrivals and the peer's bytes.
+      if (ptid == 0) mbar_arrive_expect_tx(bar_full + 8 * b, kPeerBytes);
+      else mbar_arrive(bar_full + 8 * b);
+    }
+  }
+
+  template <int kHeads, bool kHasExtra, bool kCross>
+  __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
+                                                 int n_iter, u32 sbase, int tid, int group, u32 peer) {
+    if (n_iter <= 0) return;
+    if constexpr (kCross) produce_pair<kHasExtra>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
+    else produce_own<kHasExtra>(p, work, t, c_begin, n_iter, sbase, tid);
   }
 };
 
@@ -549,14 +835,8 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   }
   pdl_wait();  // the first read of an input
   const TokenWork work = token_work<kHasExtra>(p, t);
-  // Unsplit, chunks_per_block is every chunk of the call (>= this token's).
-  const int per_cta = (p.chunks_per_block + shape.deal - 1) / shape.deal;
-  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
-  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + shape.slice * per_cta;
-  int c_end = c_begin + per_cta;
-  if (c_end > split_end) c_end = split_end;
-  if (c_end > work.total_chunks) c_end = work.total_chunks;
-  const int n_iter = c_end > c_begin ? c_end - c_begin : 0;
+  const ChunkRange range = chunk_range<kSplit>(p, work, split, shape.slice, shape.deal);
+  const int c_begin = range.begin, n_iter = range.count;
   // With kCross the peer arrives on and writes into this CTA's barriers and tiles, and dealt slices
   // write into each other's Q: all initialised.
   if (kCross || shape.deal > 1) cluster_sync();
@@ -593,26 +873,9 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
     const u32 q_smem = sbase + kQOff;
     if (wg == 0) setmaxnreg_inc<F::kRegs.wg0>();
     else setmaxnreg_inc<F::kRegs.wg1>();
-    {
-      const DealShape ds = deal_shape<kGroups>();
-      u32 mine = (1u << kQGroupsPerThread) - 1u;
-      if (F::kDealtQ && ds.deal > 1) {
-        mine = 0u;
-        for (int k = ds.slice; k < kQGroupsPerThread; k += ds.deal) mine |= 1u << k;
-        // The other slices' groups: 32 B per (thread, group).
-        if (tid == 0) mbar_arrive_expect_tx(bar_q, u32(kQGroupsPerThread - __popc(mine)) * u32(kConsumers) * 32u);
-      }
-      F::template stage_q<kHeads>(p, t, head0, q_smem, tid, ds, mine, group, kGroups, bar_q);
-      fence_proxy_async_smem();
-      named_barrier_sync(kBarQ, kConsumers);
-      if (F::kDealtQ && ds.deal > 1) {  // complete once every other slice's share has landed (no cluster-scope acquire needed)
-        mbar_wait(bar_q, 0);
-        fence_proxy_async_smem();
-      }
-    }
+    stage_q_shared<F, kHeads, kGroups>(p, t, head0, q_smem, tid, group, bar_q);
 
     const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
-    const float* sink = static_cast<const float*>(p.attn_sink);
 
     if (wg == 0) {
       // ---- WG0: S = Q K^T, softmax, O[:, 0:256] ----
@@ -630,147 +893,20 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         const int b = i & 1;
         const u64 dk = wgmma_desc_advance(dk0, u32(b) * kTileBytes), dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
         wait_tile(b, u32((i >> 1) & 1));
-        wgmma_fence_operand(s);
-        wgmma_fence();
-        constexpr int kF16Steps = F::kF16Nope ? 28 : 0;
-#pragma unroll
-        for (int ks = 0; ks < kF16Steps; ++ks) wgmma_m64n64k16_ss_f16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
-#pragma unroll
-        for (int ks = kF16Steps; ks < 32; ++ks)
-          wgmma_m64n64k16_ss_bf16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(s);
-        const u64 mask = lds64(sbase + kMaskOff + 8 * b);
-        float mx[2] = {neg_inf(), neg_inf()};
-        if (mask == ~0ull) {  // the common chunk: every candidate valid (uniform over the warpgroup)
-#pragma unroll
-          for (int e = 0; e < 32; ++e) {
-            s[e] *= scale_log2;
-            mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[e]);
-          }
-        } else {
-          const u64 my_mask = mask >> (2 * q4);
-#pragma unroll
-          for (int e = 0; e < 32; ++e) {
-            const float v = ((my_mask >> (8 * (e >> 2) + (e & 1))) & 1u) ? s[e] * scale_log2 : neg_inf();
-            s[e] = v;
-            mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], v);
-          }
-        }
-        float alpha[2], m_use[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const OnlineSoftmaxStep step = online_softmax_step(m_run[hr], quad_max(mx[hr]));
-          m_use[hr] = step.m_use;
-          alpha[hr] = step.alpha;
-        }
-        float psum[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int e = 8 * kk + 2 * r;
-            const float p0 = fast_exp2(s[e] - m_use[r & 1]);
-            const float p1 = fast_exp2(s[e + 1] - m_use[r & 1]);
-            psum[r & 1] += p0 + p1;
-            pf[kk][r] = F::kF16Nope ? pack_f16x2(p0, p1) : pack_bf16x2(p0, p1);
-          }
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + psum[hr];
-        // Most chunks leave every row's maximum where it was (alpha exactly 1): no rescale then.
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-          for (int e = 0; e < 128; ++e) o[e] *= alpha[(e >> 1) & 1];
-        }
-
-        if (i > 0) mbar_wait(bar_p_free, u32((i - 1) & 1));  // WG1 holds chunk i - 1's P and alphas
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) sts128(sbase + kPOff + (kk * 128 + wtid) * 16, U32x4{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]});
-        if (q4 == 0) {
-          sts_f32(sbase + kAlphaOff + row_lo * 4, alpha[0]);
-          sts_f32(sbase + kAlphaOff + (row_lo + 8) * 4, alpha[1]);
-        }
-        named_arrive(kBarPReady, kConsumers);
-
-        wgmma_fence_operand(o);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          if constexpr (F::kF16Nope) wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
-          else WgmmaBf16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 256), true);
-        }
-        wgmma_commit();
-        // P V retires before S(i + 1) is issued, so the tile goes back to the producer now and the
-        // decode of chunk i + 2 overlaps S(i + 1) instead of following it (with both queued, the
-        // release waited for S(i + 1); a wait for the older group only serializes every wgmma in ptxas).
-        wgmma_wait<0>();
-        wgmma_fence_operand(o);
-        pin_u32(pf);
+        wg0_scores<F>(s, dq, dk);
+        float alpha[2];
+        wg0_softmax<F>(s, lds64(sbase + kMaskOff + 8 * b), scale_log2, q4, m_run, l_run, pf, alpha);
+        if (rows_moved(alpha)) rescale_rows(o, alpha);
+        publish_p(sbase, pf, alpha, i, bar_p_free, wtid, row_lo, q4);
+        wg0_pv<F>(o, pf, dv);
         release_tile(b);
       }
 
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const float l = quad_sum(l_run[hr]);
-          if (q4 == 0) {
-            sts_f32(sbase + kDealRowsOff + (row_lo + 8 * hr) * 8, m_run[hr]);
-            sts_f32(sbase + kDealRowsOff + (row_lo + 8 * hr) * 8 + 4, l);
-          }
-        }
-        cluster_sync();
-        const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int head = head0 + row_lo + 8 * hr;
-          const long long out_row = (long long)t * kHeads + head;
-          if (ds.slice == 0 && q4 == 0 && head < kHeads) {
-            if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = d.row[hr].lse;
-            else static_cast<float*>(p.out_lse)[out_row] = d.row[hr].lse * p.lse_scale;
-          }
-        }
-        const u32 units = sbase + kTileOff + u32(tid) * 16u;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) dealt_publish(units + j * 4096u, o + 4 * j, d, F::kNopeUndo);
-        cluster_sync();
-        dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
+        wg0_dealt_epilogue<F, kHeads, kSplit, kGroups>(p, o, m_run, l_run, sbase, ds, group, t, split, head0, row_lo, tid, q4);
       } else {
         // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
-        float factor[2], lse[2];
-        bool empty[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int head = head0 + row_lo + 8 * hr;
-          const float l = quad_sum(l_run[hr]);
-          empty[hr] = !(l > 0.0f);
-          lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
-          factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
-          if (!kSplit && sink != nullptr && head < kHeads) {
-            sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
-          } else if (empty[hr]) {
-            lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
-          }
-          if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
-        }
-        named_barrier_sync(kBarEpilogue, kConsumers);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int head = head0 + row_lo + 8 * hr;
-          if (head >= kHeads) continue;
-          const long long out_row = (long long)t * kHeads + head;
-          if (q4 == 0) {
-            if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
-            else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
-          }
-          if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
-          u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-          const float f = factor[hr] * F::kNopeUndo;
-#pragma unroll
-          for (int j = 0; j < 32; ++j)
-            *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
-        }
+        wg0_write_rows<F, kHeads, kSplit>(p, o, m_run, l_run, sbase, t, split, head0 + row_lo, row_lo, q4);
       }
     } else {
       // ---- WG1: O[:, 256:448] (f16 P) and O[:, 448:512] (bf16 P) ----
@@ -783,78 +919,21 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
       for (int i = 0; i < n_iter; ++i) {
         const int b = i & 1;
         const u64 dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
-        named_barrier_sync(kBarPReady, kConsumers);
-        const float alpha[2] = {lds_f32(sbase + kAlphaOff + row_lo * 4), lds_f32(sbase + kAlphaOff + (row_lo + 8) * 4)};
         u32 pf[4][4], pb[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const U32x4 v = lds128(sbase + kPOff + (kk * 128 + wtid) * 16);
-          pf[kk][0] = v.x;
-          pf[kk][1] = v.y;
-          pf[kk][2] = v.z;
-          pf[kk][3] = v.w;
-        }
-        if (i + 1 < n_iter) mbar_arrive(bar_p_free);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) pb[kk][r] = F::kF16Nope ? f16x2_to_bf16x2(pf[kk][r]) : pf[kk][r];
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-          for (int e = 0; e < 96; ++e) o_nope[e] *= alpha[(e >> 1) & 1];
-#pragma unroll
-          for (int e = 0; e < 32; ++e) o_rope[e] *= alpha[(e >> 1) & 1];
+        float alpha[2];
+        take_p<F>(sbase, i, n_iter, bar_p_free, wtid, row_lo, pf, pb, alpha);
+        if (rows_moved(alpha)) {
+          rescale_rows(o_nope, alpha);
+          rescale_rows(o_rope, alpha);
         }
         wait_tile(b, u32((i >> 1) & 1));
-        wgmma_fence_operand(o_nope);
-        wgmma_fence_operand(o_rope);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          if constexpr (F::kF16Nope) wgmma_m64n192k16_rs_f16(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
-          else wgmma_m64n192k16_rs_bf16(o_nope, pb[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
-          wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256));
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operand(o_nope);
-        wgmma_fence_operand(o_rope);
-        pin_u32(pf);
-        pin_u32(pb);
+        wg1_pv<F>(o_nope, o_rope, pf, pb, dv);
         release_tile(b);
       }
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        named_barrier_sync(kBarEpilogue, kConsumers);
-        cluster_sync();
-        const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
-        const u32 units = sbase + kTileOff + u32(tid) * 16u;
-#pragma unroll
-        for (int j = 0; j < 24; ++j) dealt_publish(units + j * 4096u, o_nope + 4 * j, d, F::kNopeUndo);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) dealt_publish(units + (24 + j) * 4096u, o_rope + 4 * j, d, 1.0f);
-        cluster_sync();
-        dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
+        wg1_dealt_epilogue<F, kHeads, kSplit, kGroups>(p, o_nope, o_rope, sbase, ds, group, t, split, head0, row_lo, tid, q4);
       } else {
-        named_barrier_sync(kBarEpilogue, kConsumers);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int head = head0 + row_lo + 8 * hr;
-          if (head >= kHeads) continue;
-          float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
-          if (f < 0.0f) {
-            if (kSplit) continue;
-            f = 0.0f;
-          }
-          const long long out_row = (long long)t * kHeads + head;
-          u16* dst = sparse_out_row<kSplit>(p, out_row, split);
-          const float fn = f * F::kNopeUndo;
-#pragma unroll
-          for (int j = 0; j < 24; ++j)
-            *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-            *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
-        }
+        wg1_write_rows<F, kHeads, kSplit>(p, o_nope, o_rope, sbase, t, split, head0 + row_lo, row_lo, q4);
       }
     }
   }

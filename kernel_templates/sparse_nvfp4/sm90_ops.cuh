@@ -1,7 +1,6 @@
 #pragma once
-// sm_90a-only building blocks of the Hopper sparse decode that common/wgmma.cuh and
-// common/mbarrier.cuh do not provide: no-swizzle shared-memory descriptors, the f16 wgmma shapes the
-// kernels issue, a non-blocking named-barrier arrive and stores into a peer CTA's shared memory.
+// sm_90a-only building blocks of the Hopper sparse decode that common/wgmma.cuh does not provide:
+// no-swizzle shared-memory descriptors and the f16 wgmma shapes the kernels issue.
 // Valid only under --gpu-architecture=sm_90a.
 #include "common/mbarrier.cuh"
 #include "common/mma.cuh"
@@ -89,21 +88,6 @@ __device__ __forceinline__ void pin_u32(u32 (&a)[kM][kN]) {
   for (int i = 0; i < kM; ++i)
 #pragma unroll
     for (int j = 0; j < kN; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
-}
-
-// Stores into another CTA's shared memory (`addr`, `bar`: shared::cluster addresses) that complete
-// their bytes on that CTA's mbarrier `bar`, whose phase must expect them (expect_tx).
-__device__ __forceinline__ void st_async_128(u32 addr, U32x4 v, u32 bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr), "r"(v.x),
-               "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void st_async_32(u32 addr, u32 v, u32 bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(addr), "r"(v), "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void named_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 }  // namespace sm90

@@ -50,6 +50,7 @@
 #include "kiln/runtime/sparse_nvfp4/planner.h"
 #include "tests/support/h200_residency.h"
 #include "tests/support/device_buffer.h"
+#include "tests/support/nvfp4_device.h"
 #include "tests/support/nvfp4_reference.h"
 #include "tests/support/rng.h"
 #include "tests/support/sparse_matrix.h"
@@ -320,6 +321,7 @@ void run_oracle(HostCase& h) {
   pr.attn_sink = c.sink == Sink::kOff ? nullptr : h.sink.data();
   pr.sm_scale = h.sm_scale;
   pr.lse_scale = c.ln2 ? kLn2 : 1.f;
+  pr.q_reciprocals = &kt::nvfp4_device_reciprocals();  // Q is rounded as the writers round
   h.ref.assign(static_cast<std::size_t>(c.tokens) * c.heads * kDims, 0.f);
   h.ref_lse.assign(static_cast<std::size_t>(c.tokens) * c.heads, 0.f);
   kt::parallel_head_blocks(c.tokens, c.heads, [&](int t, int h0, int hn) {

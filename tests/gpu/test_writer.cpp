@@ -17,6 +17,7 @@
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "tests/support/device_buffer.h"
+#include "tests/support/nvfp4_device.h"
 #include "tests/support/nvfp4_reference.h"
 
 namespace {
@@ -31,43 +32,8 @@ constexpr std::uint8_t kPoison = 0xab;
 constexpr std::uint16_t kBf16PosInf = 0x7f80, kBf16NegInf = 0xff80, kBf16NaN = 0x7fc0, kBf16NegNaN = 0xffc1;
 
 // Upstream multiplies by rcp.approx.ftz.f32 of the scale (MUFU.RCP), not by a correctly rounded
-// 1/scale. The reference takes those values from the device: one instruction per e4m3 value.
-const kt::Nvfp4Reciprocals& device_reciprocals() {
-  static const kt::Nvfp4Reciprocals table = [] {
-    const kiln::Driver& d = kiln::Driver::get();
-    const char* source = R"(
-extern "C" __global__ void rcp_probe(const float* in, float* out) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(in[threadIdx.x]));
-  out[threadIdx.x] = r;
-})";
-    const kiln::CompileResult r =
-        kiln::Compiler().compile(kiln::KernelSource{source, {"rcp_probe"}}, kiln::KernelService::global().device_arch(0), "test:rcp_probe");
-    CUmodule module = nullptr;
-    CUfunction fn = nullptr;
-    d.check(d.cuModuleLoadData(&module, r.cubin.data()), "cuModuleLoadData");
-    d.check(d.cuModuleGetFunction(&fn, module, r.lowered_names.at(0).c_str()), "cuModuleGetFunction");
-    std::vector<float> scales(128, 1.0f);
-    for (int c = 1; c < 127; ++c) scales[c] = kt::e4m3_to_float(std::uint8_t(c));
-    DeviceBuffer in(128 * 4), out(128 * 4);
-    in.upload(scales);
-    CUdeviceptr pin = reinterpret_cast<CUdeviceptr>(in.get()), pout = reinterpret_cast<CUdeviceptr>(out.get());
-    void* args[] = {&pin, &pout};
-    d.check(d.cuLaunchKernel(fn, 1, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr), "cuLaunchKernel(rcp_probe)");
-    const auto got = out.download<float>(128);
-    d.cuModuleUnload(module);
-    kt::Nvfp4Reciprocals t{};
-    int differ = 0;
-    for (int c = 1; c < 127; ++c) {
-      t[c] = got[c];
-      differ += got[c] != kt::nvfp4_exact_reciprocals()[c];
-    }
-    // Informational: how far the hardware reciprocal is from the spec's fp32(1/scale).
-    std::printf("rcp.approx.ftz.f32 differs from fp32(1/scale) for %d of 126 e4m3 scales\n", differ);
-    return t;
-  }();
-  return table;
-}
+// 1/scale: the reference takes those values from the device.
+const kt::Nvfp4Reciprocals& device_reciprocals() { return kt::nvfp4_device_reciprocals(); }
 
 std::uint16_t bf16(float f) { return kt::float_to_bf16(f); }
 

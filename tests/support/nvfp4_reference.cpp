@@ -115,10 +115,10 @@ void nvfp4_quantize_token(const uint16_t* x, uint8_t* data, uint8_t* scales, con
   std::memcpy(data + 224, x + kNvfp4NopeDims, 128);  // RoPE bf16, little-endian as in memory
 }
 
-void nvfp4_round_trip_nope(float* x) {
+void nvfp4_round_trip_nope(float* x, const Nvfp4Reciprocals& rcp) {
   for (int g = 0; g < kNvfp4Groups; ++g) {
     uint8_t c[16], s;
-    quantize_group(x + g * 16, c, &s, nvfp4_exact_reciprocals());
+    quantize_group(x + g * 16, c, &s, rcp);
     const float scale = e4m3_to_float(s);
     for (int i = 0; i < 16; ++i) x[g * 16 + i] = e2m1_to_float(c[i]) * scale;
   }

@@ -36,8 +36,9 @@ const Nvfp4Reciprocals& nvfp4_exact_reciprocals();
 void nvfp4_quantize_token(const uint16_t* x, uint8_t* data, uint8_t* scales,
                           const Nvfp4Reciprocals& rcp = nvfp4_exact_reciprocals());
 
-// The quantize-dequantize round trip of 448 NoPE values in place (what the kernels do to Q).
-void nvfp4_round_trip_nope(float* x);
+// The quantize-dequantize round trip of 448 NoPE values in place (what the kernels do to Q, by the
+// writers' rule: pass the device's rcp.approx.ftz values as `rcp` to follow them exactly).
+void nvfp4_round_trip_nope(float* x, const Nvfp4Reciprocals& rcp = nvfp4_exact_reciprocals());
 
 // Token `index` of a paged pool (page p at pool + p * page_stride; page_size tokens per page).
 void nvfp4_write_token(uint8_t* pool, long long page_stride, int page_size, long long index, const uint16_t* x,

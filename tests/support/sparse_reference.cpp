@@ -42,7 +42,7 @@ void sparse_nvfp4_reference(const SparseProblem& pr, float* out, float* lse) {
       float qhat[kNvfp4Dims];
       const uint16_t* qrow = pr.q + ((long long)t * pr.heads + h) * kNvfp4Dims;
       for (int d = 0; d < kNvfp4Dims; ++d) qhat[d] = bf16_to_float(qrow[d]);
-      nvfp4_round_trip_nope(qhat);
+      nvfp4_round_trip_nope(qhat, pr.q_reciprocals != nullptr ? *pr.q_reciprocals : nvfp4_exact_reciprocals());
       std::vector<double> s(kv.size());
       double mx = -std::numeric_limits<double>::infinity();
       for (size_t j = 0; j < kv.size(); ++j) {

@@ -2,6 +2,8 @@
 // fp32 oracle of the sparse NVFP4 MLA decode (runtime/sparse_nvfp4/README.md, "What it computes").
 #include <cstdint>
 
+#include "tests/support/nvfp4_reference.h"
+
 namespace kiln::testing {
 
 struct SparsePool {
@@ -23,6 +25,9 @@ struct SparseProblem {
   const float* attn_sink = nullptr;  // [H] or null
   float sm_scale = 0.0f;
   float lse_scale = 1.0f;
+  // The reciprocals Q's NVFP4 rounding multiplies by (null: fp32(1 / scale)); the kernels round Q by
+  // the writers' rule, rcp.approx.ftz of the scale (tests/support/nvfp4_device.h reads those).
+  const Nvfp4Reciprocals* q_reciprocals = nullptr;
 };
 
 // out: [T, H, 512] fp32, lse: [T, H] (base-2 LSE times lse_scale). A token with no valid candidate

@@ -11,8 +11,10 @@
 #include <cuda_fp8.h>
 #pragma GCC diagnostic pop
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "tests/support/nvfp4_reference.h"
@@ -85,4 +87,31 @@ TEST_CASE("nvfp4 reference: signed zeros, NaN and saturation of one token", "[un
   CHECK(scales[2] == 0x7e);
   CHECK((data[16] & 0xf) == 0xf);
   CHECK(scales[28] == 0);  // padding
+}
+
+// Q's round trip multiplies by the reciprocals it is given (the GPU suites pass the device's
+// rcp.approx.ftz values): a value on an E2M1 tie moves to the other neighbour when its scale's
+// reciprocal is one ulp larger.
+TEST_CASE("nvfp4 reference: Q's round trip takes the given reciprocals", "[unit]") {
+  namespace kt = kiln::testing;
+  const std::uint8_t one = kt::float_to_e4m3_satfinite(1.0f);
+  REQUIRE(kt::e4m3_to_float(one) == 1.0f);
+  std::vector<float> exact(kt::kNvfp4NopeDims, 0.0f);
+  exact[0] = 6.0f;  // amax 6: scale 1
+  exact[1] = 2.5f;  // between 2 and 3: the even code, 2
+  exact[2] = -2.5f;
+  exact[3] = std::numeric_limits<float>::quiet_NaN();  // +6, and out of amax
+  std::vector<float> nudged = exact;
+  kt::nvfp4_round_trip_nope(exact.data());
+  CHECK(exact[0] == 6.0f);
+  CHECK(exact[1] == 2.0f);
+  CHECK(exact[2] == -2.0f);
+  CHECK(exact[3] == 6.0f);
+  kt::Nvfp4Reciprocals rcp = kt::nvfp4_exact_reciprocals();
+  rcp[one] = std::nextafter(1.0f, 2.0f);
+  kt::nvfp4_round_trip_nope(nudged.data(), rcp);
+  CHECK(nudged[0] == 6.0f);
+  CHECK(nudged[1] == 3.0f);
+  CHECK(nudged[2] == -3.0f);
+  CHECK(nudged[3] == 6.0f);
 }
