@@ -35,7 +35,7 @@ int variant_head_tiles(Dsv41Variant variant, int heads) {
 }
 
 Dsv41Variant choose_variant(const Dsv41Device& device, int tokens, int heads, const SplitPlan& split, std::optional<bool> cluster) {
-  resolve_variant(device.arch, heads, std::nullopt);
+  sparse::check_sparse_arch(device.arch);
   if (device.arch != "sm_90a" || heads < 32) return Dsv41Variant::kDefault;
   const Dsv41Plan sm90{Dsv41Variant::kSm90, variant_head_tiles(Dsv41Variant::kSm90, heads), split.num_splits, split.chunks_per_block};
   const int deal = dsv41_cluster_size(device, tokens, heads, sm90, cluster);
@@ -70,7 +70,7 @@ Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, co
 }
 
 std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads) {
-  resolve_variant(arch, heads, std::nullopt);
+  sparse::check_sparse_arch(arch);
   if (arch == "sm_90a" && heads >= 32) return {Dsv41Variant::kDefault, Dsv41Variant::kSm90};
   return {Dsv41Variant::kDefault};
 }
