@@ -11,6 +11,7 @@
 #include "common/softmax.cuh"
 #include "mla_decode/kernel_kv.cuh"
 #include "mla_decode/kernel_mma.cuh"
+#include "mla_decode/kernel_seesaw.cuh"
 #include "mla_decode/kernel_wgmma.cuh"
 #include "mla_decode/kernel_wgmma_fp8.cuh"
 #include "mla_decode/params.cuh"
@@ -99,6 +100,20 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
         mla_wgmma_fp8_consumer<kHeads, kMaxSeqLenQ, kCausal>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
       });
     }
+  } else if constexpr (kV.wgmma && !kSplitP) {
+    static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
+    const u32 raw = smem_addr(smem);
+    const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+    long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);
+    if (threadIdx.x == 0) mla_seesaw_init_barriers(base);
+    __syncthreads();
+    MlaWgState st{0u, 0u};
+    // Pieces of whole tile pairs: the two warpgroups take a pair's tiles.
+    mla_for_each_piece<kThreads, 2 * kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+      record(pc);
+      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
+      mla_seesaw_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+    });
   } else if constexpr (kV.wgmma) {
     static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
     const u32 raw = smem_addr(smem);

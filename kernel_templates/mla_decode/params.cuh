@@ -184,10 +184,14 @@ KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
 // Named barriers of the wgmma kernels (id 0 is __syncthreads). Heads-on-M kernels: the piece
 // boundary (every thread is done with the previous piece's shared memory), the two consumer
 // warpgroups' row exchange through shared memory (row max, then row sums; in the fp8 kernel also Q
-// staged), and the P tile complete. The KV-on-M kernel is one warpgroup: one barrier for all of it.
+// staged), and the P tile complete; the one-P seesaw kernel's two meetings per tile pair (warpgroup
+// 0's max and P published, then warpgroup 1's). The KV-on-M kernel is one warpgroup: one barrier for
+// all of it.
 constexpr int kMlaBarPiece = 1;
 constexpr int kMlaBarRowExchange = 2;
 constexpr int kMlaBarP = 3;
+constexpr int kMlaBarSeesawM0 = 4;
+constexpr int kMlaBarSeesawM1 = 5;
 constexpr int kMlaKvBar = 1;
 
 // ---- wgmma kernel (sm_90a) geometry ----
@@ -203,6 +207,7 @@ constexpr int kMlaWgQOffset = 0;
 constexpr int kMlaWgQBytes = kMlaWgRows * kMlaDimV * 2;                 // 65536
 constexpr int kMlaWgStageOffset = kMlaWgQOffset + kMlaWgQBytes;
 constexpr int kMlaWgStageBytes = kMlaWgTileTokens * kMlaDimQk * 2;      // 73728
+constexpr int kMlaWgRopeOffset = 8 * 8192;                              // a stage's RoPE column block
 constexpr int kMlaWgStages = 2;
 constexpr int kMlaWgPOffset = kMlaWgStageOffset + kMlaWgStages * kMlaWgStageBytes;
 constexpr int kMlaWgPBytes = kMlaWgRows * kMlaWgTileTokens * 2;          // 8192 (hi), then lo
@@ -210,7 +215,8 @@ constexpr int kMlaWgRedOffset = kMlaWgPOffset + 2 * kMlaWgPBytes;
 constexpr int kMlaWgRedBytes = 2 * kMlaWgRows * 4;                      // [warpgroup][row] fp32
 constexpr int kMlaWgSchedOffset = kMlaWgRedOffset + kMlaWgRedBytes;
 constexpr int kMlaWgBarOffset = kMlaWgSchedOffset + kMlaSchedScratchBytes;
-constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + kMlaWgStages);
+// Q full, then a full barrier per stage (the seesaw kernel: per stage part, two per stage).
+constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + 2 * kMlaWgStages);
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 

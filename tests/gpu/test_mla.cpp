@@ -635,9 +635,12 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
       m.push_back(c);
     }
   }
-  // The one-P precision on every bf16 kernel: heads-on-M (H 128), KV-on-M with 16 and 32 rows
-  // (H 16; H 64 x SQ 2 forced), mma.sync (forced).
-  for (const auto& [i, kernel] : {std::pair{std::size_t{5}, MlaKernel::kAuto}, {std::size_t{0}, MlaKernel::kAuto},
+  // The one-P precision on every bf16 kernel: heads-on-M (H 128; packed H 7 x SQ 8 with padded tables;
+  // packed H 64 x SQ 2 with an empty request; H 24 x SQ 16 in six row tiles), KV-on-M with 16 and 32
+  // rows (H 16; H 64 x SQ 2 forced), mma.sync (forced).
+  for (const auto& [i, kernel] : {std::pair{std::size_t{5}, MlaKernel::kAuto}, {std::size_t{2}, MlaKernel::kAuto},
+                                  {std::size_t{4}, MlaKernel::kAuto}, {std::size_t{6}, MlaKernel::kAuto},
+                                  {std::size_t{0}, MlaKernel::kAuto},
                                   {std::size_t{4}, MlaKernel::kWgmmaKv}, {std::size_t{0}, MlaKernel::kMmaSync}}) {
     if (kernel == MlaKernel::kWgmmaKv && !device_is_sm90a()) continue;
     MlaCase c = m[i];
@@ -833,6 +836,9 @@ TEST_CASE("mla: fixed graph replay after in-place seq_lens and block_tables chan
   graph_replay(c, base_seed() * 1000 + 801);
   MlaCase dense = fixed(16, 16, 2, false, false, {1, 1, 1}, 2500);
   graph_replay(dense, base_seed() * 1000 + 802);
+  MlaCase one_p = fixed(64, 64, 2, false, true, {1, 1, 1, 1}, 163840);
+  one_p.precision = kiln::mla::MlaPrecision::kBf16;
+  graph_replay(one_p, base_seed() * 1000 + 805);
   if (device_is_sm90a()) {
     MlaCase kv = fixed(16, 64, 1, false, true, {1, 1, 1, 1, 1, 1}, 163840);
     kv.kernel = MlaKernel::kWgmmaKv;

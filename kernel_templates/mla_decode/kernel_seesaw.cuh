@@ -1,0 +1,364 @@
+#pragma once
+// Paged MLA decode on Hopper warpgroup MMAs (sm_90a) with one bf16 P (kMlaPrecisionBf16): the
+// two warpgroups take alternate KV tiles, so one warpgroup's softmax runs while the other's MMAs
+// keep the tensor cores busy.
+//
+// One CTA = 64 query rows of one part (the same rows, Q layout, loads and epilogue as
+// kernel_wgmma.cuh). KV tiles of 64 tokens come in pairs: tile 2k in stage 0, tile 2k + 1 in stage
+// 1. Warpgroup w owns output columns [256 w, 256 w + 256) and computes S = Q K^T of the tile in
+// stage w (36 m64n64k16, Q's RoPE columns from registers) and that tile's softmax. Per pair:
+//   warpgroup 0: S(2k) -> softmax against the running max (m -> m0), P(2k) as register A fragments
+//     and into stage 0's RoPE block (dead once S(2k) retired) -> publishes m0 -> O_L *= 2^(m - m0),
+//     O_L += P(2k) V_L from registers -> takes m1 -> O_L *= 2^(m0 - m1), O_L += P(2k+1) V_L with
+//     P(2k+1) from stage 1's RoPE block.
+//   warpgroup 1: S(2k+1) is issued before m0 is known -> takes m0, O_R *= 2^(m - m0), O_R +=
+//     P(2k) V_R from stage 0's RoPE block -> softmax of S(2k+1) beside that MMA (m0 -> m1), P(2k+1)
+//     to registers and stage 1's RoPE block -> publishes m1 -> O_R *= 2^(m0 - m1), O_R += P(2k+1)
+//     V_R from registers.
+// Each warpgroup keeps the row sums of its own tiles, scaled to the same running max; the
+// epilogue adds them. Every O rescale happens with no wgmma of that warpgroup in flight (ptxas
+// serializes the whole pipeline otherwise).
+//
+// Loads: cp.async into the 128-byte swizzle, each stage in two parts with an mbarrier each, filled
+// by the warpgroup that reads the part last: stage 0 columns 0-255 and stage 1 columns 0-255 plus
+// its RoPE block (P(2k+1), read by warpgroup 0) by warpgroup 0; the rest by warpgroup 1. A part is
+// refilled for the next pair as soon as its last reader's wgmma retired. Pieces are whole pairs
+// (128-token scheduler blocks); a request whose last block has one tile runs a masked second tile.
+#include "common/mbarrier.cuh"
+#include "common/numeric.cuh"
+#include "common/softmax.cuh"
+#include "common/wgmma.cuh"
+#include "mla_decode/kernel_wgmma.cuh"
+#include "mla_decode/params.cuh"
+#include "mla_decode/schedule.cuh"
+
+namespace kiln {
+
+#ifdef __CUDACC__
+
+namespace mla_detail {
+
+// Stage s's part filled by warpgroup w: column blocks [kMlaSeesawFirst, kMlaSeesawLast] plus, for
+// stage 1 part 0, the RoPE block.
+__device__ __forceinline__ u32 mla_seesaw_bar(u32 bar0, int stage, int part) { return bar0 + 8u * (2 * stage + part); }
+
+template <int kPageSize>
+__device__ __forceinline__ void mla_seesaw_load(const MlaTileLoader<kPageSize>& loader, int j, const int (&pages)[4],
+                                                u32 stage_base, int stage, int wg, u32 bar0) {
+  const u32 dst0 = stage_base + loader.ld_dst;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int t = loader.t0 + j * kMlaWgTileTokens + 16 * q + loader.ld_tok;
+    // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
+    const bool valid = pages[q] >= 0;
+    const unsigned char* src =
+        valid ? loader.kv + (static_cast<long long>(pages[q]) * kPageSize + t % kPageSize) * kMlaDimQk * 2 + loader.ld_chunk * 16
+              : loader.kv;
+    const u32 bytes = valid ? 16u : 0u;
+    if (wg == 0) {
+#pragma unroll
+      for (int blk = 0; blk < 4; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
+      if (stage == 1) cp_async_16_addr(dst0 + 8 * 8192 + q * 2048, src + 8 * 128, bytes);
+    } else {
+#pragma unroll
+      for (int blk = 4; blk < 8; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
+      if (stage == 0) cp_async_16_addr(dst0 + 8 * 8192 + q * 2048, src + 8 * 128, bytes);
+    }
+  }
+  cp_async_mbar_arrive(mla_seesaw_bar(bar0, stage, wg));
+}
+
+// S = Q K^T over the whole 64-token tile in the stage at `k_smem`, once both of its parts landed.
+// Issued and committed, not waited for.
+__device__ __forceinline__ void mla_seesaw_scores(float (&s)[32], u64 dq, u32 k_smem, u32 bar_a, u32 bar_b, u32 phase,
+                                                  const u32 (&q_rope)[4][4]) {
+  const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
+  mbar_wait(bar_a, phase);
+  // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.
+  fence_proxy_async_smem();
+  wgmma_fence();
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, kb * 8192 + ks * 32), wgmma_desc_advance(dk, kb * 8192 + ks * 32),
+                           kb + ks > 0);
+    }
+  }
+  mbar_wait(bar_b, phase);
+  fence_proxy_async_smem();
+  wgmma_fence();  // the wait's loop ends the batch for ptxas: a fresh fence keeps the wgmmas pipelined
+#pragma unroll
+  for (int kb = 4; kb < 8; ++kb) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, kb * 8192 + ks * 32), wgmma_desc_advance(dk, kb * 8192 + ks * 32), true);
+    }
+  }
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) WgmmaBf16<64>::rs<0>(s, q_rope[ks], wgmma_desc_advance(dk, 8 * 8192 + ks * 32), true);
+  wgmma_commit();
+}
+
+// Masks and scales a whole tile's S (register i: token tok_base + 8 (i / 4) + i % 2, row r_hi when
+// (i / 2) % 2 else r_lo) and returns each row's max over this thread's quad.
+template <bool kCausal>
+__device__ __forceinline__ void mla_seesaw_mask_max(float (&s)[32], int tok_base, int t1, int lim_lo, int lim_hi,
+                                                    float scale, float& mx_lo, float& mx_hi) {
+  mx_lo = neg_inf();
+  mx_hi = neg_inf();
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int t = tok_base + 8 * (i >> 2) + (i & 1);
+    const bool hi = (i >> 1) & 1;
+    bool ok = t < t1;
+    if constexpr (kCausal) ok = ok && t <= (hi ? lim_hi : lim_lo);
+    const float x = ok ? s[i] * scale : neg_inf();
+    s[i] = x;
+    if (hi) mx_hi = fmaxf(mx_hi, x);
+    else mx_lo = fmaxf(mx_lo, x);
+  }
+  mx_lo = quad_max(mx_lo);
+  mx_hi = quad_max(mx_hi);
+}
+
+// P = exp2(S - m_use) rounded once to bf16: as register A fragments of P V (k-step ks = tokens
+// 16 ks .. 16 ks + 15) and into the 64 x 64 K-major swizzled tile at `p_smem` for the other
+// warpgroup. Returns the rows' sums of the unrounded P.
+__device__ __forceinline__ void mla_seesaw_p(const float (&s)[32], float muse_lo, float muse_hi, u32 (&pa)[4][4],
+                                             u32 p_smem, u32 p_row_lo, u32 p_row_hi, int g, float& sum_lo,
+                                             float& sum_hi) {
+  sum_lo = 0.f;
+  sum_hi = 0.f;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float p0 = fast_exp2(s[4 * n + 0] - muse_lo);
+    const float p1 = fast_exp2(s[4 * n + 1] - muse_lo);
+    const float p2 = fast_exp2(s[4 * n + 2] - muse_hi);
+    const float p3 = fast_exp2(s[4 * n + 3] - muse_hi);
+    sum_lo += p0 + p1;
+    sum_hi += p2 + p3;
+    const u32 h01 = pack_bf16x2(p0, p1);
+    const u32 h23 = pack_bf16x2(p2, p3);
+    pa[n >> 1][2 * (n & 1)] = h01;
+    pa[n >> 1][2 * (n & 1) + 1] = h23;
+    const u32 chunk = static_cast<u32>(n) ^ static_cast<u32>(g);
+    sts32(p_smem + p_row_lo + (chunk << 4), h01);
+    sts32(p_smem + p_row_hi + (chunk << 4), h23);
+  }
+}
+
+// O += P V over this warpgroup's 256 columns, P from registers. Issued and committed.
+__device__ __forceinline__ void mla_seesaw_pv_rs(float (&o)[128], const u32 (&pa)[4][4], u64 dv) {
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) WgmmaBf16<256>::rs<1>(o, pa[ks], wgmma_desc_advance(dv, ks * 2048), true);
+  wgmma_commit();
+}
+
+// O += P V with the other warpgroup's P from shared memory. Issued and committed.
+__device__ __forceinline__ void mla_seesaw_pv_ss(float (&o)[128], u64 dp, u64 dv) {
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp, ks * 32), wgmma_desc_advance(dv, ks * 2048), true);
+  }
+  wgmma_commit();
+}
+
+// The max published by the other warpgroup: the factor 2^(m - m_new) for this warpgroup's O and l,
+// and m = m_new.
+__device__ __forceinline__ void mla_seesaw_take_max(u32 slot, int r_lo, int r_hi, float& m_lo, float& m_hi,
+                                                    float& alpha_lo, float& alpha_hi) {
+  const float mnew_lo = lds_f32(slot + r_lo * 4);
+  const float mnew_hi = lds_f32(slot + r_hi * 4);
+  alpha_lo = fast_exp2(m_lo - (mnew_lo == neg_inf() ? 0.f : mnew_lo));
+  alpha_hi = fast_exp2(m_hi - (mnew_hi == neg_inf() ? 0.f : mnew_hi));
+  m_lo = mnew_lo;
+  m_hi = mnew_hi;
+}
+
+__device__ __forceinline__ void mla_seesaw_init_barriers(u32 base) {
+  // Q: every thread of both warpgroups arrives once per fill; each stage part: its warpgroup's 128.
+  mbar_init(base + kMlaWgBarOffset, kMlaWgThreads);
+  for (int i = 0; i < 2 * kMlaWgStages; ++i) mbar_init(base + kMlaWgBarOffset + 8 + 8 * i, kMlaWgThreads / 2);
+  mbar_fence_init();
+}
+
+// Rows [row0, row0 + 64) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal>
+__device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
+                                                 int slot, MlaWgState& st) {
+  constexpr int kRowBytes = kMlaDimQk * 2;
+  static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
+  const int wt = tid & 127;
+  const int warp = wt >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int c4 = lane & 3;
+  const int r_lo = 16 * warp + g;
+  const int r_hi = r_lo + 8;
+
+  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
+  const int n_pairs = (pv.n_tiles + 1) / 2;
+
+  const u32 q_smem = base + kMlaWgQOffset;
+  const u32 stage0 = base + kMlaWgStageOffset;
+  const u32 stage1 = stage0 + kMlaWgStageBytes;
+  const u32 m_slot0 = base + kMlaWgPOffset;  // m0 (warpgroup 0 -> 1), then m1 (1 -> 0): [64 rows] fp32 each
+  const u32 m_slot1 = m_slot0 + kMlaWgRows * 4;
+  const u32 red = base + kMlaWgRedOffset;
+  const u32 bar_q = base + kMlaWgBarOffset;
+  const u32 bar0 = bar_q + 8;
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m_lo = neg_inf(), m_hi = neg_inf();
+  float l_lo = 0.f, l_hi = 0.f;
+
+  // Every thread of both warpgroups is done with the previous piece's Q, stages and row sums.
+  named_barrier_sync(kMlaBarPiece, kMlaWgThreads);
+  if (n_pairs > 0) {
+    const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
+    const unsigned char* q_rows =
+        static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
+    const MlaTileLoader<kPageSize> loader(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane);
+
+    // Q: 64 rows x 512 latent columns, warpgroup wg loads columns [256 wg, 256 wg + 256).
+#pragma unroll 4
+    for (int i = 0; i < kMlaWgRows * 32 / 128; ++i) {
+      const int idx = i * 128 + wt;
+      const int r = idx >> 5;
+      const int ch = 32 * wg + (idx & 31);
+      const bool valid = row0 + r < pv.rows_b;
+      cp_async_16_addr(q_smem + (ch >> 3) * 8192 + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
+                       valid ? 16u : 0u);
+    }
+    cp_async_mbar_arrive(bar_q);
+    int pages[4];
+    loader.pages_of(0, pages);
+    mla_seesaw_load(loader, 0, pages, stage0, 0, wg, bar0);
+    loader.pages_of(1, pages);
+    mla_seesaw_load(loader, 1, pages, stage1, 1, wg, bar0);
+
+    u32 q_rope[4][4];
+    {
+      const bool v_lo = row0 + r_lo < pv.rows_b, v_hi = row0 + r_hi < pv.rows_b;
+      const unsigned char* q_lo = q_rows + r_lo * kRowBytes + (kMlaDimV + 2 * c4) * 2;
+      const unsigned char* q_hi = q_rows + r_hi * kRowBytes + (kMlaDimV + 2 * c4) * 2;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        q_rope[ks][0] = ld_u32_if(q_lo + ks * 32, v_lo);
+        q_rope[ks][1] = ld_u32_if(q_hi + ks * 32, v_hi);
+        q_rope[ks][2] = ld_u32_if(q_lo + ks * 32 + 16, v_lo);
+        q_rope[ks][3] = ld_u32_if(q_hi + ks * 32 + 16, v_hi);
+      }
+    }
+
+    const int lim_lo = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_lo);
+    const int lim_hi = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_hi);
+    const float scale = p.scale_log2;
+    const u32 p_row_lo = r_lo * 128 + 4 * c4;
+    const u32 p_row_hi = r_hi * 128 + 4 * c4;
+    const u64 dq = wgmma_desc_sw128(q_smem, 16, 1024);
+    // P of a stage's tile lives in that stage's RoPE block once its S retired.
+    const u32 own_stage = wg ? stage1 : stage0;
+    const u32 other_stage = wg ? stage0 : stage1;
+    const u32 own_p = own_stage + kMlaWgRopeOffset;
+    const u64 dp_other = wgmma_desc_sw128(other_stage + kMlaWgRopeOffset, 16, 1024);
+    // V over this warpgroup's columns, of its own tile and of the other warpgroup's tile.
+    const u64 dv_own = wgmma_desc_sw128(own_stage + wg * 4 * 8192, 8192, 1024);
+    const u64 dv_other = wgmma_desc_sw128(other_stage + wg * 4 * 8192, 8192, 1024);
+
+    mbar_wait(bar_q, st.pieces & 1);
+    ++st.pieces;
+
+    // One loop per warpgroup: every wgmma wait stays out of divergent code, which ptxas would
+    // answer by serializing the wgmmas.
+    u32 pa[4][4];
+    float s[32];
+    float sum_lo, sum_hi, a_lo, a_hi, mx_lo, mx_hi;
+    if (wg == 0) {
+      for (int k = 0; k < n_pairs; ++k) {
+        const bool refill = k + 1 < n_pairs;
+        mla_seesaw_scores(s, dq, stage0, mla_seesaw_bar(bar0, 0, 0), mla_seesaw_bar(bar0, 0, 1),
+                          (st.tiles + static_cast<u32>(k)) & 1u, q_rope);
+        loader.pages_of(2 * k + 2, pages);  // the refill's block-table reads, off the issue path
+        wgmma_wait<0>();
+        wgmma_fence_operand(s);
+        mla_seesaw_mask_max<kCausal>(s, pv.t0 + 2 * k * kMlaWgTileTokens + 2 * c4, pv.t1, lim_lo, lim_hi, scale, mx_lo,
+                                     mx_hi);
+        const OnlineSoftmaxStep step_lo = online_softmax_step(m_lo, mx_lo);
+        const OnlineSoftmaxStep step_hi = online_softmax_step(m_hi, mx_hi);
+        mla_seesaw_p(s, step_lo.m_use, step_hi.m_use, pa, own_p, p_row_lo, p_row_hi, g, sum_lo, sum_hi);
+        if (c4 == 0) {
+          sts_f32(m_slot0 + r_lo * 4, m_lo);
+          sts_f32(m_slot0 + r_hi * 4, m_hi);
+        }
+        // P was written through the generic proxy; warpgroup 1's wgmmas read it.
+        fence_proxy_async_smem();
+        named_barrier_arrive(kMlaBarSeesawM0, kMlaWgThreads);
+        mla_wg_rescale(o, l_lo, l_hi, step_lo.alpha, step_hi.alpha, sum_lo, sum_hi);
+        mla_seesaw_pv_rs(o, pa, dv_own);
+        named_barrier_sync(kMlaBarSeesawM1, kMlaWgThreads);
+        mla_seesaw_take_max(m_slot1, r_lo, r_hi, m_lo, m_hi, a_lo, a_hi);
+        wgmma_wait<0>();
+        wgmma_fence_operand(o);
+        if (refill) mla_seesaw_load(loader, 2 * k + 2, pages, stage0, 0, wg, bar0);
+        loader.pages_of(2 * k + 3, pages);
+        mla_wg_rescale(o, l_lo, l_hi, a_lo, a_hi, 0.f, 0.f);
+        mla_seesaw_pv_ss(o, dp_other, dv_other);
+        wgmma_wait<0>();
+        wgmma_fence_operand(o);
+        if (refill) mla_seesaw_load(loader, 2 * k + 3, pages, stage1, 1, wg, bar0);
+      }
+    } else {
+      for (int k = 0; k < n_pairs; ++k) {
+        const bool refill = k + 1 < n_pairs;
+        mla_seesaw_scores(s, dq, stage1, mla_seesaw_bar(bar0, 1, 0), mla_seesaw_bar(bar0, 1, 1),
+                          (st.tiles + static_cast<u32>(k)) & 1u, q_rope);
+        loader.pages_of(2 * k + 2, pages);
+        named_barrier_sync(kMlaBarSeesawM0, kMlaWgThreads);
+        mla_seesaw_take_max(m_slot0, r_lo, r_hi, m_lo, m_hi, a_lo, a_hi);
+        // S(2k + 1) retires before O is touched: no wgmma of this warpgroup is in flight then.
+        wgmma_wait<0>();
+        wgmma_fence_operand(s);
+        mla_wg_rescale(o, l_lo, l_hi, a_lo, a_hi, 0.f, 0.f);
+        mla_seesaw_pv_ss(o, dp_other, dv_other);
+        mla_seesaw_mask_max<kCausal>(s, pv.t0 + (2 * k + 1) * kMlaWgTileTokens + 2 * c4, pv.t1, lim_lo, lim_hi, scale,
+                                     mx_lo, mx_hi);
+        const OnlineSoftmaxStep step_lo = online_softmax_step(m_lo, mx_lo);
+        const OnlineSoftmaxStep step_hi = online_softmax_step(m_hi, mx_hi);
+        mla_seesaw_p(s, step_lo.m_use, step_hi.m_use, pa, own_p, p_row_lo, p_row_hi, g, sum_lo, sum_hi);
+        if (c4 == 0) {
+          sts_f32(m_slot1 + r_lo * 4, m_lo);
+          sts_f32(m_slot1 + r_hi * 4, m_hi);
+        }
+        fence_proxy_async_smem();
+        named_barrier_arrive(kMlaBarSeesawM1, kMlaWgThreads);
+        wgmma_wait<0>();
+        wgmma_fence_operand(o);
+        if (refill) mla_seesaw_load(loader, 2 * k + 2, pages, stage0, 0, wg, bar0);
+        loader.pages_of(2 * k + 3, pages);
+        mla_wg_rescale(o, l_lo, l_hi, step_lo.alpha, step_hi.alpha, sum_lo, sum_hi);
+        mla_seesaw_pv_rs(o, pa, dv_own);
+        wgmma_wait<0>();
+        wgmma_fence_operand(o);
+        if (refill) mla_seesaw_load(loader, 2 * k + 3, pages, stage1, 1, wg, bar0);
+      }
+    }
+    st.tiles += static_cast<u32>(n_pairs);
+  }
+
+  mla_wg_epilogue<kHeads, kMaxSeqLenQ>(p, o, m_lo, m_hi, l_lo, l_hi, red, wg, c4, r_lo, r_hi, row0, pv.rows_b, pv.tok0, slot);
+}
+
+}  // namespace mla_detail
+
+#endif  // __CUDACC__
+
+}  // namespace kiln
