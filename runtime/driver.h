@@ -18,7 +18,7 @@ namespace kiln {
   X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)  \
   X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemcpyHtoDAsync) X(cuEventCreate)         \
   X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamGetCtx)     \
-  X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuOccupancyMaxActiveClusters)
+  X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuOccupancyMaxActiveClusters) X(cuTensorMapEncodeTiled)
 
 class Driver {
  public:

@@ -24,9 +24,11 @@
 // its RoPE block (P(2k+1), read by warpgroup 0) by warpgroup 0; the rest by warpgroup 1. A part is
 // refilled for the next pair as soon as its last reader's wgmma retired. Pieces are whole pairs
 // (128-token scheduler blocks); a request whose last block has one tile runs a masked second tile.
+#include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
+#include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "mla_decode/kernel_wgmma.cuh"
 #include "mla_decode/params.cuh"
@@ -38,43 +40,147 @@ namespace kiln {
 
 namespace mla_detail {
 
-// Stage s's part filled by warpgroup w: column blocks [kMlaSeesawFirst, kMlaSeesawLast] plus, for
-// stage 1 part 0, the RoPE block.
-__device__ __forceinline__ u32 mla_seesaw_bar(u32 bar0, int stage, int part) { return bar0 + 8u * (2 * stage + part); }
+// Barriers: Q full, then per stage part (part p = the part warpgroup p fills) a full barrier and,
+// with TMA loads, an empty one.
+__device__ __forceinline__ u32 mla_seesaw_full(u32 bar_q, int stage, int part) { return bar_q + 8u * (1 + 2 * stage + part); }
+__device__ __forceinline__ u32 mla_seesaw_empty(u32 bar_q, int stage, int part) { return bar_q + 8u * (5 + 2 * stage + part); }
 
+// The column blocks of a stage's part: warpgroup 0's are 0-3 (V_L), plus stage 1's RoPE block, which
+// holds P(2k + 1) for warpgroup 0; warpgroup 1's are 4-7 (V_R), plus stage 0's RoPE block (P(2k)).
+__device__ __forceinline__ bool mla_seesaw_part_has_rope(int stage, int part) { return stage != part; }
+
+// Loads with cp.async, every thread of the warpgroup (MlaTileLoader's mapping), zero-filling rows past
+// the piece; each thread's completions arrive on the part's full barrier.
 template <int kPageSize>
-__device__ __forceinline__ void mla_seesaw_load(const MlaTileLoader<kPageSize>& loader, int j, const int (&pages)[4],
-                                                u32 stage_base, int stage, int wg, u32 bar0) {
-  const u32 dst0 = stage_base + loader.ld_dst;
+struct MlaSeesawCpAsync {
+  MlaTileLoader<kPageSize> tiles;
+  u32 stage0, bar_q;
+  int wg;
+  int pages[4];
+
+  __device__ __forceinline__ MlaSeesawCpAsync(const MlaTileLoader<kPageSize>& l, u32 s0, u32 bq, int w)
+      : tiles(l), stage0(s0), bar_q(bq), wg(w) {}
+  static constexpr u32 kFullCount = kMlaWgThreads / 2;
+
+  __device__ __forceinline__ void prepare(int j) { tiles.pages_of(j, pages); }
+  __device__ __forceinline__ void fill(int j, int stage) {
+    const u32 dst0 = stage0 + stage * kMlaWgStageBytes + tiles.ld_dst;
+    const bool rope = mla_seesaw_part_has_rope(stage, wg);
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int t = loader.t0 + j * kMlaWgTileTokens + 16 * q + loader.ld_tok;
-    // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
-    const bool valid = pages[q] >= 0;
-    const unsigned char* src =
-        valid ? loader.kv + (static_cast<long long>(pages[q]) * kPageSize + t % kPageSize) * kMlaDimQk * 2 + loader.ld_chunk * 16
-              : loader.kv;
-    const u32 bytes = valid ? 16u : 0u;
-    if (wg == 0) {
+    for (int q = 0; q < 4; ++q) {
+      const int t = tiles.t0 + j * kMlaWgTileTokens + 16 * q + tiles.ld_tok;
+      // Rows past the range are zero-filled: masked P is 0, and 0 * stale NaN would be NaN.
+      const bool valid = pages[q] >= 0;
+      const unsigned char* src =
+          valid ? tiles.kv + (static_cast<long long>(pages[q]) * kPageSize + t % kPageSize) * kMlaDimQk * 2 + tiles.ld_chunk * 16
+                : tiles.kv;
+      const u32 bytes = valid ? 16u : 0u;
 #pragma unroll
-      for (int blk = 0; blk < 4; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
-      if (stage == 1) cp_async_16_addr(dst0 + 8 * 8192 + q * 2048, src + 8 * 128, bytes);
-    } else {
+      for (int i = 0; i < 4; ++i) {
+        const int blk = 4 * wg + i;
+        cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
+      }
+      if (rope) cp_async_16_addr(dst0 + 8 * 8192 + q * 2048, src + 8 * 128, bytes);
+    }
+    cp_async_mbar_arrive(mla_seesaw_full(bar_q, stage, wg));
+  }
+  __device__ __forceinline__ void release(int) {}
+  // Rows of tile j that hold stale data after the fill: none (zero-filled).
+  __device__ __forceinline__ int stale_from(int) const { return kMlaWgTileTokens; }
+};
+
+// Loads with TMA into both CTAs of a cluster pair: each CTA issues half of a part's column blocks
+// (one thread, warpgroup-uniform), multicast, and every part has an empty barrier that both CTAs'
+// readers release (one arrival per warp, local and remote), so neither CTA overwrites a part its peer
+// still reads. Boxes past the piece read a page coordinate past the map (zeros); rows past the piece
+// inside a live page are stale and are zeroed by the tile's S warpgroup (stale_from).
+template <int kPageSize>
+struct MlaSeesawTma {
+  static constexpr int kBoxTokens = kPageSize < kMlaWgTileTokens ? kPageSize : kMlaWgTileTokens;
+  static constexpr int kBoxes = kMlaWgTileTokens / kBoxTokens;  // per column block
+  static constexpr u32 kFullCount = 1;
+  static constexpr u32 kEmptyCount = 2 * kMlaWgThreads / 2 / 32;  // the part's warps, in both CTAs
+
+  const MlaDecodeParams* p;
+  const int* bt_row;
+  int t0, t1;
+  u32 stage0, bar_q;
+  int wg, wt, warp, lane;
+  u32 rank;
+  u32 fills;  // fills of each part before this piece (every part is filled once per pair)
+  int pages[kBoxes];
+
+  __device__ __forceinline__ MlaSeesawTma(const MlaDecodeParams& params, const int* bt, int first, int end, u32 s0,
+                                          u32 bq, int w, int t, u32 fills_before)
+      : p(&params), bt_row(bt), t0(first), t1(end), stage0(s0), bar_q(bq), wg(w), wt(t), warp(t >> 5), lane(t & 31),
+        rank(cluster_rank()), fills(fills_before) {}
+
+  __device__ __forceinline__ void prepare(int j) {
+    if (wt != 0) return;
 #pragma unroll
-      for (int blk = 4; blk < 8; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
-      if (stage == 0) cp_async_16_addr(dst0 + 8 * 8192 + q * 2048, src + 8 * 128, bytes);
+    for (int b = 0; b < kBoxes; ++b) {
+      const int t = t0 + j * kMlaWgTileTokens + b * kBoxTokens;
+      pages[b] = t < t1 ? __ldg(bt_row + t / kPageSize) : p->kv_pages;
     }
   }
-  cp_async_mbar_arrive(mla_seesaw_bar(bar0, stage, wg));
-}
+  __device__ __forceinline__ void fill(int j, int stage) {
+    if (wt == 0) {
+      // Fill f waits for both CTAs' release of fill f - 1 (a fresh barrier passes parity 1 at once).
+      const u32 f = fills + static_cast<u32>(j / 2);
+      mbar_wait(mla_seesaw_empty(bar_q, stage, wg), (f + 1u) & 1u);
+      const bool rope = mla_seesaw_part_has_rope(stage, wg);
+      const u32 full = mla_seesaw_full(bar_q, stage, wg);
+      mbar_arrive_expect_tx(full, (rope ? 5u : 4u) * kMlaWgTileTokens * 128u);
+      const u32 dst0 = stage0 + stage * kMlaWgStageBytes;
+      // The tile's first token's place in its page (boxes of smaller pages start on a page).
+      const int tok = kPageSize <= kMlaWgTileTokens ? 0 : (t0 + j * kMlaWgTileTokens) % kPageSize;
+#pragma unroll
+      for (int i = 0; i < 5; ++i) {
+        const int blk = i < 4 ? 4 * wg + i : 8;
+        if ((i < 4 || rope) && (i & 1) == static_cast<int>(rank)) {
+#pragma unroll
+          for (int b = 0; b < kBoxes; ++b) {
+            tma_load_3d_multicast(dst0 + blk * 8192 + b * kBoxTokens * 128, &p->kv_map, blk * 64, tok, pages[b], full,
+                                  0x3);
+          }
+        }
+      }
+    }
+  }
+  __device__ __forceinline__ void release(int stage) {
+    if (lane == 0) {
+      const u32 empty = mla_seesaw_empty(bar_q, stage, wg);
+      mbar_arrive(empty);
+      mbar_arrive_remote(peer_addr(empty, rank ^ 1u));
+    }
+  }
+  __device__ __forceinline__ int stale_from(int j) const {
+    const int n = t1 - (t0 + j * kMlaWgTileTokens);
+    return n <= 0 ? kMlaWgTileTokens : n;  // a tile past the piece is all zeros
+  }
+};
 
 // S = Q K^T over the whole 64-token tile in the stage at `k_smem`, once both of its parts landed.
-// Issued and committed, not waited for.
+// Rows from `stale` on hold data past the piece (TMA reads whole pages): they are zeroed first,
+// since P V multiplies them by P = 0 and 0 * NaN would be NaN. Issued and committed, not waited for.
 __device__ __forceinline__ void mla_seesaw_scores(float (&s)[32], u64 dq, u32 k_smem, u32 bar_a, u32 bar_b, u32 phase,
-                                                  const u32 (&q_rope)[4][4]) {
+                                                  const u32 (&q_rope)[4][4], int stale, int wg, int wt) {
+  if (stale < kMlaWgTileTokens) {  // uniform: at most the last tile of a piece
+    mbar_wait(bar_a, phase);
+    mbar_wait(bar_b, phase);
+    // V's 8 column blocks: rows [stale, 64) x 8 chunks each; the RoPE block becomes P.
+    for (int i = wt; i < 8 * (kMlaWgTileTokens - stale) * 8; i += kMlaWgThreads / 2) {
+      const int blk = i / ((kMlaWgTileTokens - stale) * 8);
+      const int rc = i % ((kMlaWgTileTokens - stale) * 8);
+      sts128(k_smem + blk * 8192 + (stale + rc / 8) * 128 + (rc % 8) * 16, U32x4{0u, 0u, 0u, 0u});
+    }
+    fence_proxy_async_smem();
+    named_barrier_sync(kMlaBarSeesawZero + wg, kMlaWgThreads / 2);
+  }
   const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
   mbar_wait(bar_a, phase);
-  // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.
+  // The tile was written through the generic (cp.async) or async (TMA) proxy; wgmma reads it
+  // through the async proxy.
   fence_proxy_async_smem();
   wgmma_fence();
 #pragma unroll
@@ -178,15 +284,32 @@ __device__ __forceinline__ void mla_seesaw_take_max(u32 slot, int r_lo, int r_hi
   m_hi = mnew_hi;
 }
 
+template <bool kTma, int kPageSize>
+struct MlaSeesawLoads {
+  using type = MlaSeesawCpAsync<kPageSize>;
+};
+template <int kPageSize>
+struct MlaSeesawLoads<true, kPageSize> {
+  using type = MlaSeesawTma<kPageSize>;
+};
+
+template <bool kTma>
 __device__ __forceinline__ void mla_seesaw_init_barriers(u32 base) {
-  // Q: every thread of both warpgroups arrives once per fill; each stage part: its warpgroup's 128.
-  mbar_init(base + kMlaWgBarOffset, kMlaWgThreads);
-  for (int i = 0; i < 2 * kMlaWgStages; ++i) mbar_init(base + kMlaWgBarOffset + 8 + 8 * i, kMlaWgThreads / 2);
+  const u32 bar_q = base + kMlaWgBarOffset;
+  // Q: every thread of both warpgroups arrives once per fill (cp.async).
+  mbar_init(bar_q, kMlaWgThreads);
+  for (int stage = 0; stage < kMlaWgStages; ++stage) {
+    for (int part = 0; part < 2; ++part) {
+      mbar_init(mla_seesaw_full(bar_q, stage, part), kTma ? MlaSeesawTma<64>::kFullCount : MlaSeesawCpAsync<64>::kFullCount);
+      if (kTma) mbar_init(mla_seesaw_empty(bar_q, stage, part), MlaSeesawTma<64>::kEmptyCount);
+    }
+  }
   mbar_fence_init();
 }
 
 // Rows [row0, row0 + 64) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal>
+// kTma: the CTA is one of a cluster pair (row tiles 2c and 2c + 1) that shares every KV tile.
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, bool kTma>
 __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                                  int slot, MlaWgState& st) {
   constexpr int kRowBytes = kMlaDimQk * 2;
@@ -202,7 +325,10 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
   const int r_lo = 16 * warp + g;
   const int r_hi = r_lo + 8;
 
-  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
+  // A cluster pair walks the same tiles: with kCausal both cut the range where the pair's last row does.
+  const MlaPieceRows pv =
+      kTma ? mla_piece_rows<kHeads, kCausal, kMlaKvTmaCluster * kMlaWgRows, kMlaWgTileTokens>(piece, row0 - (row0 % (kMlaKvTmaCluster * kMlaWgRows)))
+           : mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
   const int n_pairs = (pv.n_tiles + 1) / 2;
 
   const u32 q_smem = base + kMlaWgQOffset;
@@ -212,7 +338,6 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
   const u32 m_slot1 = m_slot0 + kMlaWgRows * 4;
   const u32 red = base + kMlaWgRedOffset;
   const u32 bar_q = base + kMlaWgBarOffset;
-  const u32 bar0 = bar_q + 8;
 
   float o[128];
 #pragma unroll
@@ -226,7 +351,14 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
     const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
     const unsigned char* q_rows =
         static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
-    const MlaTileLoader<kPageSize> loader(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane);
+    using Loads = typename MlaSeesawLoads<kTma, kPageSize>::type;
+    Loads loads = [&]() {
+      if constexpr (kTma) {
+        return Loads(p, bt_row, pv.t0, pv.t1, stage0, bar_q, wg, wt, st.tiles);
+      } else {
+        return Loads(MlaTileLoader<kPageSize>(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane), stage0, bar_q, wg);
+      }
+    }();
 
     // Q: 64 rows x 512 latent columns, warpgroup wg loads columns [256 wg, 256 wg + 256).
 #pragma unroll 4
@@ -239,11 +371,10 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
                        valid ? 16u : 0u);
     }
     cp_async_mbar_arrive(bar_q);
-    int pages[4];
-    loader.pages_of(0, pages);
-    mla_seesaw_load(loader, 0, pages, stage0, 0, wg, bar0);
-    loader.pages_of(1, pages);
-    mla_seesaw_load(loader, 1, pages, stage1, 1, wg, bar0);
+    loads.prepare(0);
+    loads.fill(0, 0);
+    loads.prepare(1);
+    loads.fill(1, 1);
 
     u32 q_rope[4][4];
     {
@@ -278,16 +409,17 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
     ++st.pieces;
 
     // One loop per warpgroup: every wgmma wait stays out of divergent code, which ptxas would
-    // answer by serializing the wgmmas.
+    // answer by serializing the wgmmas. Each part is released after its last read and refilled with
+    // the next pair's tile.
     u32 pa[4][4];
     float s[32];
     float sum_lo, sum_hi, a_lo, a_hi, mx_lo, mx_hi;
     if (wg == 0) {
       for (int k = 0; k < n_pairs; ++k) {
         const bool refill = k + 1 < n_pairs;
-        mla_seesaw_scores(s, dq, stage0, mla_seesaw_bar(bar0, 0, 0), mla_seesaw_bar(bar0, 0, 1),
-                          (st.tiles + static_cast<u32>(k)) & 1u, q_rope);
-        loader.pages_of(2 * k + 2, pages);  // the refill's block-table reads, off the issue path
+        mla_seesaw_scores(s, dq, stage0, mla_seesaw_full(bar_q, 0, 0), mla_seesaw_full(bar_q, 0, 1),
+                          (st.tiles + static_cast<u32>(k)) & 1u, q_rope, loads.stale_from(2 * k), wg, wt);
+        loads.prepare(2 * k + 2);  // the refill's block-table reads, off the issue path
         wgmma_wait<0>();
         wgmma_fence_operand(s);
         mla_seesaw_mask_max<kCausal>(s, pv.t0 + 2 * k * kMlaWgTileTokens + 2 * c4, pv.t1, lim_lo, lim_hi, scale, mx_lo,
@@ -308,20 +440,22 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         mla_seesaw_take_max(m_slot1, r_lo, r_hi, m_lo, m_hi, a_lo, a_hi);
         wgmma_wait<0>();
         wgmma_fence_operand(o);
-        if (refill) mla_seesaw_load(loader, 2 * k + 2, pages, stage0, 0, wg, bar0);
-        loader.pages_of(2 * k + 3, pages);
+        loads.release(0);
+        if (refill) loads.fill(2 * k + 2, 0);
+        loads.prepare(2 * k + 3);
         mla_wg_rescale(o, l_lo, l_hi, a_lo, a_hi, 0.f, 0.f);
         mla_seesaw_pv_ss(o, dp_other, dv_other);
         wgmma_wait<0>();
         wgmma_fence_operand(o);
-        if (refill) mla_seesaw_load(loader, 2 * k + 3, pages, stage1, 1, wg, bar0);
+        loads.release(1);
+        if (refill) loads.fill(2 * k + 3, 1);
       }
     } else {
       for (int k = 0; k < n_pairs; ++k) {
         const bool refill = k + 1 < n_pairs;
-        mla_seesaw_scores(s, dq, stage1, mla_seesaw_bar(bar0, 1, 0), mla_seesaw_bar(bar0, 1, 1),
-                          (st.tiles + static_cast<u32>(k)) & 1u, q_rope);
-        loader.pages_of(2 * k + 2, pages);
+        mla_seesaw_scores(s, dq, stage1, mla_seesaw_full(bar_q, 1, 0), mla_seesaw_full(bar_q, 1, 1),
+                          (st.tiles + static_cast<u32>(k)) & 1u, q_rope, loads.stale_from(2 * k + 1), wg, wt);
+        loads.prepare(2 * k + 2);
         named_barrier_sync(kMlaBarSeesawM0, kMlaWgThreads);
         mla_seesaw_take_max(m_slot0, r_lo, r_hi, m_lo, m_hi, a_lo, a_hi);
         // S(2k + 1) retires before O is touched: no wgmma of this warpgroup is in flight then.
@@ -342,13 +476,15 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         named_barrier_arrive(kMlaBarSeesawM1, kMlaWgThreads);
         wgmma_wait<0>();
         wgmma_fence_operand(o);
-        if (refill) mla_seesaw_load(loader, 2 * k + 2, pages, stage0, 0, wg, bar0);
-        loader.pages_of(2 * k + 3, pages);
+        loads.release(0);
+        if (refill) loads.fill(2 * k + 2, 0);
+        loads.prepare(2 * k + 3);
         mla_wg_rescale(o, l_lo, l_hi, step_lo.alpha, step_hi.alpha, sum_lo, sum_hi);
         mla_seesaw_pv_rs(o, pa, dv_own);
         wgmma_wait<0>();
         wgmma_fence_operand(o);
-        if (refill) mla_seesaw_load(loader, 2 * k + 3, pages, stage1, 1, wg, bar0);
+        loads.release(1);
+        if (refill) loads.fill(2 * k + 3, 1);
       }
     }
     st.tiles += static_cast<u32>(n_pairs);

@@ -62,6 +62,12 @@ constexpr int kMlaDecodeEntry = 0;
 constexpr int kMlaCombineEntry = 1;
 constexpr int kMlaCombineWideEntry = 2;
 
+// A driver tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), declared here because NVRTC
+// has no cuda.h. The host encodes it (cuTensorMapEncodeTiled) and copies it in.
+struct alignas(64) MlaTensorMap {
+  unsigned long long opaque[16];
+};
+
 // One launch of either kernel takes this block by value (__grid_constant__).
 // Row index convention: within request b, row r = i * H + h (query position i, head h); the
 // request's rows start at query token `tok0` = (packed ? qo_indptr[b] : b * SQ).
@@ -81,6 +87,10 @@ struct MlaDecodeParams {
   int piece_cost;            // scheduling units charged per piece (see "Scheduling")
   float scale_log2;          // bmm1_scale * log2(e)
   float out_scale;           // bmm2_scale
+  // The KV cache as a 3-D tensor {576 columns, page_size tokens, pages} with 64 x min(64, page_size)
+  // boxes in the 128-byte swizzle; encoded only for kernels that load with TMA (mla_kv_tma).
+  MlaTensorMap kv_map;
+  int kv_pages;  // the map's page extent: a page coordinate this large reads zeros
 };
 // A piece of request b processed by part p writes its partial rows to slot b + p (unique: a part's
 // requests follow the previous part's), so slots < batch + num_parts - 1.
@@ -192,6 +202,7 @@ constexpr int kMlaBarRowExchange = 2;
 constexpr int kMlaBarP = 3;
 constexpr int kMlaBarSeesawM0 = 4;
 constexpr int kMlaBarSeesawM1 = 5;
+constexpr int kMlaBarSeesawZero = 6;  // + warpgroup: its zeroing of stale rows done (TMA loads)
 constexpr int kMlaKvBar = 1;
 
 // ---- wgmma kernel (sm_90a) geometry ----
@@ -215,10 +226,27 @@ constexpr int kMlaWgRedOffset = kMlaWgPOffset + 2 * kMlaWgPBytes;
 constexpr int kMlaWgRedBytes = 2 * kMlaWgRows * 4;                      // [warpgroup][row] fp32
 constexpr int kMlaWgSchedOffset = kMlaWgRedOffset + kMlaWgRedBytes;
 constexpr int kMlaWgBarOffset = kMlaWgSchedOffset + kMlaSchedScratchBytes;
-// Q full, then a full barrier per stage (the seesaw kernel: per stage part, two per stage).
-constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + 2 * kMlaWgStages);
+// Q full, then a full barrier per stage (the seesaw kernel: a full and an empty barrier per stage
+// part, two parts per stage).
+constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + 4 * kMlaWgStages);
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
+
+// The one-P seesaw kernel (bf16 precision, heads-on-M) runs the row tiles of a part in clusters of
+// two CTAs that share every KV tile: each CTA loads half of it with TMA, multicast into both, which
+// halves the KV traffic from L2 (the limit at 128 rows and more: 82% of L2 throughput on the H200
+// with each row tile loading its own copy). It needs fixed query lengths (both CTAs then walk the
+// same pieces and tiles), an even number of row tiles, and pages of at least 16 tokens (a TMA box
+// per page run).
+KILN_MLA_HD constexpr bool mla_kv_tma(MlaVariant v, bool fp8, int precision, int heads, int max_seq_len_q, bool packed,
+                                      int page_size) {
+  const int row_tiles = (mla_max_rows(heads, max_seq_len_q) + kMlaWgRows - 1) / kMlaWgRows;
+  return v.wgmma && v.kv_rows == 0 && !fp8 && precision == kMlaPrecisionBf16 && !packed && row_tiles % 2 == 0 &&
+         page_size >= 16;
+}
+// CTAs per cluster of those kernels (along grid y, the row tiles).
+constexpr int kMlaKvTmaCluster = 2;
+
 
 // ---- fp8 wgmma kernel (sm_90a) geometry ----
 // The same 64 rows, 64-token tiles and consumer warpgroups, plus a third warpgroup that loads e4m3

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kiln/jit/error.h"
 #include "kiln/kernel_templates/mla_decode/params.cuh"
@@ -276,6 +278,33 @@ MlaProblem validate_mla_arguments(const TensorView& query, const TensorView& kv_
   return problem;
 }
 
+namespace {
+
+// The cache as the 3-D tensor {576, page_size, pages} of bf16, boxes of 64 columns x min(64,
+// page_size) tokens in the 128-byte swizzle the kernel's shared tiles use. Host-only work (no device
+// call), so it is safe while a stream captures.
+void encode_kv_map(const TensorView& kv_cache, int page_size, MlaDecodeParams& params) {
+  // TMA reads the map from any 64-byte-aligned address (cuda.h over-aligns its own type to 128).
+  static_assert(sizeof(CUtensorMap) == sizeof(MlaTensorMap) && alignof(MlaTensorMap) >= 64,
+                "MlaTensorMap must hold a CUtensorMap");
+  const std::int64_t pages = kv_cache.size(0);
+  if (pages > kInt32Max) check::fail("kv_cache", "at most 2^31 - 1 pages (TMA coordinates)", num(pages));
+  const cuuint64_t dims[3] = {kMlaDimQk, static_cast<cuuint64_t>(page_size), static_cast<cuuint64_t>(pages)};
+  const cuuint64_t strides[2] = {kMlaDimQk * 2, static_cast<cuuint64_t>(page_size) * kMlaDimQk * 2};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(std::min(page_size, kMlaWgTileTokens)), 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  CUtensorMap map;
+  const Driver& d = Driver::get();
+  d.check(d.cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, kv_cache.data, dims, strides, box, unit,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          "cuTensorMapEncodeTiled(kv_cache)");
+  std::memcpy(&params.kv_map, &map, sizeof(map));
+  params.kv_pages = static_cast<int>(pages);
+}
+
+}  // namespace
+
 TensorView prims_ts_batch_decode_with_kv_cache_mla(
     const TensorView& query, const TensorView& kv_cache, const TensorView& workspace_buffer, int kv_lora_rank,
     int qk_rope_head_dim, const TensorView& block_tables, const TensorView& seq_lens, long long max_seq_len,
@@ -335,6 +364,7 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   // The kernel's softmax runs on exp2; callers give the natural-exponent scale (spec "Math").
   params.scale_log2 = static_cast<float>(bmm1_scale * 1.4426950408889634);
   params.out_scale = static_cast<float>(bmm2_scale);
+  if (p.kv_tma) encode_kv_map(kv_cache, policy.page_size, params);
 
   try {
     launch(handle, p.decode, params, stream, kMlaDecodeEntry);

@@ -30,6 +30,7 @@ struct MlaPlan {
   int piece_cost = 1;           // -> MlaDecodeParams::piece_cost
   bool needs_combine = false;   // num_parts > 1: launch the combine kernel (PDL) after the decode kernel
   int combine_entry = kMlaCombineEntry;  // the module's four- or eight-warp combine
+  bool kv_tma = false;          // the decode kernel loads KV with TMA (MlaDecodeParams::kv_map), in CTA pairs
   LaunchConfig decode;
   LaunchConfig combine;
   WorkspaceLayout workspace;
