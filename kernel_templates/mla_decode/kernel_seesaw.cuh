@@ -84,6 +84,7 @@ struct MlaSeesawCpAsync {
     }
     cp_async_mbar_arrive(mla_seesaw_full(bar_q, stage, wg));
   }
+  __device__ __forceinline__ void prefetch(int) {}
   __device__ __forceinline__ void release(int) {}
   // Rows of tile j that hold stale data after the fill: none (zero-filled).
   __device__ __forceinline__ int stale_from(int) const { return kMlaWgTileTokens; }
@@ -116,7 +117,7 @@ struct MlaSeesawTma {
         rank(cluster_rank()), fills(fills_before) {}
 
   __device__ __forceinline__ void prepare(int j) {
-    if (wt != 0) return;
+    if (warp != 0) return;  // lane 0 issues; the warp keeps the pages so that it stays converged
 #pragma unroll
     for (int b = 0; b < kBoxes; ++b) {
       const int t = t0 + j * kMlaWgTileTokens + b * kBoxTokens;
@@ -124,10 +125,12 @@ struct MlaSeesawTma {
     }
   }
   __device__ __forceinline__ void fill(int j, int stage) {
-    if (wt == 0) {
-      // Fill f waits for both CTAs' release of fill f - 1 (a fresh barrier passes parity 1 at once).
-      const u32 f = fills + static_cast<u32>(j / 2);
-      mbar_wait(mla_seesaw_empty(bar_q, stage, wg), (f + 1u) & 1u);
+    if (warp != 0) return;
+    // Fill f waits for both CTAs' release of fill f - 1 (a fresh barrier passes parity 1 at once);
+    // the whole warp waits, so it stays converged for the barriers that follow.
+    const u32 f = fills + static_cast<u32>(j / 2);
+    mbar_wait(mla_seesaw_empty(bar_q, stage, wg), (f + 1u) & 1u);
+    if (lane == 0) {
       const bool rope = mla_seesaw_part_has_rope(stage, wg);
       const u32 full = mla_seesaw_full(bar_q, stage, wg);
       mbar_arrive_expect_tx(full, (rope ? 5u : 4u) * kMlaWgTileTokens * 128u);
@@ -144,6 +147,21 @@ struct MlaSeesawTma {
                                   0x3);
           }
         }
+      }
+    }
+    __syncwarp();
+  }
+  // Asks L2 for tile j's token rows a pair ahead of its fill: the fill of stage 1 is issued after the
+  // pair's last P V and S(2k + 1) of the next pair waits for it, so it should not wait for DRAM.
+  __device__ __forceinline__ void prefetch(int j) {
+    if (wt != 0 || rank != 0) return;
+#pragma unroll
+    for (int b = 0; b < kBoxes; ++b) {
+      const int t = t0 + j * kMlaWgTileTokens + b * kBoxTokens;
+      if (t < t1) {
+        const long long row = static_cast<long long>(__ldg(bt_row + t / kPageSize)) * kPageSize + t % kPageSize;
+        const unsigned char* src = static_cast<const unsigned char*>(p->kv) + row * kMlaDimQk * 2;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "n"(kBoxTokens * kMlaDimQk * 2) : "memory");
       }
     }
   }
@@ -175,7 +193,8 @@ __device__ __forceinline__ void mla_seesaw_scores(float (&s)[32], u64 dq, u32 k_
       sts128(k_smem + blk * 8192 + (stale + rc / 8) * 128 + (rc % 8) * 16, U32x4{0u, 0u, 0u, 0u});
     }
     fence_proxy_async_smem();
-    named_barrier_sync(kMlaBarSeesawZero + wg, kMlaWgThreads / 2);
+    if (wg == 0) named_barrier_sync(kMlaBarSeesawZero, kMlaWgThreads / 2);
+    else named_barrier_sync(kMlaBarSeesawZero + 1, kMlaWgThreads / 2);
   }
   const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
   mbar_wait(bar_a, phase);
@@ -334,9 +353,14 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
   const u32 q_smem = base + kMlaWgQOffset;
   const u32 stage0 = base + kMlaWgStageOffset;
   const u32 stage1 = stage0 + kMlaWgStageBytes;
-  const u32 m_slot0 = base + kMlaWgPOffset;  // m0 (warpgroup 0 -> 1), then m1 (1 -> 0): [64 rows] fp32 each
+  // The row exchanges (m0: warpgroup 0 -> 1, then m1: 1 -> 0, [64 rows] fp32 each; the epilogue's
+  // row sums) live in the P area, which this kernel does not otherwise use. In a cluster pair each CTA
+  // takes its own offsets: compute-sanitizer's racecheck otherwise reports the two CTAs' accesses to
+  // the same offset (never the same memory) as hazards between the barrier-ordered exchanges.
+  const u32 exchange = base + kMlaWgPOffset + (kTma ? cluster_rank() * 2048u : 0u);
+  const u32 m_slot0 = exchange;
   const u32 m_slot1 = m_slot0 + kMlaWgRows * 4;
-  const u32 red = base + kMlaWgRedOffset;
+  const u32 red = exchange + 2 * kMlaWgRows * 4;
   const u32 bar_q = base + kMlaWgBarOffset;
 
   float o[128];
@@ -419,6 +443,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         const bool refill = k + 1 < n_pairs;
         mla_seesaw_scores(s, dq, stage0, mla_seesaw_full(bar_q, 0, 0), mla_seesaw_full(bar_q, 0, 1),
                           (st.tiles + static_cast<u32>(k)) & 1u, q_rope, loads.stale_from(2 * k), wg, wt);
+        loads.prefetch(2 * k + 2);
         loads.prepare(2 * k + 2);  // the refill's block-table reads, off the issue path
         wgmma_wait<0>();
         wgmma_fence_operand(s);
@@ -433,7 +458,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         }
         // P was written through the generic proxy; warpgroup 1's wgmmas read it.
         fence_proxy_async_smem();
-        named_barrier_arrive(kMlaBarSeesawM0, kMlaWgThreads);
+        named_barrier_sync(kMlaBarSeesawM0, kMlaWgThreads);
         mla_wg_rescale(o, l_lo, l_hi, step_lo.alpha, step_hi.alpha, sum_lo, sum_hi);
         mla_seesaw_pv_rs(o, pa, dv_own);
         named_barrier_sync(kMlaBarSeesawM1, kMlaWgThreads);
@@ -455,6 +480,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         const bool refill = k + 1 < n_pairs;
         mla_seesaw_scores(s, dq, stage1, mla_seesaw_full(bar_q, 1, 0), mla_seesaw_full(bar_q, 1, 1),
                           (st.tiles + static_cast<u32>(k)) & 1u, q_rope, loads.stale_from(2 * k + 1), wg, wt);
+        loads.prefetch(2 * k + 3);
         loads.prepare(2 * k + 2);
         named_barrier_sync(kMlaBarSeesawM0, kMlaWgThreads);
         mla_seesaw_take_max(m_slot0, r_lo, r_hi, m_lo, m_hi, a_lo, a_hi);
@@ -473,7 +499,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
           sts_f32(m_slot1 + r_hi * 4, m_hi);
         }
         fence_proxy_async_smem();
-        named_barrier_arrive(kMlaBarSeesawM1, kMlaWgThreads);
+        named_barrier_sync(kMlaBarSeesawM1, kMlaWgThreads);
         wgmma_wait<0>();
         wgmma_fence_operand(o);
         loads.release(0);
