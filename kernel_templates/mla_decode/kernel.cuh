@@ -1,9 +1,10 @@
 #pragma once
 // Paged MLA decode (576-wide Q/K, V = first 512 columns of the same cache row): the two entry points
 // of the module. mla_decode_kernel: grid (parts, row tiles); each CTA walks its part's pieces
-// (schedule.cuh) with the wgmma kernel (sm_90a: kernel_wgmma.cuh for bf16, kernel_wgmma_fp8.cuh for
-// e4m3), the KV-on-M wgmma kernel (sm_90a, kernel_kv.cuh) or the mma.sync kernel (kernel_mma.cuh),
-// as mla_variant() picks for the target.
+// (schedule.cuh) with the wgmma kernel (sm_90a: kernel_wgmma.cuh for bf16 with the exact precision,
+// kernel_seesaw.cuh for bf16 with the bf16 precision, kernel_wgmma_fp8.cuh for e4m3), the KV-on-M
+// wgmma kernel (sm_90a, kernel_kv.cuh) or the mma.sync kernel (kernel_mma.cuh), as mla_variant() picks
+// for the target.
 // mla_combine_kernel merges the pieces of split requests; it is launched (with programmatic dependent
 // launch) only when a request can split.
 #include "common/mbarrier.cuh"

@@ -19,11 +19,17 @@
 // epilogue adds them. Every O rescale happens with no wgmma of that warpgroup in flight (ptxas
 // serializes the whole pipeline otherwise).
 //
-// Loads: cp.async into the 128-byte swizzle, each stage in two parts with an mbarrier each, filled
-// by the warpgroup that reads the part last: stage 0 columns 0-255 and stage 1 columns 0-255 plus
-// its RoPE block (P(2k+1), read by warpgroup 0) by warpgroup 0; the rest by warpgroup 1. A part is
-// refilled for the next pair as soon as its last reader's wgmma retired. Pieces are whole pairs
-// (128-token scheduler blocks); a request whose last block has one tile runs a masked second tile.
+// Loads: each stage in two parts with a full mbarrier each, filled by the warpgroup that reads the
+// part last (stage 0 columns 0-255, stage 1 columns 0-255 plus its RoPE block, which holds P(2k+1)
+// for warpgroup 0: warpgroup 0; the rest: warpgroup 1) as soon as its last wgmma on it retired.
+//   - With fixed query lengths and an even number of row tiles (mla_kv_tma), the row tiles run in
+//     cluster pairs that share every KV tile: each CTA issues half of a part's 64 x 64 TMA boxes,
+//     multicast into both, and a part is refilled only after both CTAs' readers released it (empty
+//     mbarriers, one arrival per warp, local and remote). This halves the KV traffic out of L2.
+//   - Otherwise every thread of the warpgroup copies its share with cp.async (zero-filling rows past
+//     the piece).
+// Pieces are whole pairs (128-token scheduler blocks); a request whose last block has one tile runs
+// a masked second tile.
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
 #include "common/numeric.cuh"
@@ -353,14 +359,11 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
   const u32 q_smem = base + kMlaWgQOffset;
   const u32 stage0 = base + kMlaWgStageOffset;
   const u32 stage1 = stage0 + kMlaWgStageBytes;
-  // The row exchanges (m0: warpgroup 0 -> 1, then m1: 1 -> 0, [64 rows] fp32 each; the epilogue's
-  // row sums) live in the P area, which this kernel does not otherwise use. In a cluster pair each CTA
-  // takes its own offsets: compute-sanitizer's racecheck otherwise reports the two CTAs' accesses to
-  // the same offset (never the same memory) as hazards between the barrier-ordered exchanges.
-  const u32 exchange = base + kMlaWgPOffset + (kTma ? cluster_rank() * 2048u : 0u);
-  const u32 m_slot0 = exchange;
+  // The max exchanges (m0: warpgroup 0 -> 1, then m1: 1 -> 0, [64 rows] fp32 each) live in the P
+  // area, which this kernel does not otherwise use.
+  const u32 m_slot0 = base + kMlaWgPOffset;
   const u32 m_slot1 = m_slot0 + kMlaWgRows * 4;
-  const u32 red = exchange + 2 * kMlaWgRows * 4;
+  const u32 red = base + kMlaWgRedOffset;
   const u32 bar_q = base + kMlaWgBarOffset;
 
   float o[128];
