@@ -247,7 +247,6 @@ KILN_MLA_HD constexpr bool mla_kv_tma(MlaVariant v, bool fp8, int precision, int
 // CTAs per cluster of those kernels (along grid y, the row tiles).
 constexpr int kMlaKvTmaCluster = 2;
 
-
 // ---- fp8 wgmma kernel (sm_90a) geometry ----
 // The same 64 rows, 64-token tiles and consumer warpgroups, plus a third warpgroup that loads e4m3
 // and widens it to f16. Shared memory, each tile 128-byte-swizzled in 9 column blocks of 64 f16 (8 KB
