@@ -387,17 +387,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
       }
     }();
 
-    // Q: 64 rows x 512 latent columns, warpgroup wg loads columns [256 wg, 256 wg + 256).
-#pragma unroll 4
-    for (int i = 0; i < kMlaWgRows * 32 / 128; ++i) {
-      const int idx = i * 128 + wt;
-      const int r = idx >> 5;
-      const int ch = 32 * wg + (idx & 31);
-      const bool valid = row0 + r < pv.rows_b;
-      cp_async_16_addr(q_smem + (ch >> 3) * 8192 + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
-                       valid ? 16u : 0u);
-    }
-    cp_async_mbar_arrive(bar_q);
+    mla_wg_load_q(q_smem, q_rows, row0, pv.rows_b, wg, wt, bar_q);
     loads.prepare(0);
     loads.fill(0, 0);
     loads.prepare(1);

@@ -40,6 +40,24 @@ __device__ __forceinline__ u32 ld_u32_if(const void* p, bool pred) {
   return v;
 }
 
+// Q's 512 latent columns of the CTA's 64 rows (row0 + r, r < 64, of the request's rows_b; the rest
+// zero-filled) into the swizzled Q tile: warpgroup wg copies columns [256 wg, 256 wg + 256), and
+// every thread's completions arrive on bar_q.
+__device__ __forceinline__ void mla_wg_load_q(u32 q_smem, const unsigned char* q_rows, int row0, int rows_b, int wg, int wt,
+                                              u32 bar_q) {
+  constexpr int kRowBytes = kMlaDimQk * 2;
+#pragma unroll 4
+  for (int i = 0; i < kMlaWgRows * 32 / 128; ++i) {
+    const int idx = i * 128 + wt;
+    const int r = idx >> 5;
+    const int ch = 32 * wg + (idx & 31);
+    const bool valid = row0 + r < rows_b;
+    cp_async_16_addr(q_smem + (ch >> 3) * 8192 + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
+                     valid ? 16u : 0u);
+  }
+  cp_async_mbar_arrive(bar_q);
+}
+
 // Per-CTA pipeline counters, identical in every thread.
 struct MlaWgState {
   u32 tiles;   // KV tiles consumed so far: stage = tiles % 2, its phase = (tiles / 2) % 2
@@ -315,17 +333,7 @@ __device__ __forceinline__ void mla_wgmma_piece(const MlaDecodeParams& p, u32 ba
       cp_async_mbar_arrive(bar_full + 8 * stage);
     };
 
-    // Q: 64 rows x 512 latent columns, warpgroup wg loads columns [256 wg, 256 wg + 256).
-#pragma unroll 4
-    for (int i = 0; i < kMlaWgRows * 32 / 128; ++i) {
-      const int idx = i * 128 + wt;
-      const int r = idx >> 5;
-      const int ch = 32 * wg + (idx & 31);
-      const bool valid = row0 + r < pv.rows_b;
-      cp_async_16_addr(q_smem + (ch >> 3) * 8192 + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
-                       valid ? 16u : 0u);
-    }
-    cp_async_mbar_arrive(bar_q);
+    mla_wg_load_q(q_smem, q_rows, row0, pv.rows_b, wg, wt, bar_q);
     int pages[4];
     loader.pages_of(0, pages);
     load_tile(0, pages, st.tiles & 1);
