@@ -238,7 +238,7 @@ std::vector<std::uint16_t> one_hot_q(int heads, int d, float v) {
 
 }  // namespace
 
-TEST_CASE("dsv41 reference: one candidate gives its row; the LSE is its logit in base 2", "[unit]") {
+TEST_CASE("dsv41 reference: one candidate gives its row, the LSE is its logit in base 2", "[unit]") {
   Tiny tiny;
   tiny.set_main(3, 0x38, 5, 0x40);  // ones, dim 5 = 2
   // q is used unquantized: 1 + 2^-7 is a bf16 value an NVFP4 round trip would not keep.

@@ -56,7 +56,7 @@ CacheEntry entry_for(const CacheKey& key) {
 
 }  // namespace
 
-TEST_CASE("remote config: redis URLs parse into endpoints; bad ones say what is wrong", "[unit]") {
+TEST_CASE("remote config: redis URLs parse into endpoints, bad ones say what is wrong", "[unit]") {
   auto e = kiln::parse_redis_url("redis://cache.internal:6380/3");
   CHECK(e.host == "cache.internal");
   CHECK(e.port == 6380);
