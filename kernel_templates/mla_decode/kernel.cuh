@@ -101,12 +101,12 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
         mla_wgmma_fp8_consumer<kHeads, kMaxSeqLenQ, kCausal>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
       });
     }
-  } else if constexpr (kV.wgmma && !kSplitP) {
+  } else if constexpr (kV.wgmma) {
     static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
     const u32 raw = smem_addr(smem);
     const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
     long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);
-    constexpr bool kTma = mla_kv_tma(kV, kFp8, kPrecision, kHeads, kMaxSeqLenQ, kPacked, kPageSize);
+    constexpr bool kTma = mla_kv_tma(kV, kFp8, kHeads, kMaxSeqLenQ, kPacked, kPageSize);
     if (threadIdx.x == 0) mla_seesaw_init_barriers<kTma>(base);
     // With TMA the peer CTA multicasts into this CTA's stages and arrives on its barriers: both CTAs'
     // barriers exist before either starts.
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     mla_for_each_piece<kThreads, 2 * kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
       if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-      mla_seesaw_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kTma>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+      mla_seesaw_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kTma, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
     });
     // The peer's last releases arrive on this CTA's barriers: it stays until both are done.
     if constexpr (kTma) cluster_sync();

@@ -1,7 +1,7 @@
 #pragma once
-// Paged MLA decode on Hopper warpgroup MMAs (sm_90a) with one bf16 P (kMlaPrecisionBf16): the
-// two warpgroups take alternate KV tiles, so one warpgroup's softmax runs while the other's MMAs
-// keep the tensor cores busy.
+// Paged MLA decode on Hopper warpgroup MMAs (sm_90a), bf16 pages, either precision (one bf16 P, or
+// with kSplitP P as bf16 hi + lo): the two warpgroups take alternate KV tiles, so one warpgroup's
+// softmax runs while the other's MMAs keep the tensor cores busy.
 //
 // One CTA = 64 query rows of one part (the same rows, Q layout, loads and epilogue as
 // kernel_wgmma.cuh). KV tiles of 64 tokens come in pairs: tile 2k in stage 0, tile 2k + 1 in stage
@@ -253,12 +253,14 @@ __device__ __forceinline__ void mla_seesaw_mask_max(float (&s)[32], int tok_base
   mx_hi = quad_max(mx_hi);
 }
 
-// P = exp2(S - m_use) rounded once to bf16: as register A fragments of P V (k-step ks = tokens
+// P = exp2(S - m_use) rounded to bf16 (hi): as register A fragments of P V (k-step ks = tokens
 // 16 ks .. 16 ks + 15) and into the 64 x 64 K-major swizzled tile at `p_smem` for the other
-// warpgroup. Returns the rows' sums of the unrounded P.
+// warpgroup; with kSplitP also lo = P - hi into the same place of the tile at `lo_smem`, which both
+// warpgroups read from shared memory. Returns the rows' sums of the unrounded P.
+template <bool kSplitP>
 __device__ __forceinline__ void mla_seesaw_p(const float (&s)[32], float muse_lo, float muse_hi, u32 (&pa)[4][4],
-                                             u32 p_smem, u32 p_row_lo, u32 p_row_hi, int g, float& sum_lo,
-                                             float& sum_hi) {
+                                             u32 p_smem, u32 lo_smem, u32 p_row_lo, u32 p_row_hi, int g,
+                                             float& sum_lo, float& sum_hi) {
   sum_lo = 0.f;
   sum_hi = 0.f;
 #pragma unroll
@@ -276,23 +278,37 @@ __device__ __forceinline__ void mla_seesaw_p(const float (&s)[32], float muse_lo
     const u32 chunk = static_cast<u32>(n) ^ static_cast<u32>(g);
     sts32(p_smem + p_row_lo + (chunk << 4), h01);
     sts32(p_smem + p_row_hi + (chunk << 4), h23);
+    if constexpr (kSplitP) {
+      sts32(lo_smem + p_row_lo + (chunk << 4), pack_bf16x2(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
+      sts32(lo_smem + p_row_hi + (chunk << 4), pack_bf16x2(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
+    }
   }
 }
 
-// O += P V over this warpgroup's 256 columns, P from registers. Issued and committed.
-__device__ __forceinline__ void mla_seesaw_pv_rs(float (&o)[128], const u32 (&pa)[4][4], u64 dv) {
-  wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < 4; ++ks) WgmmaBf16<256>::rs<1>(o, pa[ks], wgmma_desc_advance(dv, ks * 2048), true);
-  wgmma_commit();
-}
-
-// O += P V with the other warpgroup's P from shared memory. Issued and committed.
-__device__ __forceinline__ void mla_seesaw_pv_ss(float (&o)[128], u64 dp, u64 dv) {
+// O += P V over this warpgroup's 256 columns, P hi from registers (and with kSplitP lo from the
+// tile `dp_lo`). Issued and committed.
+template <bool kSplitP>
+__device__ __forceinline__ void mla_seesaw_pv_rs(float (&o)[128], const u32 (&pa)[4][4], u64 dp_lo, u64 dv) {
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
-    WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp, ks * 32), wgmma_desc_advance(dv, ks * 2048), true);
+    const u64 dvk = wgmma_desc_advance(dv, ks * 2048);
+    WgmmaBf16<256>::rs<1>(o, pa[ks], dvk, true);
+    if constexpr (kSplitP) WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
+  }
+  wgmma_commit();
+}
+
+// O += P V with the other warpgroup's P (hi, and with kSplitP lo) from shared memory. Issued and
+// committed.
+template <bool kSplitP>
+__device__ __forceinline__ void mla_seesaw_pv_ss(float (&o)[128], u64 dp, u64 dp_lo, u64 dv) {
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    const u64 dvk = wgmma_desc_advance(dv, ks * 2048);
+    WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp, ks * 32), dvk, true);
+    if constexpr (kSplitP) WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
   }
   wgmma_commit();
 }
@@ -334,7 +350,7 @@ __device__ __forceinline__ void mla_seesaw_init_barriers(u32 base) {
 
 // Rows [row0, row0 + 64) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
 // kTma: the CTA is one of a cluster pair (row tiles 2c and 2c + 1) that shares every KV tile.
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, bool kTma>
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, bool kTma, bool kSplitP>
 __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                                  int slot, MlaWgState& st) {
   constexpr int kRowBytes = kMlaDimQk * 2;
@@ -359,9 +375,8 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
   const u32 q_smem = base + kMlaWgQOffset;
   const u32 stage0 = base + kMlaWgStageOffset;
   const u32 stage1 = stage0 + kMlaWgStageBytes;
-  // The max exchanges (m0: warpgroup 0 -> 1, then m1: 1 -> 0, [64 rows] fp32 each) live in the P
-  // area, which this kernel does not otherwise use.
-  const u32 m_slot0 = base + kMlaWgPOffset;
+  // The max exchanges (m0: warpgroup 0 -> 1, then m1: 1 -> 0, [64 rows] fp32 each).
+  const u32 m_slot0 = base + kMlaWgExchangeOffset;
   const u32 m_slot1 = m_slot0 + kMlaWgRows * 4;
   const u32 red = base + kMlaWgRedOffset;
   const u32 bar_q = base + kMlaWgBarOffset;
@@ -418,6 +433,11 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
     const u32 other_stage = wg ? stage0 : stage1;
     const u32 own_p = own_stage + kMlaWgRopeOffset;
     const u64 dp_other = wgmma_desc_sw128(other_stage + kMlaWgRopeOffset, 16, 1024);
+    // P lo of the tile in stage s (kSplitP): the P area's tile s. Rewritten only after S of the
+    // stage's next tile, which waits for the refill that the tile's last P V released.
+    const u32 own_lo = base + kMlaWgPOffset + wg * kMlaWgPBytes;
+    const u64 dlo_own = wgmma_desc_sw128(own_lo, 16, 1024);
+    const u64 dlo_other = wgmma_desc_sw128(base + kMlaWgPOffset + (wg ^ 1) * kMlaWgPBytes, 16, 1024);
     // V over this warpgroup's columns, of its own tile and of the other warpgroup's tile.
     const u64 dv_own = wgmma_desc_sw128(own_stage + wg * 4 * 8192, 8192, 1024);
     const u64 dv_other = wgmma_desc_sw128(other_stage + wg * 4 * 8192, 8192, 1024);
@@ -444,7 +464,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
                                      mx_hi);
         const OnlineSoftmaxStep step_lo = online_softmax_step(m_lo, mx_lo);
         const OnlineSoftmaxStep step_hi = online_softmax_step(m_hi, mx_hi);
-        mla_seesaw_p(s, step_lo.m_use, step_hi.m_use, pa, own_p, p_row_lo, p_row_hi, g, sum_lo, sum_hi);
+        mla_seesaw_p<kSplitP>(s, step_lo.m_use, step_hi.m_use, pa, own_p, own_lo, p_row_lo, p_row_hi, g, sum_lo, sum_hi);
         if (c4 == 0) {
           sts_f32(m_slot0 + r_lo * 4, m_lo);
           sts_f32(m_slot0 + r_hi * 4, m_hi);
@@ -453,7 +473,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         fence_proxy_async_smem();
         named_barrier_sync(kMlaBarSeesawM0, kMlaWgThreads);
         mla_wg_rescale(o, l_lo, l_hi, step_lo.alpha, step_hi.alpha, sum_lo, sum_hi);
-        mla_seesaw_pv_rs(o, pa, dv_own);
+        mla_seesaw_pv_rs<kSplitP>(o, pa, dlo_own, dv_own);
         named_barrier_sync(kMlaBarSeesawM1, kMlaWgThreads);
         mla_seesaw_take_max(m_slot1, r_lo, r_hi, m_lo, m_hi, a_lo, a_hi);
         wgmma_wait<0>();
@@ -462,7 +482,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         if (refill) loads.fill(2 * k + 2, 0);
         loads.prepare(2 * k + 3);
         mla_wg_rescale(o, l_lo, l_hi, a_lo, a_hi, 0.f, 0.f);
-        mla_seesaw_pv_ss(o, dp_other, dv_other);
+        mla_seesaw_pv_ss<kSplitP>(o, dp_other, dlo_other, dv_other);
         wgmma_wait<0>();
         wgmma_fence_operand(o);
         loads.release(1);
@@ -481,12 +501,12 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         wgmma_wait<0>();
         wgmma_fence_operand(s);
         mla_wg_rescale(o, l_lo, l_hi, a_lo, a_hi, 0.f, 0.f);
-        mla_seesaw_pv_ss(o, dp_other, dv_other);
+        mla_seesaw_pv_ss<kSplitP>(o, dp_other, dlo_other, dv_other);
         mla_seesaw_mask_max<kCausal>(s, pv.t0 + (2 * k + 1) * kMlaWgTileTokens + 2 * c4, pv.t1, lim_lo, lim_hi, scale,
                                      mx_lo, mx_hi);
         const OnlineSoftmaxStep step_lo = online_softmax_step(m_lo, mx_lo);
         const OnlineSoftmaxStep step_hi = online_softmax_step(m_hi, mx_hi);
-        mla_seesaw_p(s, step_lo.m_use, step_hi.m_use, pa, own_p, p_row_lo, p_row_hi, g, sum_lo, sum_hi);
+        mla_seesaw_p<kSplitP>(s, step_lo.m_use, step_hi.m_use, pa, own_p, own_lo, p_row_lo, p_row_hi, g, sum_lo, sum_hi);
         if (c4 == 0) {
           sts_f32(m_slot1 + r_lo * 4, m_lo);
           sts_f32(m_slot1 + r_hi * 4, m_hi);
@@ -499,7 +519,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         if (refill) loads.fill(2 * k + 2, 0);
         loads.prepare(2 * k + 3);
         mla_wg_rescale(o, l_lo, l_hi, step_lo.alpha, step_hi.alpha, sum_lo, sum_hi);
-        mla_seesaw_pv_rs(o, pa, dv_own);
+        mla_seesaw_pv_rs<kSplitP>(o, pa, dlo_own, dv_own);
         wgmma_wait<0>();
         wgmma_fence_operand(o);
         loads.release(1);

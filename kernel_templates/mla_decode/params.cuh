@@ -227,22 +227,21 @@ constexpr int kMlaWgRedBytes = 2 * kMlaWgRows * 4;                      // [warp
 constexpr int kMlaWgSchedOffset = kMlaWgRedOffset + kMlaWgRedBytes;
 constexpr int kMlaWgBarOffset = kMlaWgSchedOffset + kMlaSchedScratchBytes;
 // Q full, then a full barrier per stage (the seesaw kernel: a full and an empty barrier per stage
-// part, two parts per stage).
-constexpr int kMlaWgUsedBytes = kMlaWgBarOffset + 8 * (1 + 4 * kMlaWgStages);
+// part, two parts per stage); then the seesaw kernel's max exchange ([warpgroup][row] fp32).
+constexpr int kMlaWgExchangeOffset = kMlaWgBarOffset + 8 * (1 + 4 * kMlaWgStages);
+constexpr int kMlaWgUsedBytes = kMlaWgExchangeOffset + 2 * kMlaWgRows * 4;
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 
-// The one-P seesaw kernel (bf16 precision, heads-on-M) runs the row tiles of a part in clusters of
+// The seesaw kernel (bf16 pages, heads-on-M) runs the row tiles of a part in clusters of
 // two CTAs that share every KV tile: each CTA loads half of it with TMA, multicast into both, which
 // halves the KV traffic from L2 (the limit at 128 rows and more: 82% of L2 throughput on the H200
 // with each row tile loading its own copy). It needs fixed query lengths (both CTAs then walk the
 // same pieces and tiles), an even number of row tiles, and pages of at least 16 tokens (a TMA box
 // per page run).
-KILN_MLA_HD constexpr bool mla_kv_tma(MlaVariant v, bool fp8, int precision, int heads, int max_seq_len_q, bool packed,
-                                      int page_size) {
+KILN_MLA_HD constexpr bool mla_kv_tma(MlaVariant v, bool fp8, int heads, int max_seq_len_q, bool packed, int page_size) {
   const int row_tiles = (mla_max_rows(heads, max_seq_len_q) + kMlaWgRows - 1) / kMlaWgRows;
-  return v.wgmma && v.kv_rows == 0 && !fp8 && precision == kMlaPrecisionBf16 && !packed && row_tiles % 2 == 0 &&
-         page_size >= 16;
+  return v.wgmma && v.kv_rows == 0 && !fp8 && !packed && row_tiles % 2 == 0 && page_size >= 16;
 }
 // CTAs per cluster of those kernels (along grid y, the row tiles).
 constexpr int kMlaKvTmaCluster = 2;
