@@ -285,6 +285,29 @@ __device__ __forceinline__ void mla_seesaw_p(const float (&s)[32], float muse_lo
   }
 }
 
+// The softmax of this warpgroup's own tile: mask and scale S, move the running max (m_lo, m_hi) over
+// it, P into registers and the shared tiles (mla_seesaw_p), and publish the new max at `slot` for
+// the other warpgroup. step_lo / step_hi get the rows' factors for O and l, sum_lo / sum_hi P's row
+// sums.
+template <bool kCausal, bool kSplitP>
+__device__ __forceinline__ void mla_seesaw_softmax(float (&s)[32], int tok_base, int t1, int lim_lo, int lim_hi, float scale,
+                                                   float& m_lo, float& m_hi, u32 (&pa)[4][4], u32 p_smem, u32 lo_smem,
+                                                   u32 p_row_lo, u32 p_row_hi, int g, int c4, int r_lo, int r_hi, u32 slot,
+                                                   OnlineSoftmaxStep& step_lo, OnlineSoftmaxStep& step_hi, float& sum_lo,
+                                                   float& sum_hi) {
+  float mx_lo, mx_hi;
+  mla_seesaw_mask_max<kCausal>(s, tok_base, t1, lim_lo, lim_hi, scale, mx_lo, mx_hi);
+  step_lo = online_softmax_step(m_lo, mx_lo);
+  step_hi = online_softmax_step(m_hi, mx_hi);
+  mla_seesaw_p<kSplitP>(s, step_lo.m_use, step_hi.m_use, pa, p_smem, lo_smem, p_row_lo, p_row_hi, g, sum_lo, sum_hi);
+  if (c4 == 0) {
+    sts_f32(slot + r_lo * 4, m_lo);
+    sts_f32(slot + r_hi * 4, m_hi);
+  }
+  // P was written through the generic proxy; the other warpgroup's wgmmas read it.
+  fence_proxy_async_smem();
+}
+
 // O += P V over this warpgroup's 256 columns, P hi from registers (and with kSplitP lo from the
 // tile `dp_lo`). Issued and committed.
 template <bool kSplitP>
@@ -313,16 +336,12 @@ __device__ __forceinline__ void mla_seesaw_pv_ss(float (&o)[128], u64 dp, u64 dp
   wgmma_commit();
 }
 
-// The max published by the other warpgroup: the factor 2^(m - m_new) for this warpgroup's O and l,
-// and m = m_new.
+// The max published by the other warpgroup, which already includes this warpgroup's m: one online
+// step to it gives the factor for this warpgroup's O and l, and m = the published max.
 __device__ __forceinline__ void mla_seesaw_take_max(u32 slot, int r_lo, int r_hi, float& m_lo, float& m_hi,
                                                     float& alpha_lo, float& alpha_hi) {
-  const float mnew_lo = lds_f32(slot + r_lo * 4);
-  const float mnew_hi = lds_f32(slot + r_hi * 4);
-  alpha_lo = fast_exp2(m_lo - (mnew_lo == neg_inf() ? 0.f : mnew_lo));
-  alpha_hi = fast_exp2(m_hi - (mnew_hi == neg_inf() ? 0.f : mnew_hi));
-  m_lo = mnew_lo;
-  m_hi = mnew_hi;
+  alpha_lo = online_softmax_step(m_lo, lds_f32(slot + r_lo * 4)).alpha;
+  alpha_hi = online_softmax_step(m_hi, lds_f32(slot + r_hi * 4)).alpha;
 }
 
 template <bool kTma, int kPageSize>
@@ -450,7 +469,8 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
     // the next pair's tile.
     u32 pa[4][4];
     float s[32];
-    float sum_lo, sum_hi, a_lo, a_hi, mx_lo, mx_hi;
+    float sum_lo, sum_hi, a_lo, a_hi;
+    OnlineSoftmaxStep step_lo, step_hi;
     if (wg == 0) {
       for (int k = 0; k < n_pairs; ++k) {
         const bool refill = k + 1 < n_pairs;
@@ -460,17 +480,9 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         loads.prepare(2 * k + 2);  // the refill's block-table reads, off the issue path
         wgmma_wait<0>();
         wgmma_fence_operand(s);
-        mla_seesaw_mask_max<kCausal>(s, pv.t0 + 2 * k * kMlaWgTileTokens + 2 * c4, pv.t1, lim_lo, lim_hi, scale, mx_lo,
-                                     mx_hi);
-        const OnlineSoftmaxStep step_lo = online_softmax_step(m_lo, mx_lo);
-        const OnlineSoftmaxStep step_hi = online_softmax_step(m_hi, mx_hi);
-        mla_seesaw_p<kSplitP>(s, step_lo.m_use, step_hi.m_use, pa, own_p, own_lo, p_row_lo, p_row_hi, g, sum_lo, sum_hi);
-        if (c4 == 0) {
-          sts_f32(m_slot0 + r_lo * 4, m_lo);
-          sts_f32(m_slot0 + r_hi * 4, m_hi);
-        }
-        // P was written through the generic proxy; warpgroup 1's wgmmas read it.
-        fence_proxy_async_smem();
+        mla_seesaw_softmax<kCausal, kSplitP>(s, pv.t0 + 2 * k * kMlaWgTileTokens + 2 * c4, pv.t1, lim_lo, lim_hi, scale, m_lo,
+                                             m_hi, pa, own_p, own_lo, p_row_lo, p_row_hi, g, c4, r_lo, r_hi, m_slot0, step_lo,
+                                             step_hi, sum_lo, sum_hi);
         named_barrier_sync(kMlaBarSeesawM0, kMlaWgThreads);
         mla_wg_rescale(o, l_lo, l_hi, step_lo.alpha, step_hi.alpha, sum_lo, sum_hi);
         mla_seesaw_pv_rs<kSplitP>(o, pa, dlo_own, dv_own);
@@ -502,16 +514,9 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         wgmma_fence_operand(s);
         mla_wg_rescale(o, l_lo, l_hi, a_lo, a_hi, 0.f, 0.f);
         mla_seesaw_pv_ss<kSplitP>(o, dp_other, dlo_other, dv_other);
-        mla_seesaw_mask_max<kCausal>(s, pv.t0 + (2 * k + 1) * kMlaWgTileTokens + 2 * c4, pv.t1, lim_lo, lim_hi, scale,
-                                     mx_lo, mx_hi);
-        const OnlineSoftmaxStep step_lo = online_softmax_step(m_lo, mx_lo);
-        const OnlineSoftmaxStep step_hi = online_softmax_step(m_hi, mx_hi);
-        mla_seesaw_p<kSplitP>(s, step_lo.m_use, step_hi.m_use, pa, own_p, own_lo, p_row_lo, p_row_hi, g, sum_lo, sum_hi);
-        if (c4 == 0) {
-          sts_f32(m_slot1 + r_lo * 4, m_lo);
-          sts_f32(m_slot1 + r_hi * 4, m_hi);
-        }
-        fence_proxy_async_smem();
+        mla_seesaw_softmax<kCausal, kSplitP>(s, pv.t0 + (2 * k + 1) * kMlaWgTileTokens + 2 * c4, pv.t1, lim_lo, lim_hi, scale, m_lo,
+                                             m_hi, pa, own_p, own_lo, p_row_lo, p_row_hi, g, c4, r_lo, r_hi, m_slot1, step_lo,
+                                             step_hi, sum_lo, sum_hi);
         named_barrier_sync(kMlaBarSeesawM1, kMlaWgThreads);
         wgmma_wait<0>();
         wgmma_fence_operand(o);
