@@ -1,10 +1,9 @@
 #pragma once
 // Paged MLA decode (576-wide Q/K, V = first 512 columns of the same cache row): the two entry points
 // of the module. mla_decode_kernel: grid (parts, row tiles); each CTA walks its part's pieces
-// (schedule.cuh) with the wgmma kernel (sm_90a: kernel_wgmma.cuh for bf16 with the exact precision,
-// kernel_seesaw.cuh for bf16 with the bf16 precision, kernel_wgmma_fp8.cuh for e4m3), the KV-on-M
-// wgmma kernel (sm_90a, kernel_kv.cuh) or the mma.sync kernel (kernel_mma.cuh), as mla_variant() picks
-// for the target.
+// (schedule.cuh) with one of the kernels mla_variant() picks for the target: on sm_90a the
+// heads-on-M wgmma kernel (kernel_seesaw.cuh for bf16 pages, kernel_wgmma_fp8.cuh for e4m3) or the
+// KV-on-M wgmma kernel (kernel_kv.cuh); otherwise the mma.sync kernel (kernel_mma.cuh).
 // mla_combine_kernel merges the pieces of split requests; it is launched (with programmatic dependent
 // launch) only when a request can split.
 #include "common/mbarrier.cuh"
@@ -13,10 +12,10 @@
 #include "mla_decode/kernel_kv.cuh"
 #include "mla_decode/kernel_mma.cuh"
 #include "mla_decode/kernel_seesaw.cuh"
-#include "mla_decode/kernel_wgmma.cuh"
 #include "mla_decode/kernel_wgmma_fp8.cuh"
 #include "mla_decode/params.cuh"
 #include "mla_decode/schedule.cuh"
+#include "mla_decode/wgmma_common.cuh"
 
 namespace kiln {
 
@@ -122,24 +121,6 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     });
     // The peer's last releases arrive on this CTA's barriers: it stays until both are done.
     if constexpr (kTma) cluster_sync();
-  } else if constexpr (kV.wgmma) {
-    static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
-    const u32 raw = smem_addr(smem);
-    const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
-    long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);
-    if (threadIdx.x == 0) {
-      // Every thread of both warpgroups arrives once per fill (cp.async completion, .noinc).
-      for (int i = 0; i < 1 + kMlaWgStages; ++i) mbar_init(base + kMlaWgBarOffset + 8 * i, kMlaWgThreads);
-      mbar_fence_init();
-    }
-    __syncthreads();
-    MlaWgState st{0u, 0u};
-    mla_for_each_piece<kThreads, kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
-      record(pc);
-      // CTA-uniform. A split piece without scratch only follows a length above max_seq_len.
-      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;
-      mla_wgmma_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
-    });
   } else {
     constexpr MlaSmemLayout kLayout = mla_smem_layout(kV.tile, kFp8);
     long long* scratch = reinterpret_cast<long long*>(smem + kLayout.sched_offset);

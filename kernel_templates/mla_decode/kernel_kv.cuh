@@ -26,9 +26,9 @@
 #include "common/numeric.cuh"
 #include "common/softmax.cuh"
 #include "common/wgmma.cuh"
-#include "mla_decode/kernel_wgmma.cuh"
 #include "mla_decode/params.cuh"
 #include "mla_decode/schedule.cuh"
+#include "mla_decode/wgmma_common.cuh"
 
 namespace kiln {
 
@@ -154,7 +154,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
 
     const MlaTileLoader<kPageSize> loader(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane);
     auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
-      loader.template load<false>(j, pages, stage_smem + stage * kMlaWgStageBytes, 0);
+      loader.load(j, pages, stage_smem + stage * kMlaWgStageBytes);
       cp_async_mbar_arrive(bar_full + 8 * stage);
     };
 

@@ -3,8 +3,7 @@
 // with kSplitP P as bf16 hi + lo): the two warpgroups take alternate KV tiles, so one warpgroup's
 // softmax runs while the other's MMAs keep the tensor cores busy.
 //
-// One CTA = 64 query rows of one part (the same rows, Q layout, loads and epilogue as
-// kernel_wgmma.cuh). KV tiles of 64 tokens come in pairs: tile 2k in stage 0, tile 2k + 1 in stage
+// One CTA = 64 query rows of one part (Q layout, loads and epilogue from wgmma_common.cuh). KV tiles of 64 tokens come in pairs: tile 2k in stage 0, tile 2k + 1 in stage
 // 1. Warpgroup w owns output columns [256 w, 256 w + 256) and computes S = Q K^T of the tile in
 // stage w (36 m64n64k16, Q's RoPE columns from registers) and that tile's softmax. Per pair:
 //   warpgroup 0: S(2k) -> softmax against the running max (m -> m0), P(2k) as register A fragments
@@ -36,9 +35,9 @@
 #include "common/softmax.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "mla_decode/kernel_wgmma.cuh"
 #include "mla_decode/params.cuh"
 #include "mla_decode/schedule.cuh"
+#include "mla_decode/wgmma_common.cuh"
 
 namespace kiln {
 

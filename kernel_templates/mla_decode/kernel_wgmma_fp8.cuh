@@ -1,6 +1,6 @@
 #pragma once
 // Paged MLA decode on Hopper warpgroup MMAs for e4m3 Q and KV (sm_90a), one piece at a time
-// (schedule.cuh). The bf16 kernel's rows, tiles and consumer warpgroups (kernel_wgmma.cuh), plus a
+// (schedule.cuh). The rows, tiles and consumer warpgroups of wgmma_common.cuh, plus a
 // third warpgroup that loads the e4m3 bytes and widens them; it does nothing else.
 //
 // One CTA = 64 query rows of one part; 384 threads:
@@ -11,7 +11,7 @@
 //     tile's loads are issued before the wait for its stage, so they fly while the consumers still
 //     read it.
 //   warpgroups 0 and 1 (consumers) widen Q the same way at the start of a piece (while the producer
-//     fetches the first tile), then, as in the bf16 kernel: S = Q K^T with f16 wgmmas (m64n32k16,
+//     fetches the first tile), then: S = Q K^T with f16 wgmmas (m64n32k16,
 //     tokens [32 w, 32 w + 32), all 576 columns from shared memory), the softmax with the row max
 //     crossing the warpgroups, P as one f16 (11 bits: fp8's tolerances need no hi + lo, as in the
 //     mma.sync kernel), O += P V with f16 wgmmas over output columns [256 w, 256 w + 256), V the
@@ -31,9 +31,9 @@
 #include "common/softmax.cuh"
 #include "common/wgmma.cuh"
 #include "mla_decode/kernel_mma.cuh"
-#include "mla_decode/kernel_wgmma.cuh"
 #include "mla_decode/params.cuh"
 #include "mla_decode/schedule.cuh"
+#include "mla_decode/wgmma_common.cuh"
 
 namespace kiln {
 
@@ -146,6 +146,28 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
 }
 
 // The consumer warpgroups' share: slot < 0 writes `out`, else the partial O and LSE at `slot`.
+// P = exp2(S - m) as one f16 into the shared P tile: row r, tokens 32 wg + 8 n + 2 c4 (+1) go to chunk
+// 4 wg + n of the row's 128 bytes. Returns the rows' sums of the unrounded P.
+__device__ __forceinline__ void mla_fp8_store_p(const float (&s)[16], float muse_lo, float muse_hi, u32 p_smem,
+                                                u32 p_row_lo, u32 p_row_hi, int wg, int g, float& sum_lo, float& sum_hi) {
+  sum_lo = 0.f;
+  sum_hi = 0.f;
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+    const float p0 = fast_exp2(s[4 * n + 0] - muse_lo);
+    const float p1 = fast_exp2(s[4 * n + 1] - muse_lo);
+    const float p2 = fast_exp2(s[4 * n + 2] - muse_hi);
+    const float p3 = fast_exp2(s[4 * n + 3] - muse_hi);
+    sum_lo += p0 + p1;
+    sum_hi += p2 + p3;
+    const u32 chunk = static_cast<u32>(4 * wg + n);
+    const u32 h01 = pack_f16x2(p0, p1);
+    const u32 h23 = pack_f16x2(p2, p3);
+    sts32(p_smem + (p_row_lo + ((chunk ^ static_cast<u32>(g)) << 4)), h01);
+    sts32(p_smem + (p_row_hi + ((chunk ^ static_cast<u32>(g)) << 4)), h23);
+  }
+}
+
 template <int kHeads, int kMaxSeqLenQ, bool kCausal>
 __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p, u32 base, const MlaPiece& piece,
                                                        int row0, int slot, MlaWgState& st) {
@@ -221,7 +243,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
                               r_lo, r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
       float sum_lo, sum_hi;
-      mla_wg_store_p<true, false>(s, muse_lo, muse_hi, sm.p, sm.p, p_row_lo, p_row_hi, wg, g, sum_lo, sum_hi);
+      mla_fp8_store_p(s, muse_lo, muse_hi, sm.p, p_row_lo, p_row_hi, wg, g, sum_lo, sum_hi);
       mla_wg_rescale(o, l_lo, l_hi, alpha_lo, alpha_hi, sum_lo, sum_hi);
       // P was written through the generic proxy; both warpgroups' wgmmas read it.
       fence_proxy_async_smem();
