@@ -25,7 +25,7 @@ struct SparseNvfp4Params {
   long long indices_row_stride;     // elements
   const void* topk_length;          // int32 [>= T] or null (every slot active)
 
-  // Extra pool (used only by has_extra instantiations); same format, its own page geometry.
+  // Extra pool (read only when has_extra); same format, its own page geometry.
   const void* extra_kv;
   long long extra_page_stride;
   int extra_page_size;
@@ -38,7 +38,7 @@ struct SparseNvfp4Params {
 
   void* output;   // [T, H, 512] bf16
   void* out_lse;  // [T, H] fp32
-  void* mid_out;  // [T, H, split_stride, 512] bf16 (split instantiations only)
+  void* mid_out;  // [T, H, split_stride, 512] bf16 (split launches only)
   void* mid_lse;  // [T, H, split_stride] fp32, -1e30 marks a split that saw no candidate
   int split_stride;
 
@@ -47,6 +47,11 @@ struct SparseNvfp4Params {
   int num_tokens;       // T
   int num_splits;
   int chunks_per_block;
+
+  // The policy's has_extra and split as run-time flags, so that keys differing only in them share one
+  // kernel (one compile, one cubin); each selects work once per CTA or per chunk, never per element.
+  bool has_extra;  // the extra pool shares the softmax (else extra_* are not read)
+  bool split;      // num_splits > 1: write mid_out/mid_lse for the merge kernel instead of output/out_lse
 };
 
 // ---- launch geometry shared by the host planner and the kernels ----
