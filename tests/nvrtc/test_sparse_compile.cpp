@@ -59,6 +59,7 @@ TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
         sp::SparsePolicy twin = c.policy;
         twin.has_extra = has_extra;
         twin.split = split;
+        if (twin == c.policy) continue;  // built just above: this service has it in memory
         INFO(twin.key(c.arch).str());
         CHECK(again.build(twin.key(c.arch)).source == kiln::ArtifactSource::kDisk);
       }
