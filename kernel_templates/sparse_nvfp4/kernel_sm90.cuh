@@ -252,8 +252,8 @@ __device__ __forceinline__ DealtRows dealt_rows(const SparseNvfp4Params& p, u32 
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head0 + row_lo + 8 * hr;
-    d.row[hr] = sparse_detail::sparse_cluster_row(p.split, sbase + kDealRowsOff + u32(row_lo + 8 * hr) * 8u, ds.deal, u32(group), u32(groups),
-                                                           sink != nullptr && head < kHeads ? sink + head : nullptr);
+    d.row[hr] = sparse_detail::sparse_cluster_row(p.split, sbase + kDealRowsOff + u32(row_lo + 8 * hr) * 8u, ds.deal, u32(group),
+                                                  u32(groups), sink != nullptr && head < kHeads ? sink + head : nullptr);
     float w = 0.0f;
 #pragma unroll
     for (int r = 0; r < kSparseMaxCluster; ++r) w = r == ds.slice ? d.row[hr].w[r] : w;
