@@ -26,12 +26,13 @@ struct Format {
   static constexpr float kNopeUndo = 1.0f;
   using Record = dsv41::Record;
 
+  template <bool kHasExtra>
   __device__ static __forceinline__ bool load(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int t, int chunk, int cand,
                                               int half, Record& rec) {
     const sparse_detail::CandidateRecord r =
-        sparse_detail::locate_candidate<kDsv41MainDataBytes, kDsv41MainScaleBytes, kDsv41ExtraDataBytes, kDsv41ExtraScaleBytes>(
+        sparse_detail::locate_candidate<kHasExtra, kDsv41MainDataBytes, kDsv41MainScaleBytes, kDsv41ExtraDataBytes, kDsv41ExtraScaleBytes>(
             p, w, t, chunk, cand, half * 16, 0);
-    rec.extra = chunk >= w.main_chunks;
+    rec.extra = kHasExtra && chunk >= w.main_chunks;
     if (!rec.extra) {
 #pragma unroll
       for (int k = 0; k < 16; ++k) rec.data[k] = ldg128_if(r.data + 32 * k, r.valid);
@@ -99,12 +100,12 @@ struct Format {
 
 }  // namespace dsv41
 
-// kHeads: H (one of 8, 16, 32, 48, ..., 128). At run time p.has_extra: an FP4 extra cache shares the
-// softmax; p.split: write mid_out/mid_lse, merged by sparse_nvfp4_merge_kernel.
-template <int kHeads>
+// kHeads: H (one of 8, 16, 32, 48, ..., 128). kHasExtra: an FP4 extra cache shares the softmax.
+// At run time p.split: write mid_out/mid_lse, merged by sparse_nvfp4_merge_kernel.
+template <int kHeads, bool kHasExtra>
 __global__ void __launch_bounds__(kDsv41SmallThreads, 1) sparse_dsv41_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
   static_assert(kDsv41SmallThreads == sparse_block_threads(1), "the portable variant is the compact body");
-  sparse_detail::sparse_decode<dsv41::Format, kHeads, 1, true>(p);
+  sparse_detail::sparse_decode<dsv41::Format, kHeads, 1, kHasExtra, true>(p);
 }
 
 #endif  // __CUDACC__

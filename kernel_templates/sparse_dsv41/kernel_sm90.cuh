@@ -47,10 +47,11 @@ struct Sm90Format {
   }
 
   // The global address of a slot's data row (scales = false) or scale row; 0 when masked.
+  template <bool kHasExtra>
   __device__ static __forceinline__ u64 record_addr(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int chunk,
                                                     sparse_sm90::SlotIndex si, bool scales) {
     if (!si.in_range || si.raw < 0) return 0;
-    const bool in_main = chunk < w.main_chunks;
+    const bool in_main = !kHasExtra || chunk < w.main_chunks;
     const u8* base = static_cast<const u8*>(in_main ? p.kv : p.extra_kv);
     const long long page_stride = in_main ? p.kv_page_stride : p.extra_page_stride;
     const int page_size = in_main ? p.kv_page_size : p.extra_page_size;
@@ -83,7 +84,7 @@ struct Sm90Format {
     }
   }
 
-  template <int kHeads, bool kCross>
+  template <int kHeads, bool kHasExtra, bool kCross>
   __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                  int n_iter, u32 sbase, int tid, int group, u32 peer) {
     using namespace sparse_sm90;
@@ -97,7 +98,7 @@ struct Sm90Format {
     const u8* fallback = static_cast<const u8*>(p.kv);
     const bool scale_lane = ((lane >> 3) & 1) != 0;
     const auto chunk_of = [&](int j) { return c_begin + j / kParts; };
-    const auto is_extra = [&](int chunk) { return chunk >= work.main_chunks; };
+    const auto is_extra = [&](int chunk) { return kHasExtra && chunk >= work.main_chunks; };
     // Gather role: warp pw copies rows 8 pw .. 8 pw + 7 of each 32-record gather.
     const auto slot_of = [&](int j) { return cand_base + 32 * (j % kParts) + 8 * pw + (lane & 7); };
     const auto gather = [&](int j, u64 addr) {
@@ -109,8 +110,8 @@ struct Sm90Format {
     // Decode role: thread (row dr, quarter q) of the gather takes code units q, q + 4, ...
     const int dr = 8 * pw + (lane & 7), q = lane >> 3;
 
-    u64 addr = record_addr(p, work, chunk_of(0), load_slot_index(p, work, t, chunk_of(0), slot_of(0)), scale_lane);
-    SlotIndex next = n_units > 1 ? load_slot_index(p, work, t, chunk_of(1), slot_of(1)) : SlotIndex{0, false};
+    u64 addr = record_addr<kHasExtra>(p, work, chunk_of(0), load_slot_index<kHasExtra>(p, work, t, chunk_of(0), slot_of(0)), scale_lane);
+    SlotIndex next = n_units > 1 ? load_slot_index<kHasExtra>(p, work, t, chunk_of(1), slot_of(1)) : SlotIndex{0, false};
     gather(0, addr);
     cp_async_commit();
     for (int j = 0; j < n_units; ++j) {
@@ -139,9 +140,9 @@ struct Sm90Format {
       const u32 valid = ptid == 0 ? lds_u32(sbase + kValidOff) : 0u;
       named_barrier_sync(kBarRaw, 128);  // the stage is read: the next gather may overwrite it
       if (j + 1 < n_units) {
-        addr = record_addr(p, work, chunk_of(j + 1), next, scale_lane);
+        addr = record_addr<kHasExtra>(p, work, chunk_of(j + 1), next, scale_lane);
         gather(j + 1, addr);
-        if (j + 2 < n_units) next = load_slot_index(p, work, t, chunk_of(j + 2), slot_of(j + 2));
+        if (j + 2 < n_units) next = load_slot_index<kHasExtra>(p, work, t, chunk_of(j + 2), slot_of(j + 2));
       }
       cp_async_commit();
       // Tile b is free once every consumer warp (of both CTAs of a pair) released it.
@@ -186,11 +187,11 @@ struct Sm90Format {
 }  // namespace dsv41
 
 // kHeads: H (one of 8, 16, 32, 48, ..., 128), ceil(H / 64) CTAs per (token, split), clusters of two
-// for H > 64. At run time p.has_extra: an FP4 extra cache shares the softmax; p.split: write
+// for H > 64. kHasExtra: an FP4 extra cache shares the softmax. At run time p.split: write
 // mid_out/mid_lse.
-template <int kHeads>
+template <int kHeads, bool kHasExtra>
 __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_dsv41_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_sm90::sparse_sm90_decode<dsv41::Sm90Format, kHeads>(p);
+  sparse_sm90::sparse_sm90_decode<dsv41::Sm90Format, kHeads, kHasExtra>(p);
 }
 
 #endif  // __CUDACC__

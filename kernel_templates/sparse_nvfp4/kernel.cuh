@@ -55,11 +55,11 @@ struct TokenWork {
   int main_len, extra_len, main_chunks, total_chunks;
 };
 
-// Without the extra pool extra_len is 0, so every chunk is a main one.
+template <bool kHasExtra>
 __device__ __forceinline__ TokenWork token_work(const SparseNvfp4Params& p, int t) {
   TokenWork w;
   w.main_len = clamp_length(p.topk_length, t, p.topk);
-  w.extra_len = p.has_extra ? clamp_length(p.extra_topk_length, t, p.extra_topk) : 0;
+  w.extra_len = kHasExtra ? clamp_length(p.extra_topk_length, t, p.extra_topk) : 0;
   w.main_chunks = (w.main_len + kSparseChunk - 1) / kSparseChunk;
   w.total_chunks = w.main_chunks + (w.extra_len + kSparseChunk - 1) / kSparseChunk;
   return w;
@@ -82,18 +82,22 @@ __device__ __forceinline__ ChunkRange chunk_range(const SparseNvfp4Params& p, co
 }
 
 // The (token, split) of this CTA, for a grid.x of ((t * num_splits + split) * groups + group) * ncta +
-// rank (`groups`: the head groups launched outside the cluster). Read again where it is used
-// (volatile): the consumers would otherwise keep both live across the main loop (up to 18 more
-// registers on the compact kernel), since after the division by num_splits there is nothing cheaper
-// to rebuild them from.
+// rank (`groups`: the head groups launched outside the cluster); split is 0 without p.split.
 struct CtaPlace {
   int t, split;
 };
 __device__ __forceinline__ CtaPlace cta_place(const SparseNvfp4Params& p, int ncta, int groups) {
+  const int bx = int(blockIdx.x) / ncta / groups;
+  return p.split ? CtaPlace{bx / p.num_splits, bx % p.num_splits} : CtaPlace{bx, 0};
+}
+// The split again, for an epilogue: %ctaid.x is read anew (volatile), so the compiler rebuilds the
+// split here instead of keeping it live across the main loop beside the token. The unsplit path then
+// carries the same state through its loop (the token) as a kernel compiled without splits.
+__device__ __forceinline__ int cta_split(const SparseNvfp4Params& p, int ncta, int groups) {
+  if (!p.split) return 0;
   u32 cta;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cta));
-  const int bx = int(cta) / ncta / groups;
-  return p.split ? CtaPlace{bx / p.num_splits, bx % p.num_splits} : CtaPlace{bx, 0};
+  return int(cta) / ncta / groups % p.num_splits;
 }
 
 // Folds the attention sink (a logit in natural units) into a finished row: the output factor shrinks
@@ -168,14 +172,14 @@ struct CandidateRecord {
   bool valid;
 };
 
-template <int kData = int(kDataBytes), int kScale = 32, int kExtraData = kData, int kExtraScale = kScale>
+template <bool kHasExtra, int kData = int(kDataBytes), int kScale = 32, int kExtraData = kData, int kExtraScale = kScale>
 __device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
                                                             int chunk, int cand, int data_offset, int scale_offset) {
   long long page_stride;
   int page_size, len, slot, data_bytes, scale_bytes;
   const int* idx_row;
   CandidateRecord r;
-  if (chunk < w.main_chunks) {
+  if (!kHasExtra || chunk < w.main_chunks) {
     data_bytes = kData;
     scale_bytes = kScale;
     r.base = static_cast<const u8*>(p.kv);
@@ -212,9 +216,10 @@ __device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Par
 // Producer thread (cand, half): issues 12 x 16 B of one candidate's record into the staging row;
 // half h takes data units 2k+h and scale unit h, so a lane pair reads whole 32 B sectors.
 // Returns whether the slot is a real candidate (masked slots are zero-filled).
+template <bool kHasExtra>
 __device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
                                                int chunk, int cand, int half, u8* stage_row) {
-  const CandidateRecord r = locate_candidate(p, w, t, chunk, cand, half * 16, half * 16);
+  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, t, chunk, cand, half * 16, half * 16);
   const u32 bytes = r.valid ? 16u : 0u;
 #pragma unroll
   for (int k = 0; k < 11; ++k) cp_async_16(stage_row + (2 * k + half) * 16, r.valid ? r.data + 32 * k : r.base, bytes);
@@ -251,9 +256,10 @@ struct RecordHalf {
   U32x4 scales[2];
 };
 
+template <bool kHasExtra>
 __device__ __forceinline__ bool load_candidate_regs(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk,
                                                     int cand, int half, RecordHalf& rec) {
-  const CandidateRecord r = locate_candidate(p, w, t, chunk, cand, half * 16, 0);
+  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, t, chunk, cand, half * 16, 0);
 #pragma unroll
   for (int k = 0; k < 11; ++k) rec.data[k] = ldg128_if(r.data + 32 * k, r.valid);
   rec.scales[0] = ldg128_if(r.scales, r.valid);
@@ -352,9 +358,10 @@ struct Nvfp4Format {
   static constexpr bool kF16Nope = true;
   static constexpr float kNopeUndo = kKScaleUndo;
   using Record = RecordHalf;
+  template <bool kHasExtra>
   __device__ static __forceinline__ bool load(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk, int cand, int half,
                                               Record& rec) {
-    return load_candidate_regs(p, w, t, chunk, cand, half, rec);
+    return load_candidate_regs<kHasExtra>(p, w, t, chunk, cand, half, rec);
   }
   __device__ static __forceinline__ void decode(const Record& rec, u8* tile_row, int cand, int half) {
     decode_candidate_regs(rec, tile_row, cand, half);
@@ -375,16 +382,16 @@ struct Nvfp4Format {
 // Producers of the compact configuration (one tile): thread (cand, half) = (ptid / 2, ptid % 2)
 // loads its record half of chunk i + 1 into registers before it decodes chunk i, so the loads'
 // latency hides behind the decode and the consumers' wait on the tile.
-template <class F>
+template <class F, bool kHasExtra>
 __device__ __forceinline__ void produce_compact(const SparseNvfp4Params& p, const TokenWork& work, int t, int c_begin, int n_iter, u8* tiles,
                                                 u32* masks, u32 bar_empty, u32 bar_full, int ptid, int lane) {
   const int cand = ptid >> 1, half = ptid & 1;
   typename F::Record cur, next;
-  bool valid_cur = n_iter > 0 && F::load(p, work, t, c_begin, cand, half, cur);
+  bool valid_cur = n_iter > 0 && F::template load<kHasExtra>(p, work, t, c_begin, cand, half, cur);
   for (int i = 0; i < n_iter; ++i) {
     const int b = i & 1;
     bool valid_next = false;
-    if (i + 1 < n_iter) valid_next = F::load(p, work, t, c_begin + i + 1, cand, half, next);
+    if (i + 1 < n_iter) valid_next = F::template load<kHasExtra>(p, work, t, c_begin + i + 1, cand, half, next);
     if (i >= 1) mbar_wait(bar_empty, u32((i - 1) & 1));
     F::decode(cur, tiles + cand * kTileRow, cand, half);
     const u32 ballot = __ballot_sync(0xffffffffu, valid_cur && half == 0);
@@ -399,7 +406,7 @@ __device__ __forceinline__ void produce_compact(const SparseNvfp4Params& p, cons
 // of 128, two per thread with 64 producer threads. Chunks i and i + 1 are in flight as cp.async
 // groups while chunk i waits for its tile; kStageQ: the producers also stage a share of Q while
 // their first gathers are in flight.
-template <class F, int kHeads, int kRows, int kQThreads, int kProducers, bool kStageQ>
+template <class F, int kHeads, int kRows, int kQThreads, int kProducers, bool kStageQ, bool kHasExtra>
 __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const TokenWork& work, int t, int head0, int c_begin, int n_iter,
                                                u8* stages, u8* tiles, u8* q_smem, u32* masks, u32 bar_empty, u32 bar_full, int tid, int ptid,
                                                int lane) {
@@ -413,7 +420,7 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
       valid_next[i][r] = false;
       if (i < n_iter)
         valid_next[i][r] =
-            load_candidate(p, work, t, c_begin + i, cand, half, stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
+            load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half, stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
     }
     cp_async_commit();  // one group per chunk
   }
@@ -440,7 +447,7 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
       valid_next[1][r] = false;
       if (i + 2 < n_iter)
         valid_next[1][r] =
-            load_candidate(p, work, t, c_begin + i + 2, cand, half, stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
+            load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half, stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
     }
     cp_async_commit();
   }
@@ -712,10 +719,10 @@ __device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, cons
 }
 
 // kHeads: H (multiple of 8, <= 128). kHeadTiles: 1 (16 heads per block) or 2 (32 heads share one
-// gather). kSmall: the compact configuration, the only one formats other than NVFP4 instantiate.
-// At run time p.has_extra: a second pool shares the softmax; p.split: write mid_out/mid_lse (merged
-// by sparse_nvfp4_merge_kernel) instead of output/out_lse.
-template <class F, int kHeads, int kHeadTiles, bool kSmall>
+// gather). kHasExtra: a second pool shares the softmax. kSmall: the compact configuration, the only
+// one formats other than NVFP4 instantiate. At run time p.split: write mid_out/mid_lse (merged by
+// sparse_nvfp4_merge_kernel) instead of output/out_lse.
+template <class F, int kHeads, int kHeadTiles, bool kHasExtra, bool kSmall>
 __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   static_assert(kSmall || F::kF16Nope, "the staged configuration decodes NVFP4 records");
   static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
@@ -768,19 +775,20 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
     }
   }
   pdl_wait();  // the first read of an input (sparse_detail)
-  const TokenWork work = token_work(p, t);
+  const TokenWork work = token_work<kHasExtra>(p, t);
   const ChunkRange range = chunk_range(p, work, split, crank, ncta);
   const int c_begin = range.begin, n_iter = range.count;
   __syncthreads();
 
   if (kSmall && tid >= kConsumers) {
-    produce_compact<F>(p, work, t, c_begin, n_iter, tiles, masks, bar_empty, bar_full, tid - kConsumers, tid & 31);
+    produce_compact<F, kHasExtra>(p, work, t, c_begin, n_iter, tiles, masks, bar_empty, bar_full, tid - kConsumers, tid & 31);
     return;  // the compact configuration is never launched as a cluster
   }
   if constexpr (!kSmall) {
     if (tid >= kConsumers) {
-      produce_staged<F, kHeads, kRows, kQThreads, kProducers, kProducersStageQ>(p, work, t, head0, c_begin, n_iter, stages, tiles, q_smem,
-                                                                               masks, bar_empty, bar_full, tid, tid - kConsumers, tid & 31);
+      produce_staged<F, kHeads, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra>(p, work, t, head0, c_begin, n_iter, stages, tiles,
+                                                                                          q_smem, masks, bar_empty, bar_full, tid,
+                                                                                          tid - kConsumers, tid & 31);
       if (ncta > 1) {  // the consumers' two cluster barriers (cluster_combine)
         cluster_sync();
         cluster_sync();
@@ -826,7 +834,9 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   }
 
   publish_row_sums(l_run, red_l, c);
-  const CtaPlace end = cta_place(p, ncta, kGroups);
+  // The staged kernels rebuild the split for the epilogue (cta_split); the compact one keeps it, which
+  // leaves its register allocation as it was with split a template argument (rebuilding it moved it).
+  const CtaPlace end{t, kSmall ? split : cta_split(p, ncta, kGroups)};
   if constexpr (!kSmall) {
     if (ncta > 1) {
       cluster_combine<F, kHeads, kConsumers>(p, o, m_run, red_l, tiles, end.t, head0, end.split, ncta, crank, tid, c);
@@ -838,10 +848,10 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
 
 }  // namespace sparse_detail
 
-template <int kHeads, int kHeadTiles, bool kSmall = false>
+template <int kHeads, int kHeadTiles, bool kHasExtra, bool kSmall = false>
 __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
     sparse_nvfp4_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_detail::sparse_decode<sparse_detail::Nvfp4Format, kHeads, kHeadTiles, kSmall>(p);
+  sparse_detail::sparse_decode<sparse_detail::Nvfp4Format, kHeads, kHeadTiles, kHasExtra, kSmall>(p);
 }
 
 // Combines the splits of a decode launched with p.split: one 64-thread group per

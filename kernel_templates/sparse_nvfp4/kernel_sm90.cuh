@@ -154,11 +154,12 @@ struct SlotIndex {
   bool in_range;
 };
 
+template <bool kHasExtra>
 __device__ __forceinline__ SlotIndex load_slot_index(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int t, int chunk,
                                                      int s) {
   const int* row;
   int slot, len;
-  if (chunk < w.main_chunks) {
+  if (!kHasExtra || chunk < w.main_chunks) {
     row = static_cast<const int*>(p.indices) + (long long)t * p.indices_row_stride;
     slot = chunk * kSparseChunk + s;
     len = w.main_len;
@@ -172,10 +173,11 @@ __device__ __forceinline__ SlotIndex load_slot_index(const SparseNvfp4Params& p,
 }
 
 // The global address of a slot's 352 data bytes (scales = false) or 32 scale bytes; 0 when masked.
+template <bool kHasExtra>
 __device__ __forceinline__ u64 record_addr(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int chunk, SlotIndex si,
                                            bool scales) {
   if (!si.in_range || si.raw < 0) return 0;
-  const bool in_main = chunk < w.main_chunks;
+  const bool in_main = !kHasExtra || chunk < w.main_chunks;
   const u8* base = static_cast<const u8*>(in_main ? p.kv : p.extra_kv);
   const long long page_stride = in_main ? p.kv_page_stride : p.extra_page_stride;
   const int page_size = in_main ? p.kv_page_size : p.extra_page_size;
@@ -622,6 +624,7 @@ struct Nvfp4Sm90Format {
   }
 
   // H <= 64: this CTA gathers and decodes all 64 candidates of each chunk.
+  template <bool kHasExtra>
   __device__ static __forceinline__ void produce_own(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                      int n_iter, u32 sbase, int tid) {
     using namespace sparse_detail;
@@ -640,8 +643,8 @@ struct Nvfp4Sm90Format {
     const int my_slot = 16 * pw + (lane & 15);
     const bool scale_lane = lane >= 16;
     const u8* fallback = static_cast<const u8*>(p.kv);
-    u64 addr = record_addr(p, work, c_begin, load_slot_index(p, work, t, c_begin, my_slot), scale_lane);
-    SlotIndex next = n_iter > 1 ? load_slot_index(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
+    u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
+    SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
     u32 valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
     gather_rows<16>(fallback, addr, my_rows, lane);
     cp_async_commit();
@@ -664,10 +667,10 @@ struct Nvfp4Sm90Format {
       named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
       // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
       if (i + 1 < n_iter) {
-        addr = record_addr(p, work, c_begin + i + 1, next, scale_lane);
+        addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
         valid16 = __ballot_sync(0xffffffffu, addr != 0) & 0xffffu;
         gather_rows<16>(fallback, addr, my_rows, lane);
-        if (i + 2 < n_iter) next = load_slot_index(p, work, t, c_begin + i + 2, my_slot);
+        if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
       }
       cp_async_commit();
       if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
@@ -686,6 +689,7 @@ struct Nvfp4Sm90Format {
 
   // H > 64, a cluster pair: this CTA gathers and decodes half of each chunk's candidates into both
   // CTAs' tiles.
+  template <bool kHasExtra>
   __device__ static __forceinline__ void produce_pair(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                       int n_iter, u32 sbase, int tid, int group, u32 peer) {
     using namespace sparse_detail;
@@ -713,8 +717,8 @@ struct Nvfp4Sm90Format {
       const u32 bits = __ballot_sync(0xffffffffu, a != 0) & 0xffu;
       if (lane == 0) sts8(sbase + kValidOff + pw, bits);
     };
-    u64 addr = record_addr(p, work, c_begin, load_slot_index(p, work, t, c_begin, my_slot), scale_lane);
-    SlotIndex next = n_iter > 1 ? load_slot_index(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
+    u64 addr = record_addr<kHasExtra>(p, work, c_begin, load_slot_index<kHasExtra>(p, work, t, c_begin, my_slot), scale_lane);
+    SlotIndex next = n_iter > 1 ? load_slot_index<kHasExtra>(p, work, t, c_begin + 1, my_slot) : SlotIndex{0, false};
     publish_valid(addr);
     gather_rows<8>(fallback, addr, my_rows, lane);
     cp_async_commit();
@@ -736,10 +740,10 @@ struct Nvfp4Sm90Format {
       named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
       // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
       if (i + 1 < n_iter) {
-        addr = record_addr(p, work, c_begin + i + 1, next, scale_lane);
+        addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
         publish_valid(addr);
         gather_rows<8>(fallback, addr, my_rows, lane);
-        if (i + 2 < n_iter) next = load_slot_index(p, work, t, c_begin + i + 2, my_slot);
+        if (i + 2 < n_iter) next = load_slot_index<kHasExtra>(p, work, t, c_begin + i + 2, my_slot);
       }
       cp_async_commit();
       // Tile b is free once every consumer warp of both CTAs released it.
@@ -767,19 +771,20 @@ struct Nvfp4Sm90Format {
     }
   }
 
-  template <int kHeads, bool kCross>
+  template <int kHeads, bool kHasExtra, bool kCross>
   __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                  int n_iter, u32 sbase, int tid, int group, u32 peer) {
     if (n_iter <= 0) return;
-    if constexpr (kCross) produce_pair(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
-    else produce_own(p, work, t, c_begin, n_iter, sbase, tid);
+    if constexpr (kCross) produce_pair<kHasExtra>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
+    else produce_own<kHasExtra>(p, work, t, c_begin, n_iter, sbase, tid);
   }
 };
 
 }  // namespace sparse_sm90
 
-// kHeads: H (multiple of 8, <= 128), ceil(H / 64) CTAs per (token, split). At run time p.has_extra: a
-// second pool shares the softmax; p.split: write mid_out/mid_lse (merged by sparse_nvfp4_merge_kernel).
+// kHeads: H (multiple of 8, <= 128), ceil(H / 64) CTAs per (token, split). kHasExtra: a second pool
+// shares the softmax. At run time p.split: write mid_out/mid_lse (merged by
+// sparse_nvfp4_merge_kernel).
 // For H > 64 the two head groups of a (token, split) run as a cluster of two CTAs that share the
 // decode: CTA r gathers and decodes candidates 32 r .. 32 r + 31 of every chunk and writes them into
 // its own tile and, by st.async, into its peer's, so no candidate is decoded twice.
@@ -790,7 +795,7 @@ struct Nvfp4Sm90Format {
 // F: the cache format (Nvfp4Sm90Format, or another family's), which owns the producer warpgroup's
 // gather and decode, Q staging and the operands' number formats.
 namespace sparse_sm90 {
-template <class F, int kHeads>
+template <class F, int kHeads, bool kHasExtra>
 __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   using namespace sparse_detail;
   using namespace sm90;
@@ -829,7 +834,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
     mbar_fence_init();
   }
   pdl_wait();  // the first read of an input
-  const TokenWork work = token_work(p, t);
+  const TokenWork work = token_work<kHasExtra>(p, t);
   const ChunkRange range = chunk_range(p, work, split, shape.slice, shape.deal);
   const int c_begin = range.begin, n_iter = range.count;
   // With kCross the peer arrives on and writes into this CTA's barriers and tiles, and dealt slices
@@ -841,7 +846,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   if (tid >= kConsumers) {
     // ------------------------------ producer warpgroup ------------------------------
     setmaxnreg_dec<F::kRegs.producer>();
-    F::template produce<kHeads, kCross>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
+    F::template produce<kHeads, kHasExtra, kCross>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
     if (deal_shape<kGroups>().deal > 1) {  // the consumers' two publish barriers (dealt epilogue)
       cluster_sync();
       cluster_sync();
@@ -897,7 +902,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         release_tile(b);
       }
 
-      const CtaPlace end = cta_place(p, ncta, 1);
+      const CtaPlace end{t, cta_split(p, ncta, 1)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
         wg0_dealt_epilogue<F, kHeads, kGroups>(p, o, m_run, l_run, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
       } else {
@@ -926,7 +931,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         wg1_pv<F>(o_nope, o_rope, pf, pb, dv);
         release_tile(b);
       }
-      const CtaPlace end = cta_place(p, ncta, 1);
+      const CtaPlace end{t, cta_split(p, ncta, 1)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
         wg1_dealt_epilogue<F, kHeads, kGroups>(p, o_nope, o_rope, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
       } else {
@@ -940,9 +945,9 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
 }
 }  // namespace sparse_sm90
 
-template <int kHeads>
+template <int kHeads, bool kHasExtra>
 __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_sm90::sparse_sm90_decode<sparse_sm90::Nvfp4Sm90Format, kHeads>(p);
+  sparse_sm90::sparse_sm90_decode<sparse_sm90::Nvfp4Sm90Format, kHeads, kHasExtra>(p);
 }
 
 #endif  // __CUDACC__

@@ -25,7 +25,7 @@ struct SparseNvfp4Params {
   long long indices_row_stride;     // elements
   const void* topk_length;          // int32 [>= T] or null (every slot active)
 
-  // Extra pool (read only when has_extra); same format, its own page geometry.
+  // Extra pool (used only by has_extra instantiations); same format, its own page geometry.
   const void* extra_kv;
   long long extra_page_stride;
   int extra_page_size;
@@ -48,10 +48,9 @@ struct SparseNvfp4Params {
   int num_splits;
   int chunks_per_block;
 
-  // The policy's has_extra and split as run-time flags, so that keys differing only in them share one
-  // kernel (one compile, one cubin); each selects work once per CTA or per chunk, never per element.
-  bool has_extra;  // the extra pool shares the softmax (else extra_* are not read)
-  bool split;      // num_splits > 1: write mid_out/mid_lse for the merge kernel instead of output/out_lse
+  // The policy's split as a run-time flag, so that keys differing only in it share one kernel (one
+  // compile, one cubin); it selects work once per CTA and in the epilogue, never in a chunk loop.
+  bool split;  // num_splits > 1: write mid_out/mid_lse for the merge kernel instead of output/out_lse
 };
 
 // ---- launch geometry shared by the host planner and the kernels ----
