@@ -834,8 +834,8 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   }
 
   publish_row_sums(l_run, red_l, c);
-  // The staged kernels rebuild the split for the epilogue (cta_split); the compact one keeps it, which
-  // leaves its register allocation as it was with split a template argument (rebuilding it moved it).
+  // The staged kernels rebuild the split for the epilogue (cta_split); the compact one keeps it live,
+  // which leaves its registers those of a kernel compiled for one value of split (rebuilding moves them).
   const CtaPlace end{t, kSmall ? split : cta_split(p, ncta, kGroups)};
   if constexpr (!kSmall) {
     if (ncta > 1) {
