@@ -101,11 +101,11 @@ struct Format {
 }  // namespace dsv41
 
 // kHeads: H (one of 8, 16, 32, 48, ..., 128). kHasExtra: an FP4 extra cache shares the softmax.
-// kSplit: write mid_out/mid_lse, merged by sparse_nvfp4_merge_kernel.
-template <int kHeads, bool kHasExtra, bool kSplit>
+// At run time p.split: write mid_out/mid_lse, merged by sparse_nvfp4_merge_kernel.
+template <int kHeads, bool kHasExtra>
 __global__ void __launch_bounds__(kDsv41SmallThreads, 1) sparse_dsv41_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
   static_assert(kDsv41SmallThreads == sparse_block_threads(1), "the portable variant is the compact body");
-  sparse_detail::sparse_decode<dsv41::Format, kHeads, 1, kHasExtra, kSplit, true>(p);
+  sparse_detail::sparse_decode<dsv41::Format, kHeads, 1, kHasExtra, true>(p);
 }
 
 #endif  // __CUDACC__

@@ -187,10 +187,11 @@ struct Sm90Format {
 }  // namespace dsv41
 
 // kHeads: H (one of 8, 16, 32, 48, ..., 128), ceil(H / 64) CTAs per (token, split), clusters of two
-// for H > 64. kHasExtra: an FP4 extra cache shares the softmax. kSplit: write mid_out/mid_lse.
-template <int kHeads, bool kHasExtra, bool kSplit>
+// for H > 64. kHasExtra: an FP4 extra cache shares the softmax. At run time p.split: write
+// mid_out/mid_lse.
+template <int kHeads, bool kHasExtra>
 __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_dsv41_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_sm90::sparse_sm90_decode<dsv41::Sm90Format, kHeads, kHasExtra, kSplit>(p);
+  sparse_sm90::sparse_sm90_decode<dsv41::Sm90Format, kHeads, kHasExtra>(p);
 }
 
 #endif  // __CUDACC__

@@ -66,19 +66,38 @@ __device__ __forceinline__ TokenWork token_work(const SparseNvfp4Params& p, int 
 }
 
 // The chunks [begin, begin + count) a CTA runs: its slice `slice` of `slices` equal parts of its
-// split's chunks (unsplit, chunks_per_block covers every chunk of the call), clipped to the token's.
+// split's chunks (unsplit, split is 0 and chunks_per_block covers every chunk of the call), clipped
+// to the token's.
 struct ChunkRange {
   int begin, count;
 };
-template <bool kSplit>
 __device__ __forceinline__ ChunkRange chunk_range(const SparseNvfp4Params& p, const TokenWork& w, int split, int slice, int slices) {
   const int per_cta = (p.chunks_per_block + slices - 1) / slices;
-  const int split_end = (kSplit ? split * p.chunks_per_block : 0) + p.chunks_per_block;
-  const int c_begin = (kSplit ? split * p.chunks_per_block : 0) + slice * per_cta;
+  const int split_end = split * p.chunks_per_block + p.chunks_per_block;
+  const int c_begin = split * p.chunks_per_block + slice * per_cta;
   int c_end = c_begin + per_cta;
   if (c_end > split_end) c_end = split_end;
   if (c_end > w.total_chunks) c_end = w.total_chunks;
   return {c_begin, c_end > c_begin ? c_end - c_begin : 0};
+}
+
+// The (token, split) of this CTA, for a grid.x of ((t * num_splits + split) * groups + group) * ncta +
+// rank (`groups`: the head groups launched outside the cluster); split is 0 without p.split.
+struct CtaPlace {
+  int t, split;
+};
+__device__ __forceinline__ CtaPlace cta_place(const SparseNvfp4Params& p, int ncta, int groups) {
+  const int bx = int(blockIdx.x) / ncta / groups;
+  return p.split ? CtaPlace{bx / p.num_splits, bx % p.num_splits} : CtaPlace{bx, 0};
+}
+// The split again, for an epilogue: %ctaid.x is read anew (volatile), so the compiler rebuilds the
+// split here instead of keeping it live across the main loop beside the token. The unsplit path then
+// carries the same state through its loop (the token) as a kernel compiled without splits.
+__device__ __forceinline__ int cta_split(const SparseNvfp4Params& p, int ncta, int groups) {
+  if (!p.split) return 0;
+  u32 cta;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cta));
+  return int(cta) / ncta / groups % p.num_splits;
 }
 
 // Folds the attention sink (a logit in natural units) into a finished row: the output factor shrinks
@@ -96,22 +115,20 @@ __device__ __forceinline__ void sparse_fold_sink(float sink_logit, bool empty, f
 }
 
 // The bf16 row a finished (token, head) row is written to: its split's mid_out row, or the output.
-template <bool kSplit>
 __device__ __forceinline__ u16* sparse_out_row(const SparseNvfp4Params& p, long long out_row, int split) {
-  return kSplit ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512 : static_cast<u16*>(p.output) + out_row * 512;
+  return p.split ? static_cast<u16*>(p.mid_out) + (out_row * p.split_stride + split) * 512 : static_cast<u16*>(p.output) + out_row * 512;
 }
 
 // A row's share of a cluster combine: the n CTAs (ranks rank0 + r * stride) that split a split's
 // chunks have each published the row's (max, sum) as two floats at `xs` (the same shared address in
 // every CTA). Rank r's unnormalised partial row gets weight w[r] * factor; lse and empty are the
-// combined row's, with the sink folded in for a final (unsplit) output.
+// combined row's, with the sink folded in for a final output (`split` false).
 struct SparseClusterRow {
   float w[kSparseMaxCluster];
   float factor, lse;
   bool empty;
 };
-template <bool kSplit>
-__device__ __forceinline__ SparseClusterRow sparse_cluster_row(u32 xs, int n, u32 rank0, u32 stride, const float* sink_logit) {
+__device__ __forceinline__ SparseClusterRow sparse_cluster_row(bool split, u32 xs, int n, u32 rank0, u32 stride, const float* sink_logit) {
   SparseClusterRow c;
   float m[kSparseMaxCluster], l[kSparseMaxCluster];
 #pragma unroll
@@ -136,10 +153,10 @@ __device__ __forceinline__ SparseClusterRow sparse_cluster_row(u32 xs, int n, u3
   c.empty = !(sum > 0.0f);
   c.lse = mx + fast_log2(sum);
   c.factor = c.empty ? 0.0f : 1.0f / sum;
-  if (!kSplit && sink_logit != nullptr) {
+  if (!split && sink_logit != nullptr) {
     sparse_fold_sink(*sink_logit, c.empty, c.lse, c.factor);
   } else if (c.empty) {
-    c.lse = kSplit ? kSparseEmptySplitLse : neg_inf();
+    c.lse = split ? kSparseEmptySplitLse : neg_inf();
   }
   return c;
 }
@@ -596,7 +613,7 @@ __device__ __forceinline__ float row_sum(const float* red_l, int row) { return r
 
 // The team's finished rows, normalised (and with the sink for a final output), into output / out_lse
 // or the split's mid_out / mid_lse.
-template <class F, int kHeads, bool kSplit>
+template <class F, int kHeads>
 __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const float (&o)[16][4], const float (&m_run)[2], const float* red_l,
                                            int t, int head0, int split, const ConsumerLane& c) {
   const float* sink = static_cast<const float*>(p.attn_sink);
@@ -609,24 +626,24 @@ __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const flo
     const bool empty = !(l > 0.0f);
     float lse = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
     float factor = empty ? 0.0f : 1.0f / l;
-    if (!kSplit && sink != nullptr) {
+    if (!p.split && sink != nullptr) {
       sparse_fold_sink(sink[head], empty, lse, factor);
     } else if (empty) {
-      lse = kSplit ? kSparseEmptySplitLse : neg_inf();
+      lse = p.split ? kSparseEmptySplitLse : neg_inf();
     }
     const long long out_row = (long long)t * kHeads + head;
-    if (kSplit && empty) {
+    if (p.split && empty) {
       if (c.warp == 0 && c.q4 == 0) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
       continue;  // mid_out of an empty split is never read
     }
-    u16* dst = sparse_out_row<kSplit>(p, out_row, split);
+    u16* dst = sparse_out_row(p, out_row, split);
 #pragma unroll
     for (int nt = 0; nt < 16; ++nt) {
       const float f = nt < 14 ? factor * F::kNopeUndo : factor;
       *reinterpret_cast<u32*>(dst + out_dim(nt, c.warp, c.q4)) = pack_bf16x2(o[nt][2 * hr] * f, o[nt][2 * hr + 1] * f);
     }
     if (c.warp == 0 && c.q4 == 0) {
-      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
+      if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
       else static_cast<float*>(p.out_lse)[out_row] = lse * p.lse_scale;
     }
   }
@@ -636,7 +653,7 @@ __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const flo
 // region; after the first cluster barrier CTA crank combines the O columns nt with nt % ncta ==
 // crank over all CTAs in rank order (a fixed order: bitwise repeatable) and writes them; the second
 // barrier keeps each CTA's shared memory alive until read.
-template <class F, int kHeads, bool kSplit, int kConsumers>
+template <class F, int kHeads, int kConsumers>
 __device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, const float (&o)[16][4], const float (&m_run)[2], const float* red_l,
                                                 u8* tiles, int t, int head0, int split, int ncta, int crank, int tid, const ConsumerLane& c) {
   const float* sink = static_cast<const float*>(p.attn_sink);
@@ -661,14 +678,14 @@ __device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, cons
     const int row = c.row0 + hr * 8 + c.g;
     const int head = head0 + row;
     const SparseClusterRow cr =
-        sparse_cluster_row<kSplit>(smem_addr(xs + 2 * row), ncta, 0u, 1u, sink != nullptr && head < kHeads ? sink + head : nullptr);
+        sparse_cluster_row(p.split, smem_addr(xs + 2 * row), ncta, 0u, 1u, sink != nullptr && head < kHeads ? sink + head : nullptr);
 #pragma unroll
     for (int r = 0; r < kSparseMaxCluster; ++r) w[hr][r] = cr.w[r];
     factor[hr] = cr.factor;
     empty[hr] = cr.empty;
     const long long out_row = (long long)t * kHeads + head;
     if (crank == 0 && c.warp == 0 && c.q4 == 0 && head < kHeads) {
-      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = cr.lse;
+      if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = cr.lse;
       else static_cast<float*>(p.out_lse)[out_row] = cr.lse * p.lse_scale;
     }
   }
@@ -691,9 +708,9 @@ __device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, cons
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int head = head0 + c.row0 + hr * 8 + c.g;
-      if (head >= kHeads || (kSplit && empty[hr])) continue;  // mid_out of an empty split is never read
+      if (head >= kHeads || (p.split && empty[hr])) continue;  // mid_out of an empty split is never read
       const long long out_row = (long long)t * kHeads + head;
-      u16* dst = sparse_out_row<kSplit>(p, out_row, split);
+      u16* dst = sparse_out_row(p, out_row, split);
       const float f = nt < 14 ? factor[hr] * F::kNopeUndo : factor[hr];
       *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
     }
@@ -702,10 +719,10 @@ __device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, cons
 }
 
 // kHeads: H (multiple of 8, <= 128). kHeadTiles: 1 (16 heads per block) or 2 (32 heads share one
-// gather). kHasExtra: a second pool shares the softmax. kSplit: write mid_out/mid_lse (merged by
-// sparse_nvfp4_merge_kernel) instead of output/out_lse. kSmall: the compact configuration, the only
-// one formats other than NVFP4 instantiate.
-template <class F, int kHeads, int kHeadTiles, bool kHasExtra, bool kSplit, bool kSmall>
+// gather). kHasExtra: a second pool shares the softmax. kSmall: the compact configuration, the only
+// one formats other than NVFP4 instantiate. At run time p.split: write mid_out/mid_lse (merged by
+// sparse_nvfp4_merge_kernel) instead of output/out_lse.
+template <class F, int kHeads, int kHeadTiles, bool kHasExtra, bool kSmall>
 __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   static_assert(kSmall || F::kF16Nope, "the staged configuration decodes NVFP4 records");
   static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
@@ -746,11 +763,9 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   // rows in distributed shared memory (cluster_combine).
   const int ncta = kSmall ? 1 : int(cluster_size());
   const int crank = kSmall ? 0 : int(cluster_rank());
-  int bx = blockIdx.x / ncta;
-  const int group = bx % kGroups;
-  bx /= kGroups;
-  const int split = kSplit ? bx % p.num_splits : 0;
-  const int t = kSplit ? bx / p.num_splits : bx;
+  const int group = (blockIdx.x / ncta) % kGroups;
+  const CtaPlace at = cta_place(p, ncta, kGroups);
+  const int split = at.split, t = at.t;
   const int head0 = group * kRows;
 
   if (tid == 0) {
@@ -761,7 +776,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   }
   pdl_wait();  // the first read of an input (sparse_detail)
   const TokenWork work = token_work<kHasExtra>(p, t);
-  const ChunkRange range = chunk_range<kSplit>(p, work, split, crank, ncta);
+  const ChunkRange range = chunk_range(p, work, split, crank, ncta);
   const int c_begin = range.begin, n_iter = range.count;
   __syncthreads();
 
@@ -819,24 +834,27 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   }
 
   publish_row_sums(l_run, red_l, c);
+  // The staged kernels rebuild the split for the epilogue (cta_split); the compact one keeps it live,
+  // which leaves its registers those of a kernel compiled for one value of split (rebuilding moves them).
+  const CtaPlace end{t, kSmall ? split : cta_split(p, ncta, kGroups)};
   if constexpr (!kSmall) {
     if (ncta > 1) {
-      cluster_combine<F, kHeads, kSplit, kConsumers>(p, o, m_run, red_l, tiles, t, head0, split, ncta, crank, tid, c);
+      cluster_combine<F, kHeads, kConsumers>(p, o, m_run, red_l, tiles, end.t, head0, end.split, ncta, crank, tid, c);
       return;
     }
   }
-  write_rows<F, kHeads, kSplit>(p, o, m_run, red_l, t, head0, split, c);
+  write_rows<F, kHeads>(p, o, m_run, red_l, end.t, head0, end.split, c);
 }
 
 }  // namespace sparse_detail
 
-template <int kHeads, int kHeadTiles, bool kHasExtra, bool kSplit, bool kSmall = false>
+template <int kHeads, int kHeadTiles, bool kHasExtra, bool kSmall = false>
 __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
     sparse_nvfp4_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_detail::sparse_decode<sparse_detail::Nvfp4Format, kHeads, kHeadTiles, kHasExtra, kSplit, kSmall>(p);
+  sparse_detail::sparse_decode<sparse_detail::Nvfp4Format, kHeads, kHeadTiles, kHasExtra, kSmall>(p);
 }
 
-// Combines the splits of sparse_nvfp4_decode_kernel<..., kSplit = true>: one 64-thread group per
+// Combines the splits of a decode launched with p.split: one 64-thread group per
 // (token, head), 8 dims per thread. The LSEs and partial rows of up to kBatch splits are loaded
 // together, before any is looked at, so a call with <= kBatch splits waits for one round trip to
 // L2 (more splits: a running maximum rescales the sums batch by batch). An empty split (lse ==

@@ -246,7 +246,7 @@ struct DealtRows {
   float own[2];  // this slice's scale of each row: its weight x the row's factor
 };
 
-template <bool kSplit, int kHeads>
+template <int kHeads>
 __device__ __forceinline__ DealtRows dealt_rows(const SparseNvfp4Params& p, u32 sbase, int row_lo, int head0, DealShape ds, int group,
                                                 int groups) {
   DealtRows d;
@@ -254,8 +254,8 @@ __device__ __forceinline__ DealtRows dealt_rows(const SparseNvfp4Params& p, u32 
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head0 + row_lo + 8 * hr;
-    d.row[hr] = sparse_detail::sparse_cluster_row<kSplit>(sbase + kDealRowsOff + u32(row_lo + 8 * hr) * 8u, ds.deal, u32(group), u32(groups),
-                                                           sink != nullptr && head < kHeads ? sink + head : nullptr);
+    d.row[hr] = sparse_detail::sparse_cluster_row(p.split, sbase + kDealRowsOff + u32(row_lo + 8 * hr) * 8u, ds.deal, u32(group),
+                                                  u32(groups), sink != nullptr && head < kHeads ? sink + head : nullptr);
     float w = 0.0f;
 #pragma unroll
     for (int r = 0; r < kSparseMaxCluster; ++r) w = r == ds.slice ? d.row[hr].w[r] : w;
@@ -272,7 +272,7 @@ __device__ __forceinline__ void dealt_publish(u32 addr, const float* v, const De
 
 // This thread's units of its slice, summed over the slices (ranks group + r * groups), into output
 // or mid_out. `units`: this thread's unit 0; wg1 picks the column map of WG1's units (dims 256..511).
-template <bool kSplit, int kHeads>
+template <int kHeads>
 __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const DealtRows& d, u32 units, DealShape ds, int group, int groups,
                                               bool wg1, int t, int split, int head_lo, int q4) {
   constexpr int kBatch = 4;  // units whose peer loads are in flight together
@@ -303,9 +303,9 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int head = head_lo + 8 * hr;
-        if (head >= kHeads || (kSplit && d.row[hr].empty)) continue;  // mid_out of an empty split is never read
+        if (head >= kHeads || (p.split && d.row[hr].empty)) continue;  // mid_out of an empty split is never read
         const long long out_row = (long long)t * kHeads + head;
-        u16* dst = sparse_detail::sparse_out_row<kSplit>(p, out_row, split);
+        u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
         *reinterpret_cast<u32*>(dst + col) = pack_bf16x2(acc[2 * hr], acc[2 * hr + 1]);
       }
     }
@@ -496,7 +496,7 @@ __device__ __forceinline__ void take_p(u32 sbase, int i, int n_iter, u32 bar_p_f
 // WG0's epilogue without dealt slices: each row's sum, LSE and factor (with the sink for a final
 // output); the factor goes to WG1 through shared memory (-1: a row without candidates), then WG0
 // writes the LSE and dims 0..255.
-template <class F, int kHeads, bool kSplit>
+template <class F, int kHeads>
 __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const float (&o)[128], const float (&m_run)[2],
                                                const float (&l_run)[2], u32 sbase, int t, int split, int head_lo, int row_lo, int q4) {
   const float* sink = static_cast<const float*>(p.attn_sink);
@@ -509,10 +509,10 @@ __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const
     empty[hr] = !(l > 0.0f);
     lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
     factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
-    if (!kSplit && sink != nullptr && head < kHeads) {
+    if (!p.split && sink != nullptr && head < kHeads) {
       sparse_detail::sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
     } else if (empty[hr]) {
-      lse[hr] = kSplit ? kSparseEmptySplitLse : neg_inf();
+      lse[hr] = p.split ? kSparseEmptySplitLse : neg_inf();
     }
     if (q4 == 0) sts_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4, empty[hr] ? -1.0f : factor[hr]);
   }
@@ -523,11 +523,11 @@ __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const
     if (head >= kHeads) continue;
     const long long out_row = (long long)t * kHeads + head;
     if (q4 == 0) {
-      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
+      if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
       else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
     }
-    if (kSplit && empty[hr]) continue;  // mid_out of an empty split is never read
-    u16* dst = sparse_detail::sparse_out_row<kSplit>(p, out_row, split);
+    if (p.split && empty[hr]) continue;  // mid_out of an empty split is never read
+    u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
     const float f = factor[hr] * F::kNopeUndo;
 #pragma unroll
     for (int j = 0; j < 32; ++j)
@@ -536,7 +536,7 @@ __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const
 }
 
 // WG1's epilogue without dealt slices: dims 256..511 of its rows, with WG0's factors.
-template <class F, int kHeads, bool kSplit>
+template <class F, int kHeads>
 __device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const float (&o_nope)[96], const float (&o_rope)[32], u32 sbase, int t,
                                                int split, int head_lo, int row_lo, int q4) {
   named_barrier_sync(kBarEpilogue, kConsumers);
@@ -546,11 +546,11 @@ __device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const
     if (head >= kHeads) continue;
     float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
     if (f < 0.0f) {
-      if (kSplit) continue;
+      if (p.split) continue;
       f = 0.0f;
     }
     const long long out_row = (long long)t * kHeads + head;
-    u16* dst = sparse_detail::sparse_out_row<kSplit>(p, out_row, split);
+    u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
     const float fn = f * F::kNopeUndo;
 #pragma unroll
     for (int j = 0; j < 24; ++j)
@@ -563,7 +563,7 @@ __device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const
 
 // WG0's part of the dealt epilogue: its rows' (max, sum) published for every slice, the LSE
 // written by slice 0, then its columns (dims 0..255) scaled, published and combined.
-template <class F, int kHeads, bool kSplit, int kGroups>
+template <class F, int kHeads, int kGroups>
 __device__ __forceinline__ void wg0_dealt_epilogue(const SparseNvfp4Params& p, const float (&o)[128], const float (&m_run)[2], const float (&l_run)[2],
                                                    u32 sbase, DealShape ds, int group, int t, int split, int head0, int row_lo, int tid, int q4) {
   named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
@@ -576,13 +576,13 @@ __device__ __forceinline__ void wg0_dealt_epilogue(const SparseNvfp4Params& p, c
     }
   }
   cluster_sync();
-  const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
+  const DealtRows d = dealt_rows<kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head0 + row_lo + 8 * hr;
     const long long out_row = (long long)t * kHeads + head;
     if (ds.slice == 0 && q4 == 0 && head < kHeads) {
-      if (kSplit) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = d.row[hr].lse;
+      if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = d.row[hr].lse;
       else static_cast<float*>(p.out_lse)[out_row] = d.row[hr].lse * p.lse_scale;
     }
   }
@@ -590,23 +590,23 @@ __device__ __forceinline__ void wg0_dealt_epilogue(const SparseNvfp4Params& p, c
 #pragma unroll
   for (int j = 0; j < 32; ++j) dealt_publish(units + j * 4096u, o + 4 * j, d, F::kNopeUndo);
   cluster_sync();
-  dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
+  dealt_combine<kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
 }
 
 // WG1's part of the dealt epilogue: its columns (dims 256..511) scaled, published and combined.
-template <class F, int kHeads, bool kSplit, int kGroups>
+template <class F, int kHeads, int kGroups>
 __device__ __forceinline__ void wg1_dealt_epilogue(const SparseNvfp4Params& p, const float (&o_nope)[96], const float (&o_rope)[32], u32 sbase,
                                                    DealShape ds, int group, int t, int split, int head0, int row_lo, int tid, int q4) {
   named_barrier_sync(kBarEpilogue, kConsumers);
   cluster_sync();
-  const DealtRows d = dealt_rows<kSplit, kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
+  const DealtRows d = dealt_rows<kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
   const u32 units = sbase + kTileOff + u32(tid) * 16u;
 #pragma unroll
   for (int j = 0; j < 24; ++j) dealt_publish(units + j * 4096u, o_nope + 4 * j, d, F::kNopeUndo);
 #pragma unroll
   for (int j = 0; j < 8; ++j) dealt_publish(units + (24 + j) * 4096u, o_rope + 4 * j, d, 1.0f);
   cluster_sync();
-  dealt_combine<kSplit, kHeads>(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
+  dealt_combine<kHeads>(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
 }
 
 // The NVFP4 record format on this kernel: what the producer warpgroup does with each chunk (see the
@@ -783,7 +783,8 @@ struct Nvfp4Sm90Format {
 }  // namespace sparse_sm90
 
 // kHeads: H (multiple of 8, <= 128), ceil(H / 64) CTAs per (token, split). kHasExtra: a second pool
-// shares the softmax. kSplit: write mid_out/mid_lse (merged by sparse_nvfp4_merge_kernel).
+// shares the softmax. At run time p.split: write mid_out/mid_lse (merged by
+// sparse_nvfp4_merge_kernel).
 // For H > 64 the two head groups of a (token, split) run as a cluster of two CTAs that share the
 // decode: CTA r gathers and decodes candidates 32 r .. 32 r + 31 of every chunk and writes them into
 // its own tile and, by st.async, into its peer's, so no candidate is decoded twice.
@@ -794,7 +795,7 @@ struct Nvfp4Sm90Format {
 // F: the cache format (Nvfp4Sm90Format, or another family's), which owns the producer warpgroup's
 // gather and decode, Q staging and the operands' number formats.
 namespace sparse_sm90 {
-template <class F, int kHeads, bool kHasExtra, bool kSplit>
+template <class F, int kHeads, bool kHasExtra>
 __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   using namespace sparse_detail;
   using namespace sm90;
@@ -817,9 +818,8 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   const int ncta = int(cluster_size()), crank = int(cluster_rank());
   const DealShape shape = deal_shape<kGroups>();
   const int group = crank % kGroups;
-  const int bx = blockIdx.x / ncta;
-  const int split = kSplit ? bx % p.num_splits : 0;
-  const int t = kSplit ? bx / p.num_splits : bx;
+  const CtaPlace at = cta_place(p, ncta, 1);
+  const int split = at.split, t = at.t;
   const int head0 = group * kSparseSm90Heads;
   // Shared addresses of the peer CTA are ours plus `peer` (one contiguous window per CTA).
   const u32 peer = kCross ? peer_addr(sbase, u32(crank ^ 1)) - sbase : 0u;
@@ -835,7 +835,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   }
   pdl_wait();  // the first read of an input
   const TokenWork work = token_work<kHasExtra>(p, t);
-  const ChunkRange range = chunk_range<kSplit>(p, work, split, shape.slice, shape.deal);
+  const ChunkRange range = chunk_range(p, work, split, shape.slice, shape.deal);
   const int c_begin = range.begin, n_iter = range.count;
   // With kCross the peer arrives on and writes into this CTA's barriers and tiles, and dealt slices
   // write into each other's Q: all initialised.
@@ -902,11 +902,12 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         release_tile(b);
       }
 
+      const CtaPlace end{t, cta_split(p, ncta, 1)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        wg0_dealt_epilogue<F, kHeads, kSplit, kGroups>(p, o, m_run, l_run, sbase, ds, group, t, split, head0, row_lo, tid, q4);
+        wg0_dealt_epilogue<F, kHeads, kGroups>(p, o, m_run, l_run, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
       } else {
         // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
-        wg0_write_rows<F, kHeads, kSplit>(p, o, m_run, l_run, sbase, t, split, head0 + row_lo, row_lo, q4);
+        wg0_write_rows<F, kHeads>(p, o, m_run, l_run, sbase, end.t, end.split, head0 + row_lo, row_lo, q4);
       }
     } else {
       // ---- WG1: O[:, 256:448] (f16 P) and O[:, 448:512] (bf16 P) ----
@@ -930,10 +931,11 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         wg1_pv<F>(o_nope, o_rope, pf, pb, dv);
         release_tile(b);
       }
+      const CtaPlace end{t, cta_split(p, ncta, 1)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        wg1_dealt_epilogue<F, kHeads, kSplit, kGroups>(p, o_nope, o_rope, sbase, ds, group, t, split, head0, row_lo, tid, q4);
+        wg1_dealt_epilogue<F, kHeads, kGroups>(p, o_nope, o_rope, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
       } else {
-        wg1_write_rows<F, kHeads, kSplit>(p, o_nope, o_rope, sbase, t, split, head0 + row_lo, row_lo, q4);
+        wg1_write_rows<F, kHeads>(p, o_nope, o_rope, sbase, end.t, end.split, head0 + row_lo, row_lo, q4);
       }
     }
   }
@@ -943,9 +945,9 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
 }
 }  // namespace sparse_sm90
 
-template <int kHeads, bool kHasExtra, bool kSplit>
+template <int kHeads, bool kHasExtra>
 __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_sm90::sparse_sm90_decode<sparse_sm90::Nvfp4Sm90Format, kHeads, kHasExtra, kSplit>(p);
+  sparse_sm90::sparse_sm90_decode<sparse_sm90::Nvfp4Sm90Format, kHeads, kHasExtra>(p);
 }
 
 #endif  // __CUDACC__

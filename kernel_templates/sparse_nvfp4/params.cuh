@@ -38,7 +38,7 @@ struct SparseNvfp4Params {
 
   void* output;   // [T, H, 512] bf16
   void* out_lse;  // [T, H] fp32
-  void* mid_out;  // [T, H, split_stride, 512] bf16 (split instantiations only)
+  void* mid_out;  // [T, H, split_stride, 512] bf16 (split launches only)
   void* mid_lse;  // [T, H, split_stride] fp32, -1e30 marks a split that saw no candidate
   int split_stride;
 
@@ -47,6 +47,10 @@ struct SparseNvfp4Params {
   int num_tokens;       // T
   int num_splits;
   int chunks_per_block;
+
+  // The policy's split as a run-time flag, so that keys differing only in it share one kernel (one
+  // compile, one cubin); it selects work once per CTA and in the epilogue, never in a chunk loop.
+  bool split;  // num_splits > 1: write mid_out/mid_lse for the merge kernel instead of output/out_lse
 };
 
 // ---- launch geometry shared by the host planner and the kernels ----

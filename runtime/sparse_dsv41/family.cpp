@@ -10,18 +10,21 @@ namespace {
 
 std::int64_t value(Dsv41Variant v) { return static_cast<std::int64_t>(v); }
 
-// Entry 1 of a split module is the NVFP4 family's merge kernel (it reads only mid_out/mid_lse, so it
-// is format independent): one key warms both launches of the plan.
+// split is a run-time flag of the kernels (SparseNvfp4Params::split), so it is not rendered: keys that
+// differ only in it share one module, one compile and one cache entry. Entry 1 of every module is the
+// NVFP4 family's merge kernel (it reads only mid_out/mid_lse, so it is format independent), which the
+// launcher runs for a split plan: one key warms both launches of any plan. has_extra stays a template
+// argument (sparse_nvfp4/family.cpp says why).
 KernelSource render(const Dsv41Policy& p) {
   KernelSource source;
   if (p.variant == Dsv41Variant::kSm90) {
     source.source = "#include \"sparse_dsv41/kernel_sm90.cuh\"\n";
-    source.name_expressions.push_back(fmt::format("kiln::sparse_dsv41_sm90_kernel<{}, {}, {}>", p.heads, p.has_extra, p.split));
+    source.name_expressions.push_back(fmt::format("kiln::sparse_dsv41_sm90_kernel<{}, {}>", p.heads, p.has_extra));
   } else {
     source.source = "#include \"sparse_dsv41/kernel.cuh\"\n";
-    source.name_expressions.push_back(fmt::format("kiln::sparse_dsv41_decode_kernel<{}, {}, {}>", p.heads, p.has_extra, p.split));
+    source.name_expressions.push_back(fmt::format("kiln::sparse_dsv41_decode_kernel<{}, {}>", p.heads, p.has_extra));
   }
-  if (p.split) source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", p.heads));
+  source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", p.heads));
   return source;
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // The "sparse_dsv41" family: sparse MLA decode over DeepSeek-V4.1's FOOTER caches (528-byte FP8 main
-// records, optional 288-byte FP4 extra records; runtime/sparse_dsv41/README.md). The static policy is
-// what the kernel templates take as template arguments; page sizes, page strides, topk and every
-// length are run-time values.
+// records, optional 288-byte FP4 extra records; runtime/sparse_dsv41/README.md). The static policy
+// names a launch's kernel: heads, has_extra and variant are template arguments; split is a flag the
+// kernel reads at run time (so keys differing only in it share one module), as are page sizes, page
+// strides, topk and every length.
 #include <cstdint>
 #include <optional>
 #include <string_view>

@@ -272,6 +272,8 @@ SparseNvfp4Params sparse_params(const SparseCallArgs& a, const SparseCall& c, in
   p.num_tokens = static_cast<int>(c.tokens);
   p.num_splits = num_splits;
   p.chunks_per_block = chunks_per_block;
+  // The same rule as the policy's split field (sparse_policy, dsv41_policy), so the key and the flag agree.
+  p.split = num_splits > 1;
   return p;
 }
 

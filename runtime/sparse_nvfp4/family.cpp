@@ -10,18 +10,23 @@ namespace {
 
 std::int64_t value(SparseKernel k) { return static_cast<std::int64_t>(k); }
 
-// Entry 1 of a split module is its merge kernel, so one key warms both launches of the plan.
+// split is a run-time flag of the kernels (SparseNvfp4Params::split), so it is not rendered: keys that
+// differ only in it share one module, one compile and one cache entry. Every module holds the merge
+// kernel as entry 1 (the launcher runs it for a split plan), so the split and unsplit keys of a shape
+// render the same source and one key warms both launches of any plan. has_extra stays a template
+// argument: as a run-time flag it costs the kernels without the extra pool registers and time
+// (kernel_templates/sparse_nvfp4/NOTES.md).
 KernelSource render(const SparsePolicy& p) {
   KernelSource source;
   if (p.kernel == SparseKernel::kSm90) {
     source.source = "#include \"sparse_nvfp4/kernel_sm90.cuh\"\n";
-    source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_sm90_kernel<{}, {}, {}>", p.heads, p.has_extra, p.split));
+    source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_sm90_kernel<{}, {}>", p.heads, p.has_extra));
   } else {
     source.source = "#include \"sparse_nvfp4/kernel.cuh\"\n";
-    source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_decode_kernel<{}, {}, {}, {}, {}>", p.heads, p.head_tiles,
-                                                  p.has_extra, p.split, p.kernel == SparseKernel::kMmaSmall));
+    source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_decode_kernel<{}, {}, {}, {}>", p.heads, p.head_tiles, p.has_extra,
+                                                  p.kernel == SparseKernel::kMmaSmall));
   }
-  if (p.split) source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", p.heads));
+  source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", p.heads));
   return source;
 }
 

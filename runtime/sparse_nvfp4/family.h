@@ -1,7 +1,8 @@
 #pragma once
 // The "sparse_nvfp4" family: sparse MLA decode over the 384-byte NVFP4 cache
-// (runtime/sparse_nvfp4/README.md). The static policy is what the kernel templates take as template
-// arguments; page sizes, page strides, topk and every length are runtime values.
+// (runtime/sparse_nvfp4/README.md). The static policy names a launch's kernel: heads, head_tiles,
+// has_extra and kernel are template arguments; split is a flag the kernel reads at run time (so keys
+// differing only in it share one module), as are page sizes, page strides, topk and every length.
 #include <cstdint>
 #include <string_view>
 

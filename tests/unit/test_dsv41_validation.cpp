@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "kiln/jit/build_request.h"
 #include "kiln/jit/error.h"
 #include "kiln/jit/family.h"
 #include "kiln/jit/semantic_key.h"
@@ -436,13 +437,26 @@ TEST_CASE("dsv41 policy: fields, key, render", "[unit]") {
   CHECK(canonical == nlohmann::json{{"heads", 128}, {"has_extra", false}, {"split", true}, {"variant", "sm90"}});
   const kiln::KernelSource s1 = f.render(canonical);
   REQUIRE(s1.name_expressions.size() == 2);
-  CHECK(s1.name_expressions[0] == "kiln::sparse_dsv41_sm90_kernel<128, false, true>");
+  CHECK(s1.name_expressions[0] == "kiln::sparse_dsv41_sm90_kernel<128, false>");
   CHECK(s1.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<128>");
   CHECK(s1.source.find("sparse_dsv41/kernel_sm90.cuh") != std::string::npos);
+  // split is a run-time flag of the kernels: not rendered, and every module holds the merge kernel as
+  // entry 1, so keys that differ only in split share one cache entry; has_extra is a template argument.
   const kiln::KernelSource s2 = f.render(f.canonicalize({{"heads", 8}, {"has_extra", true}}));
-  REQUIRE(s2.name_expressions.size() == 1);
-  CHECK(s2.name_expressions[0] == "kiln::sparse_dsv41_decode_kernel<8, true, false>");
+  REQUIRE(s2.name_expressions.size() == 2);
+  CHECK(s2.name_expressions[0] == "kiln::sparse_dsv41_decode_kernel<8, true>");
+  CHECK(s2.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<8>");
   CHECK(s2.source.find("sparse_dsv41/kernel.cuh") != std::string::npos);
+  const auto entry = [](const d::Dsv41Policy& p, const char* arch) { return kiln::make_build_request(p.key(arch)).cache_key; };
+  for (const d::Dsv41Variant variant : {d::Dsv41Variant::kDefault, d::Dsv41Variant::kSm90}) {
+    const kiln::CacheKey base = entry({64, false, false, variant}, "sm_90a");
+    CHECK(entry({64, false, true, variant}, "sm_90a") == base);
+    CHECK(entry({64, true, false, variant}, "sm_90a") != base);
+    CHECK(entry({64, true, true, variant}, "sm_90a") == entry({64, true, false, variant}, "sm_90a"));
+    CHECK(entry({128, false, false, variant}, "sm_90a") != base);
+  }
+  CHECK(entry({64, false, false, d::Dsv41Variant::kDefault}, "sm_120a") != entry({64, false, false, d::Dsv41Variant::kDefault}, "sm_90a"));
+  CHECK(entry({64, false, false, d::Dsv41Variant::kSm90}, "sm_90a") != entry({64, false, false, d::Dsv41Variant::kDefault}, "sm_90a"));
   CHECK_THROWS_AS(f.canonicalize({{"heads", 64}, {"variant", "ip+pw"}}), Error);
   CHECK_THROWS_AS(f.canonicalize({{"heads", 24}}), Error);
   CHECK_THROWS_AS(f.canonicalize({{"variant", "default"}}), Error);  // heads has no default

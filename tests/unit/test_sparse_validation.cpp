@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "kiln/jit/build_request.h"
 #include "kiln/jit/error.h"
 #include "kiln/jit/family.h"
 #include "kiln/jit/semantic_key.h"
@@ -537,22 +538,42 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
   fails({{"heads", 64}, {"head_tiles", 2}, {"kernel", "mma_small"}}, "only kernel \"mma\"");
   CHECK(f.canonicalize({{"heads", 64}})["kernel"] == "mma");
 
+  // split is a run-time flag of the kernels: not rendered, and every module holds the merge kernel as
+  // entry 1; has_extra is a template argument.
   const sp::SparsePolicy direct{128, 2, true, false};
   const kiln::KernelSource s1 = f.render(direct.key("sm_90a").policy());
-  REQUIRE(s1.name_expressions.size() == 1);
-  CHECK(s1.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<128, 2, true, false, false>");
+  REQUIRE(s1.name_expressions.size() == 2);
+  CHECK(s1.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<128, 2, true, false>");
+  CHECK(s1.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<128>");
   CHECK(s1.source.find("sparse_nvfp4/kernel.cuh") != std::string::npos);
   const sp::SparsePolicy split{16, 1, false, true, sp::SparseKernel::kMmaSmall};
   const kiln::KernelSource s2 = f.render(split.key("sm_120a").policy());
   REQUIRE(s2.name_expressions.size() == 2);
-  CHECK(s2.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<16, 1, false, true, true>");
+  CHECK(s2.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<16, 1, false, true>");
   CHECK(s2.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<16>");
   const sp::SparsePolicy hopper{96, 1, true, true, sp::SparseKernel::kSm90};
   const kiln::KernelSource s3 = f.render(hopper.key("sm_90a").policy());
   REQUIRE(s3.name_expressions.size() == 2);
-  CHECK(s3.name_expressions[0] == "kiln::sparse_nvfp4_sm90_kernel<96, true, true>");
+  CHECK(s3.name_expressions[0] == "kiln::sparse_nvfp4_sm90_kernel<96, true>");
   CHECK(s3.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<96>");
   CHECK(s3.source.find("sparse_nvfp4/kernel_sm90.cuh") != std::string::npos);
+
+  // Keys that differ only in split share one cache entry; any other field (has_extra included), the
+  // arch or the kernel gives another.
+  const auto entry = [](const sp::SparsePolicy& p, const char* arch) { return kiln::make_build_request(p.key(arch)).cache_key; };
+  for (const sp::SparseKernel kernel : {sp::SparseKernel::kMma, sp::SparseKernel::kMmaSmall, sp::SparseKernel::kSm90}) {
+    const kiln::CacheKey base = entry({64, 1, false, false, kernel}, "sm_90a");
+    CHECK(entry({64, 1, false, true, kernel}, "sm_90a") == base);
+    CHECK(entry({64, 1, true, false, kernel}, "sm_90a") != base);
+    CHECK(entry({64, 1, true, true, kernel}, "sm_90a") == entry({64, 1, true, false, kernel}, "sm_90a"));
+    CHECK(entry({32, 1, false, false, kernel}, "sm_90a") != base);
+    if (kernel != sp::SparseKernel::kSm90) CHECK(entry({64, 1, false, false, kernel}, "sm_120a") != base);
+  }
+  CHECK(entry({64, 2, true, true}, "sm_90a") == entry({64, 2, true, false}, "sm_90a"));
+  CHECK(entry({64, 2, false, true}, "sm_90a") == entry({64, 2, false, false}, "sm_90a"));
+  CHECK(entry({64, 2, false, false}, "sm_90a") != entry({64, 1, false, false}, "sm_90a"));
+  CHECK(entry({64, 1, false, false, sp::SparseKernel::kMmaSmall}, "sm_90a") != entry({64, 1, false, false}, "sm_90a"));
+  CHECK(entry({64, 1, false, false, sp::SparseKernel::kSm90}, "sm_90a") != entry({64, 1, false, false}, "sm_90a"));
 
   const kiln::SemanticKey k = direct.key("sm_90a");
   CHECK(kiln::SemanticKey::parse(k.str()) == k);
