@@ -49,6 +49,8 @@ namespace mla_detail {
 // with TMA loads, an empty one.
 __device__ __forceinline__ u32 mla_seesaw_full(u32 bar_q, int stage, int part) { return bar_q + 8u * (1 + 2 * stage + part); }
 __device__ __forceinline__ u32 mla_seesaw_empty(u32 bar_q, int stage, int part) { return bar_q + 8u * (5 + 2 * stage + part); }
+// Warpgroup wg's zeroing of stale rows done (every thread of the warpgroup arrives).
+__device__ __forceinline__ u32 mla_seesaw_zeroed(u32 bar_q, int wg) { return bar_q + 8u * (9 + wg); }
 
 // The column blocks of a stage's part: warpgroup 0's are 0-3 (V_L), plus stage 1's RoPE block, which
 // holds P(2k + 1) for warpgroup 0; warpgroup 1's are 4-7 (V_R), plus stage 0's RoPE block (P(2k)).
@@ -187,7 +189,8 @@ struct MlaSeesawTma {
 // Rows from `stale` on hold data past the piece (TMA reads whole pages): they are zeroed first,
 // since P V multiplies them by P = 0 and 0 * NaN would be NaN. Issued and committed, not waited for.
 __device__ __forceinline__ void mla_seesaw_scores(float (&s)[32], u64 dq, u32 k_smem, u32 bar_a, u32 bar_b, u32 phase,
-                                                  const u32 (&q_rope)[4][4], int stale, int wg, int wt) {
+                                                  const u32 (&q_rope)[4][4], int stale, u32 bar_zeroed, u32& zeroings,
+                                                  int wt) {
   if (stale < kMlaWgTileTokens) {  // uniform: at most the last tile of a piece
     mbar_wait(bar_a, phase);
     mbar_wait(bar_b, phase);
@@ -197,9 +200,11 @@ __device__ __forceinline__ void mla_seesaw_scores(float (&s)[32], u64 dq, u32 k_
       const int rc = i % ((kMlaWgTileTokens - stale) * 8);
       sts128(k_smem + blk * 8192 + (stale + rc / 8) * 128 + (rc % 8) * 16, U32x4{0u, 0u, 0u, 0u});
     }
+    // The zeros go to the async proxy (wgmma), and the whole warpgroup's before any of its wgmmas.
     fence_proxy_async_smem();
-    if (wg == 0) named_barrier_sync(kMlaBarSeesawZero, kMlaWgThreads / 2);
-    else named_barrier_sync(kMlaBarSeesawZero + 1, kMlaWgThreads / 2);
+    mbar_arrive(bar_zeroed);
+    mbar_wait(bar_zeroed, zeroings & 1u);
+    ++zeroings;
   }
   const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
   mbar_wait(bar_a, phase);
@@ -363,6 +368,9 @@ __device__ __forceinline__ void mla_seesaw_init_barriers(u32 base) {
       if (kTma) mbar_init(mla_seesaw_empty(bar_q, stage, part), MlaSeesawTma<64>::kEmptyCount);
     }
   }
+  if (kTma) {
+    for (int wg = 0; wg < 2; ++wg) mbar_init(mla_seesaw_zeroed(bar_q, wg), kMlaWgThreads / 2);
+  }
   mbar_fence_init();
 }
 
@@ -474,7 +482,8 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
       for (int k = 0; k < n_pairs; ++k) {
         const bool refill = k + 1 < n_pairs;
         mla_seesaw_scores(s, dq, stage0, mla_seesaw_full(bar_q, 0, 0), mla_seesaw_full(bar_q, 0, 1),
-                          (st.tiles + static_cast<u32>(k)) & 1u, q_rope, loads.stale_from(2 * k), wg, wt);
+                          (st.tiles + static_cast<u32>(k)) & 1u, q_rope, loads.stale_from(2 * k),
+                          mla_seesaw_zeroed(bar_q, 0), st.zeroings, wt);
         loads.prefetch(2 * k + 2);
         loads.prepare(2 * k + 2);  // the refill's block-table reads, off the issue path
         wgmma_wait<0>();
@@ -503,7 +512,8 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
       for (int k = 0; k < n_pairs; ++k) {
         const bool refill = k + 1 < n_pairs;
         mla_seesaw_scores(s, dq, stage1, mla_seesaw_full(bar_q, 1, 0), mla_seesaw_full(bar_q, 1, 1),
-                          (st.tiles + static_cast<u32>(k)) & 1u, q_rope, loads.stale_from(2 * k + 1), wg, wt);
+                          (st.tiles + static_cast<u32>(k)) & 1u, q_rope, loads.stale_from(2 * k + 1),
+                          mla_seesaw_zeroed(bar_q, 1), st.zeroings, wt);
         loads.prefetch(2 * k + 3);
         loads.prepare(2 * k + 2);
         named_barrier_sync(kMlaBarSeesawM0, kMlaWgThreads);

@@ -202,7 +202,6 @@ constexpr int kMlaBarRowExchange = 2;
 constexpr int kMlaBarP = 3;
 constexpr int kMlaBarSeesawM0 = 4;
 constexpr int kMlaBarSeesawM1 = 5;
-constexpr int kMlaBarSeesawZero = 6;  // + warpgroup: its zeroing of stale rows done (TMA loads)
 constexpr int kMlaKvBar = 1;
 
 // ---- wgmma kernel (sm_90a) geometry ----
@@ -227,8 +226,9 @@ constexpr int kMlaWgRedBytes = 2 * kMlaWgRows * 4;                      // [warp
 constexpr int kMlaWgSchedOffset = kMlaWgRedOffset + kMlaWgRedBytes;
 constexpr int kMlaWgBarOffset = kMlaWgSchedOffset + kMlaSchedScratchBytes;
 // Q full, then a full barrier per stage (the seesaw kernel: a full and an empty barrier per stage
-// part, two parts per stage); then the seesaw kernel's max exchange ([warpgroup][row] fp32).
-constexpr int kMlaWgExchangeOffset = kMlaWgBarOffset + 8 * (1 + 4 * kMlaWgStages);
+// part, two parts per stage, and one per warpgroup for its zeroing of stale rows); then the seesaw
+// kernel's max exchange ([warpgroup][row] fp32).
+constexpr int kMlaWgExchangeOffset = kMlaWgBarOffset + 8 * (1 + 4 * kMlaWgStages + 2);
 constexpr int kMlaWgUsedBytes = kMlaWgExchangeOffset + 2 * kMlaWgRows * 4;
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;

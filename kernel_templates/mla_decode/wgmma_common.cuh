@@ -51,6 +51,7 @@ __device__ __forceinline__ void mla_wg_load_q(u32 q_smem, const unsigned char* q
 struct MlaWgState {
   u32 tiles;   // KV tiles consumed so far: stage = tiles % 2, its phase = (tiles / 2) % 2
   u32 pieces;  // pieces with a Q load so far: the Q barrier's phase
+  u32 zeroings = 0;  // the seesaw kernel's zeroings of stale rows by this thread's warpgroup so far
 };
 
 // The cp.async mapping the bf16 wgmma kernels fill a 64-token KV stage with: each warp instruction
