@@ -3,9 +3,11 @@
 // with kSplitP P as bf16 hi + lo): the two warpgroups take alternate KV tiles, so one warpgroup's
 // softmax runs while the other's MMAs keep the tensor cores busy.
 //
-// One CTA = 64 query rows of one part (Q layout, loads and epilogue from wgmma_common.cuh). KV tiles of 64 tokens come in pairs: tile 2k in stage 0, tile 2k + 1 in stage
-// 1. Warpgroup w owns output columns [256 w, 256 w + 256) and computes S = Q K^T of the tile in
-// stage w (36 m64n64k16, Q's RoPE columns from registers) and that tile's softmax. Per pair:
+// One CTA = 64 query rows of one part (Q layout, loads and epilogue from wgmma_common.cuh). KV tiles
+// of 64 tokens come in pairs: tile 2k in stage 0, tile 2k + 1 in stage 1. Warpgroup w owns output
+// columns [256 w, 256 w + 256) and computes S = Q K^T of the tile in stage w (36 m64n64k16, Q's RoPE
+// columns from registers) and that tile's softmax. Per pair (with kSplitP P lo goes through the P
+// area for both warpgroups, beside each P hi below):
 //   warpgroup 0: S(2k) -> softmax against the running max (m -> m0), P(2k) as register A fragments
 //     and into stage 0's RoPE block (dead once S(2k) retired) -> publishes m0 -> O_L *= 2^(m - m0),
 //     O_L += P(2k) V_L from registers -> takes m1 -> O_L *= 2^(m0 - m1), O_L += P(2k+1) V_L with
@@ -393,9 +395,9 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
   const int r_hi = r_lo + 8;
 
   // A cluster pair walks the same tiles: with kCausal both cut the range where the pair's last row does.
-  const MlaPieceRows pv =
-      kTma ? mla_piece_rows<kHeads, kCausal, kMlaKvTmaCluster * kMlaWgRows, kMlaWgTileTokens>(piece, row0 - (row0 % (kMlaKvTmaCluster * kMlaWgRows)))
-           : mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
+  constexpr int kPairRows = kMlaKvTmaCluster * kMlaWgRows;
+  const MlaPieceRows pv = kTma ? mla_piece_rows<kHeads, kCausal, kPairRows, kMlaWgTileTokens>(piece, row0 - row0 % kPairRows)
+                               : mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
   const int n_pairs = (pv.n_tiles + 1) / 2;
 
   const u32 q_smem = base + kMlaWgQOffset;

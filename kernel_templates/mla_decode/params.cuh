@@ -193,10 +193,10 @@ KILN_MLA_HD constexpr MlaSmemLayout mla_smem_layout(MlaTileConfig c, bool fp8) {
 
 // Named barriers of the wgmma kernels (id 0 is __syncthreads). Heads-on-M kernels: the piece
 // boundary (every thread is done with the previous piece's shared memory), the two consumer
-// warpgroups' row exchange through shared memory (row max, then row sums; in the fp8 kernel also Q
-// staged), and the P tile complete; the one-P seesaw kernel's two meetings per tile pair (warpgroup
-// 0's max and P published, then warpgroup 1's). The KV-on-M kernel is one warpgroup: one barrier for
-// all of it.
+// warpgroups' row exchange through shared memory (the epilogue's row sums; in the fp8 kernel also
+// each tile's row max and Q staged) and the fp8 kernel's P tile complete; the seesaw kernel's two
+// meetings per tile pair (warpgroup 0's max and P published, then warpgroup 1's). The KV-on-M kernel
+// is one warpgroup: one barrier for all of it.
 constexpr int kMlaBarPiece = 1;
 constexpr int kMlaBarRowExchange = 2;
 constexpr int kMlaBarP = 3;
@@ -208,8 +208,9 @@ constexpr int kMlaKvBar = 1;
 // 64 query rows per CTA, KV tiles of 64 tokens, two consumer warpgroups (output columns 0-255 and
 // 256-511). Shared memory, each tile in the 128-byte swizzle layout (8 KB per 64 columns):
 //   Q (64 rows x 512 latent columns; the 64 RoPE columns live in registers), two KV stages
-//   (64 tokens x 576), P hi and lo (64 x 64 bf16 each), row max / sum exchange, scheduler scratch,
-//   mbarriers (Q full, stage full x 2).
+//   (64 tokens x 576), the P area (two 64 x 64 bf16 tiles: the seesaw kernel's P lo per stage with
+//   the exact precision), row sum exchange, scheduler scratch, mbarriers, the seesaw kernel's max
+//   exchange.
 constexpr int kMlaWgRows = 64;
 constexpr int kMlaWgTileTokens = 64;
 constexpr int kMlaWgThreads = 256;
@@ -220,7 +221,7 @@ constexpr int kMlaWgStageBytes = kMlaWgTileTokens * kMlaDimQk * 2;      // 73728
 constexpr int kMlaWgRopeOffset = 8 * 8192;                              // a stage's RoPE column block
 constexpr int kMlaWgStages = 2;
 constexpr int kMlaWgPOffset = kMlaWgStageOffset + kMlaWgStages * kMlaWgStageBytes;
-constexpr int kMlaWgPBytes = kMlaWgRows * kMlaWgTileTokens * 2;          // 8192 (hi), then lo
+constexpr int kMlaWgPBytes = kMlaWgRows * kMlaWgTileTokens * 2;          // 8192 per tile, two tiles
 constexpr int kMlaWgRedOffset = kMlaWgPOffset + 2 * kMlaWgPBytes;
 constexpr int kMlaWgRedBytes = 2 * kMlaWgRows * 4;                      // [warpgroup][row] fp32
 constexpr int kMlaWgSchedOffset = kMlaWgRedOffset + kMlaWgRedBytes;
