@@ -237,28 +237,6 @@ __device__ __forceinline__ void mla_seesaw_scores(float (&s)[32], u64 dq, u32 k_
   wgmma_commit();
 }
 
-// Masks and scales a whole tile's S (register i: token tok_base + 8 (i / 4) + i % 2, row r_hi when
-// (i / 2) % 2 else r_lo) and returns each row's max over this thread's quad.
-template <bool kCausal>
-__device__ __forceinline__ void mla_seesaw_mask_max(float (&s)[32], int tok_base, int t1, int lim_lo, int lim_hi,
-                                                    float scale, float& mx_lo, float& mx_hi) {
-  mx_lo = neg_inf();
-  mx_hi = neg_inf();
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const int t = tok_base + 8 * (i >> 2) + (i & 1);
-    const bool hi = (i >> 1) & 1;
-    bool ok = t < t1;
-    if constexpr (kCausal) ok = ok && t <= (hi ? lim_hi : lim_lo);
-    const float x = ok ? s[i] * scale : neg_inf();
-    s[i] = x;
-    if (hi) mx_hi = fmaxf(mx_hi, x);
-    else mx_lo = fmaxf(mx_lo, x);
-  }
-  mx_lo = quad_max(mx_lo);
-  mx_hi = quad_max(mx_hi);
-}
-
 // P = exp2(S - m_use) rounded to bf16 (hi): as register A fragments of P V (k-step ks = tokens
 // 16 ks .. 16 ks + 15) and into the 64 x 64 K-major swizzled tile at `p_smem` for the other
 // warpgroup; with kSplitP also lo = P - hi into the same place of the tile at `lo_smem`, which both
@@ -302,7 +280,7 @@ __device__ __forceinline__ void mla_seesaw_softmax(float (&s)[32], int tok_base,
                                                    OnlineSoftmaxStep& step_lo, OnlineSoftmaxStep& step_hi, float& sum_lo,
                                                    float& sum_hi) {
   float mx_lo, mx_hi;
-  mla_seesaw_mask_max<kCausal>(s, tok_base, t1, lim_lo, lim_hi, scale, mx_lo, mx_hi);
+  mla_wg_mask_max<kCausal>(s, tok_base, t1, lim_lo, lim_hi, scale, mx_lo, mx_hi);
   step_lo = online_softmax_step(m_lo, mx_lo);
   step_hi = online_softmax_step(m_hi, mx_hi);
   mla_seesaw_p<kSplitP>(s, step_lo.m_use, step_hi.m_use, pa, p_smem, lo_smem, p_row_lo, p_row_hi, g, sum_lo, sum_hi);

@@ -145,7 +145,6 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
   st.tiles = idx0 + pv.n_tiles;
 }
 
-// The consumer warpgroups' share: slot < 0 writes `out`, else the partial O and LSE at `slot`.
 // P = exp2(S - m) as one f16 into the shared P tile: row r, tokens 32 wg + 8 n + 2 c4 (+1) go to chunk
 // 4 wg + n of the row's 128 bytes. Returns the rows' sums of the unrounded P.
 __device__ __forceinline__ void mla_fp8_store_p(const float (&s)[16], float muse_lo, float muse_hi, u32 p_smem,
@@ -168,6 +167,7 @@ __device__ __forceinline__ void mla_fp8_store_p(const float (&s)[16], float muse
   }
 }
 
+// The consumer warpgroups' share: slot < 0 writes `out`, else the partial O and LSE at `slot`.
 template <int kHeads, int kMaxSeqLenQ, bool kCausal>
 __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p, u32 base, const MlaPiece& piece,
                                                        int row0, int slot, MlaWgState& st) {
