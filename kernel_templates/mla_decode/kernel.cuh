@@ -166,10 +166,11 @@ __device__ __forceinline__ int ld_s32(const int* p) {
 // with w_s = 2^(lse_s - max lse). Pieces that saw no key (lse -inf) are skipped without reading their
 // O, which the decode kernel never wrote. One CTA per output row; warp w takes pieces w, w + kWarps,
 // ... (all 512 columns, 16 per lane, four pieces' loads in flight per warp), then the warps' sums meet
-// in shared memory. Requests in one piece were written by the decode kernel itself. Two forms, as
-// the planner picks from the pieces a request is expected to have: 4 warps (few pieces, many rows:
-// few registers, many CTAs per SM) and 8 warps with every piece's weight read into registers first
-// (a request in up to 65 pieces: its loads in two rounds). The helpers below are the 8-warp form's.
+// in shared memory. Requests in one piece were written by the decode kernel itself. Three forms, as
+// the planner picks from the pieces a request is expected to have: 4 warps (tens of pieces: few
+// registers, many CTAs per SM), 8 warps with every piece's weight read into registers first (a
+// request in up to 65 pieces: its loads in two rounds), and a warp per row (a few pieces). The
+// helpers below are the 8-warp and warp-per-row forms'.
 namespace mla_detail {
 
 // Where the combine of (row, request b) reads: the request's rows and its split record. Returns
@@ -396,6 +397,58 @@ __global__ void __launch_bounds__(kMlaCombineWideThreads, 2) mla_combine_wide_ke
     mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
   }
   mla_combine_store<kHeads, kWarps>(p, part_sum, acc, wsum, tok0, row);
+}
+
+// One warp per row, eight rows per CTA: for requests in a few pieces, where a warp holds all of a
+// row's loads in flight at once and a CTA per row would spend its time starting and stopping (an
+// unsplit request's rows, which have nothing to merge, cost a CTA each there).
+template <int kHeads, int kMaxSeqLenQ, bool kPacked>
+__global__ void __launch_bounds__(kMlaCombineRowsThreads) mla_combine_rows_kernel(const __grid_constant__ MlaDecodeParams p) {
+  using namespace mla_detail;
+  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
+  const int lane = threadIdx.x & 31;
+  const int b = blockIdx.y;
+  const int row = blockIdx.x * kMlaCombineRowsPerCta + static_cast<int>(threadIdx.x >> 5);
+  int tok0, first, n;
+  if (!mla_combine_begin<kHeads, kMaxSeqLenQ, kPacked>(p, b, row, tok0, first, n)) return;  // warp-uniform
+
+  const long long slot0 = static_cast<long long>(b) + first;
+  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
+  float mx = neg_inf();
+  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, ld_f32(lse + s * kMaxRows));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  float wsum = 0.f;
+  for (int s = lane; s < n; s += 32) {
+    const float l = ld_f32(lse + s * kMaxRows);
+    wsum += l == neg_inf() ? 0.f : fast_exp2(l - mx);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
+
+  float acc[16] = {};
+  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
+  constexpr int kBatch = 4;
+  for (int s0 = 0; s0 < n; s0 += kBatch) {
+    int s[kBatch];
+    float ws[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      s[u] = s0 + u;
+      const float l = s[u] < n ? ld_f32(lse + s[u] * kMaxRows) : neg_inf();
+      ws[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+    }
+    mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
+  }
+  const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
+  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + 4 * lane;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    uint2 packed;
+    packed.x = pack_bf16x2(acc[4 * k] * inv, acc[4 * k + 1] * inv);
+    packed.y = pack_bf16x2(acc[4 * k + 2] * inv, acc[4 * k + 3] * inv);
+    *reinterpret_cast<uint2*>(out + 128 * k) = packed;
+  }
 }
 
 #endif  // __CUDACC__

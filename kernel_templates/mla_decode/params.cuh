@@ -53,14 +53,18 @@ constexpr int kMlaKernelWgmmaKv = 3;
 constexpr int kMlaPrecisionExact = 0;
 constexpr int kMlaPrecisionBf16 = 1;
 
-// Combine: one CTA per output row, four warps, or eight where a request has many pieces (kernel.cuh).
+// Combine (kernel.cuh): one CTA of four warps per output row; eight warps where a request has many
+// pieces; or one warp per row, eight rows per CTA, where it has few.
 constexpr int kMlaCombineThreads = 128;
 constexpr int kMlaCombineWideThreads = 256;
+constexpr int kMlaCombineRowsThreads = 256;
+constexpr int kMlaCombineRowsPerCta = kMlaCombineRowsThreads / 32;
 
 // Entry points of an mla_decode module, in KernelSource order.
 constexpr int kMlaDecodeEntry = 0;
 constexpr int kMlaCombineEntry = 1;
 constexpr int kMlaCombineWideEntry = 2;
+constexpr int kMlaCombineRowsEntry = 3;
 
 // A driver tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), declared here because NVRTC
 // has no cuda.h. The host encodes it (cuTensorMapEncodeTiled) and copies it in.

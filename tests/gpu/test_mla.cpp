@@ -434,7 +434,10 @@ void finish_case(PendingCase& pc) {
   if (pc.tally != nullptr) pc.tally->add(c, cmp, ref.size());
   const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy(), p.batch, device_limits(),
                                                   kiln::KernelService::global().device_arch(0));
-  const char* combine = !plan.needs_combine ? "-" : plan.combine_entry == kiln::kMlaCombineWideEntry ? "8w" : "4w";
+  const char* combine = !plan.needs_combine                               ? "-"
+                        : plan.combine_entry == kiln::kMlaCombineWideEntry ? "8w"
+                        : plan.combine_entry == kiln::kMlaCombineRowsEntry ? "rows"
+                                                                           : "4w";
   std::printf("%s %-96s %s parts %3d combine %s  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu  scales %.3f/%.2f  gpu %.0f ms  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
               cmp.ok ? "PASS" : "FAIL", c.label().c_str(),
               plan.variant.kv_rows > 0 ? "wgmma_kv" : plan.variant.wgmma ? "wgmma" : "mma", plan.num_parts, combine,
@@ -621,6 +624,7 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
       fixed(24, 32, 16, false, true, {1, 200}),
       fixed(8, 64, 2, true, true, {1, 65, 300}, 163840),
       fixed(12, 16, 1, true, true, {64, 200, 1}, 163840),
+      fixed(64, 64, 8, false, false, {65, 300, 129, 1}),
   };
   m[7].kernel = MlaKernel::kMmaSync;
   m[0].bt_pad = 5;
@@ -648,14 +652,15 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
     c.precision = kiln::mla::MlaPrecision::kBf16;
     m.push_back(c);
   }
-  // Both forms of the combine run here (eight warps where a request is expected in >= 32 pieces).
+  // Every form of the combine runs here (eight warps where a request is expected in >= 32 pieces, a
+  // warp per row where in <= 4).
   std::set<int> combines;
   for (const MlaCase& c : m) {
     const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy(), static_cast<int>(c.seq_lens.size()),
                                                     device_limits(), kiln::KernelService::global().device_arch(0));
     if (plan.needs_combine) combines.insert(plan.combine_entry);
   }
-  CHECK(combines == std::set<int>{kiln::kMlaCombineEntry, kiln::kMlaCombineWideEntry});
+  CHECK(combines == std::set<int>{kiln::kMlaCombineEntry, kiln::kMlaCombineWideEntry, kiln::kMlaCombineRowsEntry});
   run_cases(m, base_seed() * 1000 + 900);
 }
 

@@ -688,13 +688,16 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
 
   const kiln::KernelSource src = f.render(key.policy());
   CHECK_THAT(src.source, Catch::Contains("mla_decode/kernel.cuh"));
-  REQUIRE(src.name_expressions.size() == 3);
+  REQUIRE(src.name_expressions.size() == 4);
   CHECK(src.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(p));
   CHECK(src.name_expressions[kiln::kMlaCombineEntry] == kiln::mla::combine_kernel_name(p));
-  CHECK(src.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(p, true));
+  CHECK(src.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(p, kiln::kMlaCombineWideEntry));
+  CHECK(src.name_expressions[kiln::kMlaCombineRowsEntry] == kiln::mla::combine_kernel_name(p, kiln::kMlaCombineRowsEntry));
   CHECK_THAT(src.name_expressions[0], Catch::StartsWith("kiln::mla_decode_kernel<64, 64, 2, false, true, false,"));
   CHECK(src.name_expressions[1] == "kiln::mla_combine_kernel<64, 2, false>");
   CHECK(src.name_expressions[2] == "kiln::mla_combine_wide_kernel<64, 2, false>");
+  CHECK(src.name_expressions[3] == "kiln::mla_combine_rows_kernel<64, 2, false>");
+  CHECK_THROWS_AS(kiln::mla::combine_kernel_name(p, kiln::kMlaDecodeEntry), kiln::Error);
 
   // Every key field changes the fast-path fingerprint.
   kiln::mla::MlaDecodePolicy q = p;
@@ -760,6 +763,19 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w1.combine_entry == kiln::kMlaCombineWideEntry);
   CHECK(w1.combine.grid[0] == 128);
   CHECK(w1.combine.block[0] == 256);
+  // Batch 64 over 66 parts (about 2 pieces per request): a warp per row, eight rows per CTA.
+  const kiln::mla::MlaPlan w64 = kiln::mla::plan(p, 64, h200, "sm_90a");
+  CHECK(w64.combine_entry == kiln::kMlaCombineRowsEntry);
+  CHECK(w64.combine.grid[0] == 16);
+  CHECK(w64.combine.grid[1] == 64);
+  CHECK(w64.combine.block[0] == 256);
+  // ... but not where that leaves SMs without a CTA (H 16 over 132 parts, B 64: 128 CTAs of 8 rows).
+  MlaDecodePolicy h16 = p;
+  h16.heads = 16;
+  const kiln::mla::MlaPlan w16 = kiln::mla::plan(h16, 64, h200, "sm_90a");
+  CHECK(w16.num_parts == 132);
+  CHECK(w16.combine_entry == kiln::kMlaCombineEntry);
+  CHECK(kiln::mla::plan(h16, 128, h200, "sm_90a").combine_entry == kiln::kMlaCombineRowsEntry);
   CHECK(w.workspace.max_parts >= w.num_parts);
 
   // fp8 H 128: the wgmma kernel with its producer warpgroup (384 threads), within the opt-in limit.
