@@ -164,13 +164,12 @@ __device__ __forceinline__ int ld_s32(const int* p) {
 
 // The combine merges the pieces of a split request: out = bmm2_scale * sum_s w_s O_s / sum_s w_s
 // with w_s = 2^(lse_s - max lse). Pieces that saw no key (lse -inf) are skipped without reading their
-// O, which the decode kernel never wrote. One CTA per output row; warp w takes pieces w, w + kWarps,
-// ... (all 512 columns, 16 per lane, four pieces' loads in flight per warp), then the warps' sums meet
-// in shared memory. Requests in one piece were written by the decode kernel itself. Three forms, as
-// the planner picks from the pieces a request is expected to have: 4 warps (tens of pieces: few
-// registers, many CTAs per SM), 8 warps with every piece's weight read into registers first (a
-// request in up to 65 pieces: its loads in two rounds), and a warp per row (a few pieces). The
-// helpers below are the 8-warp and warp-per-row forms'.
+// O, which the decode kernel never wrote. A row's warps take its pieces in turn (all 512 columns, 16
+// per lane, four pieces' loads in flight per warp); several warps' sums meet in shared memory. Requests in one piece were written by the decode kernel itself. Three forms, as
+// the planner picks from the pieces a request is expected to have: a warp per row, four rows per CTA
+// (a few pieces), 4 warps per row (tens: few registers, many CTAs per SM), both one kernel, and 8
+// warps with every piece's weight read into registers first (a request in up to 65 pieces: its loads
+// in two rounds). The helpers below serve the 8-warp and warp-per-row forms.
 namespace mla_detail {
 
 // Where the combine of (row, request b) reads: the request's rows and its split record. Returns
@@ -191,6 +190,22 @@ __device__ __forceinline__ bool mla_combine_begin(const MlaDecodeParams& p, int 
   first = ld_s32(meta);
   n = ld_s32(meta + 1);
   return n > 1;
+}
+
+// The max and the weight sum over a row's n pieces (their lse `stride` floats apart), every lane
+// of the warp getting both.
+__device__ __forceinline__ void mla_combine_max_wsum(const float* lse, int n, int stride, int lane, float& mx, float& wsum) {
+  mx = neg_inf();
+  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, ld_f32(lse + s * stride));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  wsum = 0.f;
+  for (int s = lane; s < n; s += 32) {
+    const float l = ld_f32(lse + s * stride);
+    wsum += l == neg_inf() ? 0.f : fast_exp2(l - mx);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
 }
 
 // acc += w * O of piece s (this lane's 16 columns), for kBatch pieces whose weights are ws[].
@@ -241,10 +256,51 @@ __device__ __forceinline__ void mla_combine_store(const MlaDecodeParams& p, floa
   *reinterpret_cast<u32*>(out) = pack_bf16x2(r[0] * inv, r[1] * inv);
 }
 
+// The combine of one row by one warp (p.combine_row_warps == 1): for requests in a few pieces, where
+// a warp holds all of a row's loads in flight at once and a CTA per row would spend its time starting
+// and stopping (an unsplit request's rows, which have nothing to merge, cost a CTA each there).
+template <int kHeads, int kMaxSeqLenQ, bool kPacked>
+__device__ __forceinline__ void mla_combine_row_by_warp(const MlaDecodeParams& p, int b, int row) {
+  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
+  const int lane = threadIdx.x & 31;
+  int tok0, first, n;
+  if (!mla_combine_begin<kHeads, kMaxSeqLenQ, kPacked>(p, b, row, tok0, first, n)) return;
+
+  const long long slot0 = static_cast<long long>(b) + first;
+  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
+  float mx, wsum;
+  mla_combine_max_wsum(lse, n, kMaxRows, lane, mx, wsum);
+
+  float acc[16] = {};
+  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
+  constexpr int kBatch = 4;
+  for (int s0 = 0; s0 < n; s0 += kBatch) {
+    int s[kBatch];
+    float ws[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      s[u] = s0 + u;
+      const float l = s[u] < n ? ld_f32(lse + s[u] * kMaxRows) : neg_inf();
+      ws[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+    }
+    mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
+  }
+  const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
+  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + 4 * lane;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    uint2 packed;
+    packed.x = pack_bf16x2(acc[4 * k] * inv, acc[4 * k + 1] * inv);
+    packed.y = pack_bf16x2(acc[4 * k + 2] * inv, acc[4 * k + 3] * inv);
+    *reinterpret_cast<uint2*>(out + 128 * k) = packed;
+  }
+}
+
 }  // namespace mla_detail
 
-// 4 warps: each warp reads the lse it needs per batch of pieces (from L1 after the first pass). Not
-// built on the helpers above: in that form it ran 1.5-4% slower at B 8-64 on the H200 (NOTES.md).
+// 4 warps: with p.combine_row_warps == 1 a row per warp (above); else a row per CTA, each warp reading
+// the lse it needs per batch of pieces (from L1 after the first pass). Not built on the helpers
+// above: in that form it ran 1.5-4% slower at B 8-64 on the H200 (NOTES.md).
 template <int kHeads, int kMaxSeqLenQ, bool kPacked>
 __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
@@ -255,6 +311,10 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int b = blockIdx.y;
+  if (p.combine_row_warps == 1) {  // CTA-uniform
+    mla_combine_row_by_warp<kHeads, kMaxSeqLenQ, kPacked>(p, b, blockIdx.x * kWarps + warp);
+    return;
+  }
   const int row = blockIdx.x;
   int tok0, q_len;
   if constexpr (kPacked) {
@@ -276,17 +336,8 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
   const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
   constexpr long long kSlotStride = static_cast<long long>(kMaxRows) * kMlaDimV;
   // Every warp finds the max and the weight sum over all pieces (n is small: one lse per piece).
-  float mx = neg_inf();
-  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, ld_f32(lse + s * kMaxRows));
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-  float wsum = 0.f;
-  for (int s = lane; s < n; s += 32) {
-    const float l = ld_f32(lse + s * kMaxRows);
-    wsum += l == neg_inf() ? 0.f : fast_exp2(l - mx);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
+  float mx, wsum;
+  mla_combine_max_wsum(lse, n, kMaxRows, lane, mx, wsum);
 
   float acc[16];
 #pragma unroll
@@ -397,58 +448,6 @@ __global__ void __launch_bounds__(kMlaCombineWideThreads, 2) mla_combine_wide_ke
     mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
   }
   mla_combine_store<kHeads, kWarps>(p, part_sum, acc, wsum, tok0, row);
-}
-
-// One warp per row, eight rows per CTA: for requests in a few pieces, where a warp holds all of a
-// row's loads in flight at once and a CTA per row would spend its time starting and stopping (an
-// unsplit request's rows, which have nothing to merge, cost a CTA each there).
-template <int kHeads, int kMaxSeqLenQ, bool kPacked>
-__global__ void __launch_bounds__(kMlaCombineRowsThreads) mla_combine_rows_kernel(const __grid_constant__ MlaDecodeParams p) {
-  using namespace mla_detail;
-  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
-  const int lane = threadIdx.x & 31;
-  const int b = blockIdx.y;
-  const int row = blockIdx.x * kMlaCombineRowsPerCta + static_cast<int>(threadIdx.x >> 5);
-  int tok0, first, n;
-  if (!mla_combine_begin<kHeads, kMaxSeqLenQ, kPacked>(p, b, row, tok0, first, n)) return;  // warp-uniform
-
-  const long long slot0 = static_cast<long long>(b) + first;
-  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
-  float mx = neg_inf();
-  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, ld_f32(lse + s * kMaxRows));
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-  float wsum = 0.f;
-  for (int s = lane; s < n; s += 32) {
-    const float l = ld_f32(lse + s * kMaxRows);
-    wsum += l == neg_inf() ? 0.f : fast_exp2(l - mx);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
-
-  float acc[16] = {};
-  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
-  constexpr int kBatch = 4;
-  for (int s0 = 0; s0 < n; s0 += kBatch) {
-    int s[kBatch];
-    float ws[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      s[u] = s0 + u;
-      const float l = s[u] < n ? ld_f32(lse + s[u] * kMaxRows) : neg_inf();
-      ws[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
-    }
-    mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
-  }
-  const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
-  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + 4 * lane;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    uint2 packed;
-    packed.x = pack_bf16x2(acc[4 * k] * inv, acc[4 * k + 1] * inv);
-    packed.y = pack_bf16x2(acc[4 * k + 2] * inv, acc[4 * k + 3] * inv);
-    *reinterpret_cast<uint2*>(out + 128 * k) = packed;
-  }
 }
 
 #endif  // __CUDACC__

@@ -53,18 +53,15 @@ constexpr int kMlaKernelWgmmaKv = 3;
 constexpr int kMlaPrecisionExact = 0;
 constexpr int kMlaPrecisionBf16 = 1;
 
-// Combine (kernel.cuh): one CTA of four warps per output row; eight warps where a request has many
-// pieces; or one warp per row, eight rows per CTA, where it has few.
+// Combine (kernel.cuh): four warps per CTA, on one output row or (MlaDecodeParams::combine_row_warps
+// 1) a row each; or eight warps per row where a request has many pieces.
 constexpr int kMlaCombineThreads = 128;
 constexpr int kMlaCombineWideThreads = 256;
-constexpr int kMlaCombineRowsThreads = 256;
-constexpr int kMlaCombineRowsPerCta = kMlaCombineRowsThreads / 32;
 
 // Entry points of an mla_decode module, in KernelSource order.
 constexpr int kMlaDecodeEntry = 0;
 constexpr int kMlaCombineEntry = 1;
 constexpr int kMlaCombineWideEntry = 2;
-constexpr int kMlaCombineRowsEntry = 3;
 
 // A driver tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), declared here because NVRTC
 // has no cuda.h. The host encodes it (cuTensorMapEncodeTiled) and copies it in.
@@ -91,6 +88,7 @@ struct MlaDecodeParams {
   int piece_cost;            // scheduling units charged per piece (see "Scheduling")
   float scale_log2;          // bmm1_scale * log2(e)
   float out_scale;           // bmm2_scale
+  int combine_row_warps;     // kMlaCombineEntry's warps per output row: 4 (a CTA per row) or 1
   // The KV cache as a 3-D tensor {576 columns, page_size tokens, pages} with 64 x min(64, page_size)
   // boxes in the 128-byte swizzle; encoded only for kernels that load with TMA (mla_kv_tma).
   MlaTensorMap kv_map;

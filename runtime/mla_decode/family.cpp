@@ -8,8 +8,8 @@ namespace kiln::mla {
 
 namespace {
 
-// One module, four entry points in a fixed order (kMlaDecodeEntry, kMlaCombineEntry,
-// kMlaCombineWideEntry, kMlaCombineRowsEntry; the launcher relies on it).
+// One module, three entry points in a fixed order (kMlaDecodeEntry, kMlaCombineEntry,
+// kMlaCombineWideEntry; the launcher relies on it).
 // The kernel variant is a pure function of the policy and the target arch (the device code picks it
 // from the arch it is compiled for), so it needs no field of its own in the semantic key.
 // With one query row per request the causal limit is the request's last key, which is where the
@@ -19,8 +19,7 @@ KernelSource render(const MlaDecodePolicy& policy) {
   MlaDecodePolicy p = policy;
   if (p.max_seq_len_q == 1) p.mask = MaskType::kDense;
   return KernelSource{"#include \"mla_decode/kernel.cuh\"\n",
-                      {decode_kernel_name(p), combine_kernel_name(p, kMlaCombineEntry), combine_kernel_name(p, kMlaCombineWideEntry),
-                       combine_kernel_name(p, kMlaCombineRowsEntry)}};
+                      {decode_kernel_name(p), combine_kernel_name(p), combine_kernel_name(p, true)}};
 }
 
 std::string describe_dtype(std::int64_t v) { return std::string(dtype_name(static_cast<DType>(v))); }

@@ -361,6 +361,7 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   params.batch = problem.batch;
   params.num_parts = p.num_parts;
   params.piece_cost = p.piece_cost;
+  params.combine_row_warps = p.combine_row_warps;
   // The kernel's softmax runs on exp2; callers give the natural-exponent scale (spec "Math").
   params.scale_log2 = static_cast<float>(bmm1_scale * 1.4426950408889634);
   params.out_scale = static_cast<float>(bmm2_scale);

@@ -33,16 +33,16 @@ int parts_for(const MlaDecodePolicy& policy, const MlaVariant& v, const DeviceLi
 // A request of one KV block lies in one part: it is never split, whatever the parts.
 bool can_split(const MlaDecodePolicy& policy) { return policy.max_seq_len > kMlaMinBlockTokens; }
 
-// The combine form for the pieces a request is expected in (about parts / batch with lengths alike),
-// as measured on the H200 (NOTES.md): eight warps per row at >= 32 (1.03-1.31x as fast as four at
-// B = 1, 0.85-1.06x at B 8-128, where many small CTAs per SM do better); a warp per row at <= 4
-// where that still gives every SM a CTA (1.02-1.10x at B >= 32 with 16-256 rows per request, 0.98-0.99x
-// with fewer CTAs than SMs); else four warps per row.
-int combine_entry(int parts, int batch, int rows, int sm_count) {
+// The combine for the pieces a request is expected in (about parts / batch with lengths alike), as
+// measured on the H200 (NOTES.md): the eight-warp form at >= 32 (1.03-1.31x as fast as four warps
+// per row at B = 1, 0.85-1.06x at B 8-128, where many small CTAs per SM do better); one warp per row
+// at <= 4 where that still gives every SM a CTA (1.02-1.10x at B >= 32 against four; 0.98-0.99x with
+// fewer CTAs than SMs); else four warps per row. Returns the warps per row, 0 for the eight-warp form.
+int combine_row_warps(int parts, int batch, int rows, int sm_count) {
   const int pieces = (parts + batch - 1) / batch;
-  if (pieces >= 32) return kMlaCombineWideEntry;
-  const long long rows_ctas = static_cast<long long>(batch) * ((rows + kMlaCombineRowsPerCta - 1) / kMlaCombineRowsPerCta);
-  return pieces <= 4 && rows_ctas >= sm_count ? kMlaCombineRowsEntry : kMlaCombineEntry;
+  if (pieces >= 32) return 0;
+  const long long one_warp_ctas = static_cast<long long>(batch) * ((rows + 3) / 4);
+  return pieces <= 4 && one_warp_ctas >= sm_count ? 1 : 4;
 }
 
 MlaVariant variant_for(const MlaDecodePolicy& policy, bool sm90a) {
@@ -112,13 +112,11 @@ MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& devic
   if (p.kv_tma) p.decode.cluster[1] = kMlaKvTmaCluster;
 
   const int rows = mla_max_rows(policy.heads, policy.max_seq_len_q);
-  p.combine_entry = combine_entry(p.num_parts, batch, rows, device.sm_count);
-  const bool rows_form = p.combine_entry == kMlaCombineRowsEntry;
-  p.combine.grid[0] = static_cast<unsigned>(rows_form ? (rows + kMlaCombineRowsPerCta - 1) / kMlaCombineRowsPerCta : rows);
+  p.combine_row_warps = combine_row_warps(p.num_parts, batch, rows, device.sm_count);
+  p.combine_entry = p.combine_row_warps > 0 ? kMlaCombineEntry : kMlaCombineWideEntry;
+  p.combine.grid[0] = static_cast<unsigned>(p.combine_row_warps == 1 ? (rows + 3) / 4 : rows);
   p.combine.grid[1] = static_cast<unsigned>(batch);
-  p.combine.block[0] = static_cast<unsigned>(rows_form                                   ? kMlaCombineRowsThreads
-                                             : p.combine_entry == kMlaCombineWideEntry ? kMlaCombineWideThreads
-                                                                                       : kMlaCombineThreads);
+  p.combine.block[0] = static_cast<unsigned>(p.combine_row_warps > 0 ? kMlaCombineThreads : kMlaCombineWideThreads);
   // The combine's CTAs may start while the decode kernel runs; they wait for it before any read.
   p.combine.pdl = true;
   return p;
@@ -133,15 +131,10 @@ std::string decode_kernel_name(const MlaDecodePolicy& policy) {
          std::to_string(static_cast<int>(policy.precision)) + ">";
 }
 
-std::string combine_kernel_name(const MlaDecodePolicy& policy, int entry) {
+std::string combine_kernel_name(const MlaDecodePolicy& policy, bool wide) {
   policy.validate();
-  const char* name = entry == kMlaCombineWideEntry   ? "kiln::mla_combine_wide_kernel<"
-                     : entry == kMlaCombineRowsEntry ? "kiln::mla_combine_rows_kernel<"
-                     : entry == kMlaCombineEntry     ? "kiln::mla_combine_kernel<"
-                                                     : nullptr;
-  if (name == nullptr) check::fail("entry", "a combine entry point (1-3)", std::to_string(entry));
-  return name + std::to_string(policy.heads) + ", " + std::to_string(policy.max_seq_len_q) + ", " +
-         (policy.packed ? "true" : "false") + ">";
+  return std::string(wide ? "kiln::mla_combine_wide_kernel<" : "kiln::mla_combine_kernel<") + std::to_string(policy.heads) +
+         ", " + std::to_string(policy.max_seq_len_q) + ", " + (policy.packed ? "true" : "false") + ">";
 }
 
 }  // namespace kiln::mla

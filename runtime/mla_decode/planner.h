@@ -29,7 +29,8 @@ struct MlaPlan {
   int num_parts = 1;            // -> MlaDecodeParams::num_parts (grid x)
   int piece_cost = 1;           // -> MlaDecodeParams::piece_cost
   bool needs_combine = false;   // num_parts > 1: launch the combine kernel (PDL) after the decode kernel
-  int combine_entry = kMlaCombineEntry;  // which of the module's combine forms
+  int combine_entry = kMlaCombineEntry;  // the module's four-warp combine or its eight-warp form
+  int combine_row_warps = 4;    // -> MlaDecodeParams::combine_row_warps (kMlaCombineEntry: 4 or 1)
   bool kv_tma = false;          // the decode kernel loads KV with TMA (MlaDecodeParams::kv_map), in CTA pairs
   LaunchConfig decode;
   LaunchConfig combine;
@@ -61,7 +62,6 @@ MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& devic
 
 // NVRTC name expressions, e.g. "kiln::mla_decode_kernel<128, 64, 1, false, false, true, 0, 0>".
 std::string decode_kernel_name(const MlaDecodePolicy& policy);
-// `entry`: kMlaCombineEntry, kMlaCombineWideEntry or kMlaCombineRowsEntry.
-std::string combine_kernel_name(const MlaDecodePolicy& policy, int entry = kMlaCombineEntry);
+std::string combine_kernel_name(const MlaDecodePolicy& policy, bool wide = false);
 
 }  // namespace kiln::mla

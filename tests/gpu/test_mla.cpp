@@ -436,7 +436,7 @@ void finish_case(PendingCase& pc) {
                                                   kiln::KernelService::global().device_arch(0));
   const char* combine = !plan.needs_combine                               ? "-"
                         : plan.combine_entry == kiln::kMlaCombineWideEntry ? "8w"
-                        : plan.combine_entry == kiln::kMlaCombineRowsEntry ? "rows"
+                        : plan.combine_row_warps == 1                      ? "1w/row"
                                                                            : "4w";
   std::printf("%s %-96s %s parts %3d combine %s  max|err| %.2e  relL2 %.2e  bad %zu  nan %zu  scales %.3f/%.2f  gpu %.0f ms  oracle %.0f ms (%.2f GMAC)  total %.0f ms\n",
               cmp.ok ? "PASS" : "FAIL", c.label().c_str(),
@@ -653,14 +653,14 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
     m.push_back(c);
   }
   // Every form of the combine runs here (eight warps where a request is expected in >= 32 pieces, a
-  // warp per row where in <= 4).
+  // warp per row where in <= 4, else four warps per row).
   std::set<int> combines;
   for (const MlaCase& c : m) {
     const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy(), static_cast<int>(c.seq_lens.size()),
                                                     device_limits(), kiln::KernelService::global().device_arch(0));
-    if (plan.needs_combine) combines.insert(plan.combine_entry);
+    if (plan.needs_combine) combines.insert(plan.combine_entry == kiln::kMlaCombineWideEntry ? 0 : plan.combine_row_warps);
   }
-  CHECK(combines == std::set<int>{kiln::kMlaCombineEntry, kiln::kMlaCombineWideEntry, kiln::kMlaCombineRowsEntry});
+  CHECK(combines == std::set<int>{0, 1, 4});
   run_cases(m, base_seed() * 1000 + 900);
 }
 

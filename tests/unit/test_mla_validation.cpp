@@ -688,16 +688,13 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
 
   const kiln::KernelSource src = f.render(key.policy());
   CHECK_THAT(src.source, Catch::Contains("mla_decode/kernel.cuh"));
-  REQUIRE(src.name_expressions.size() == 4);
+  REQUIRE(src.name_expressions.size() == 3);
   CHECK(src.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(p));
   CHECK(src.name_expressions[kiln::kMlaCombineEntry] == kiln::mla::combine_kernel_name(p));
-  CHECK(src.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(p, kiln::kMlaCombineWideEntry));
-  CHECK(src.name_expressions[kiln::kMlaCombineRowsEntry] == kiln::mla::combine_kernel_name(p, kiln::kMlaCombineRowsEntry));
+  CHECK(src.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(p, true));
   CHECK_THAT(src.name_expressions[0], Catch::StartsWith("kiln::mla_decode_kernel<64, 64, 2, false, true, false,"));
   CHECK(src.name_expressions[1] == "kiln::mla_combine_kernel<64, 2, false>");
   CHECK(src.name_expressions[2] == "kiln::mla_combine_wide_kernel<64, 2, false>");
-  CHECK(src.name_expressions[3] == "kiln::mla_combine_rows_kernel<64, 2, false>");
-  CHECK_THROWS_AS(kiln::mla::combine_kernel_name(p, kiln::kMlaDecodeEntry), kiln::Error);
 
   // Every key field changes the fast-path fingerprint.
   kiln::mla::MlaDecodePolicy q = p;
@@ -753,9 +750,10 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.decode.smem_bytes <= 232448);
   CHECK(w.needs_combine);
   CHECK(w.combine.pdl);
-  // Batch 4 over 66 parts (~17 pieces per request): the four-warp combine, one CTA per row; one
-  // request (66 pieces): the eight-warp one.
+  // Batch 4 over 66 parts (~17 pieces per request): four warps per row, one row per CTA; one request
+  // (66 pieces): the eight-warp form.
   CHECK(w.combine_entry == kiln::kMlaCombineEntry);
+  CHECK(w.combine_row_warps == 4);
   CHECK(w.combine.grid[0] == 128);
   CHECK(w.combine.grid[1] == 4);
   CHECK(w.combine.block[0] == 128);
@@ -763,19 +761,21 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w1.combine_entry == kiln::kMlaCombineWideEntry);
   CHECK(w1.combine.grid[0] == 128);
   CHECK(w1.combine.block[0] == 256);
-  // Batch 64 over 66 parts (about 2 pieces per request): a warp per row, eight rows per CTA.
+  // Batch 64 over 66 parts (about 2 pieces per request): a warp per row, four rows per CTA ...
   const kiln::mla::MlaPlan w64 = kiln::mla::plan(p, 64, h200, "sm_90a");
-  CHECK(w64.combine_entry == kiln::kMlaCombineRowsEntry);
-  CHECK(w64.combine.grid[0] == 16);
+  CHECK(w64.combine_entry == kiln::kMlaCombineEntry);
+  CHECK(w64.combine_row_warps == 1);
+  CHECK(w64.combine.grid[0] == 32);
   CHECK(w64.combine.grid[1] == 64);
-  CHECK(w64.combine.block[0] == 256);
-  // ... but not where that leaves SMs without a CTA (H 16 over 132 parts, B 64: 128 CTAs of 8 rows).
-  MlaDecodePolicy h16 = p;
-  h16.heads = 16;
-  const kiln::mla::MlaPlan w16 = kiln::mla::plan(h16, 64, h200, "sm_90a");
-  CHECK(w16.num_parts == 132);
-  CHECK(w16.combine_entry == kiln::kMlaCombineEntry);
-  CHECK(kiln::mla::plan(h16, 128, h200, "sm_90a").combine_entry == kiln::kMlaCombineRowsEntry);
+  CHECK(w64.combine.block[0] == 128);
+  // ... but not where that leaves SMs without a CTA (H 8 over 132 parts, B 64: 128 CTAs of 4 rows).
+  MlaDecodePolicy h8 = p;
+  h8.heads = 8;
+  const kiln::mla::MlaPlan w8h = kiln::mla::plan(h8, 64, h200, "sm_90a");
+  CHECK(w8h.num_parts == 132);
+  CHECK(w8h.combine_row_warps == 4);
+  CHECK(w8h.combine.grid[0] == 8);
+  CHECK(kiln::mla::plan(h8, 128, h200, "sm_90a").combine_row_warps == 1);
   CHECK(w.workspace.max_parts >= w.num_parts);
 
   // fp8 H 128: the wgmma kernel with its producer warpgroup (384 threads), within the opt-in limit.
