@@ -22,18 +22,22 @@ constexpr int kMlaMaxSeqLenQ = 64;
 constexpr int kMlaSmemPitch = kMlaDimQk + 8;
 
 // ---- Scheduling (both kernels) ----
-// The batch's KV work is cut into blocks of the kernel's KV tile (64 tokens wgmma, 32 mma.sync).
-// Request b costs piece_cost + ceil(L_b / block) units (no units when it has no query rows); the
-// units of the whole batch, in request order, are split into num_parts equal contiguous ranges (at
-// least ceil(max blocks / kMlaMaxPieces) units wide), one per CTA column of the grid. A part takes
-// every block whose unit falls in its range. With piece_cost 0 and equal lengths the parts are
-// equal slices of the requests; the charge, where used, moves a part's boundary by the set-up a
-// piece costs besides its blocks. Splitting from the real lengths on the device keeps graph
+// The batch's KV work is cut into blocks of the kernel's KV tile (a pair of 64-token tiles on the
+// seesaw). Request b costs piece_cost + ceil(L_b / block) units (no units when it has no query rows);
+// the units of the whole batch, in request order, are split into num_parts equal contiguous ranges
+// (at least ceil(max blocks / kMlaMaxPieces) units wide, and rounded up to whole largest requests
+// when that adds at most kMlaAlignSlack units), one per CTA column of the grid. A part takes every
+// block whose unit falls in its range. The charge, where used, moves a part's boundary by the set-up
+// a piece costs besides its blocks. Splitting from the real lengths on the device keeps graph
 // replays right when lengths change.
 constexpr int kMlaPieceCostMma = 0;
 constexpr int kMlaPieceCostWgmma = 1;
 // Most pieces one request is cut into (bounds the combine's work per row).
 constexpr int kMlaMaxPieces = 64;
+// Units a part may grow by so that its width is a whole number of the largest request's units: with
+// equal lengths no request is then split (a split costs a piece's set-up, partial rows and their
+// combine). On the H200 grid this changes 12 configs per precision, at L 4096 and B >= 32 (NOTES.md).
+constexpr int kMlaAlignSlack = 2;
 // The smallest block of any variant: a request no longer than this is never split.
 constexpr int kMlaMinBlockTokens = 32;
 

@@ -3,7 +3,8 @@
 // "Scheduling"). Every CTA derives its own pieces from seq_lens (and qo_indptr) at run time, so a
 // captured graph stays right when the lengths change between replays, and mixed lengths spread
 // evenly: part p takes the blocks whose units fall in [p W, (p + 1) W), W = max(ceil(total / parts),
-// ceil(longest request's blocks / kMlaMaxPieces)).
+// ceil(longest request's blocks / kMlaMaxPieces)), rounded up to whole largest requests when that
+// adds at most kMlaAlignSlack units.
 #include "common/numeric.cuh"
 #include "mla_decode/params.cuh"
 
@@ -134,6 +135,11 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
   const long long narrowest = (max_blocks + kMlaMaxPieces - 1) / kMlaMaxPieces;
   c.width = even > narrowest ? even : narrowest;
   if (c.width < 1) c.width = 1;
+  // A width of whole largest requests, if at most kMlaAlignSlack units wider: with equal lengths the
+  // parts then take whole requests (no partial rows, nothing to combine) for a slightly longer part.
+  const long long largest = max_blocks + p.piece_cost;
+  const long long whole = (c.width + largest - 1) / largest * largest;
+  if (whole <= c.width + kMlaAlignSlack) c.width = whole;
   c.lo = part * c.width;
   c.hi = c.lo + c.width;
 

@@ -625,6 +625,9 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
       fixed(8, 64, 2, true, true, {1, 65, 300}, 163840),
       fixed(12, 16, 1, true, true, {64, 200, 1}, 163840),
       fixed(64, 64, 8, false, false, {65, 300, 129, 1}),
+      // Equal lengths over 8 parts: 3 units per request, parts widened from 4 to 6 units (two whole
+      // requests each, five parts at work).
+      fixed(128, 64, 8, false, true, std::vector<int>(9, 256)),
   };
   m[7].kernel = MlaKernel::kMmaSync;
   m[0].bt_pad = 5;
