@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
   const int warp = threadIdx.x >> 5;
   const int b = blockIdx.y;
   if (p.combine_row_warps == 1) {  // CTA-uniform
-    mla_combine_row_by_warp<kHeads, kMaxSeqLenQ, kPacked>(p, b, blockIdx.x * kWarps + warp);
+    mla_combine_row_by_warp<kHeads, kMaxSeqLenQ, kPacked>(p, b, blockIdx.x * kMlaCombineRowsPerCta + warp);
     return;
   }
   const int row = blockIdx.x;

@@ -61,6 +61,7 @@ constexpr int kMlaPrecisionBf16 = 1;
 // 1) a row each; or eight warps per row where a request has many pieces.
 constexpr int kMlaCombineThreads = 128;
 constexpr int kMlaCombineWideThreads = 256;
+constexpr int kMlaCombineRowsPerCta = kMlaCombineThreads / 32;  // with a warp per row
 
 // Entry points of an mla_decode module, in KernelSource order.
 constexpr int kMlaDecodeEntry = 0;

@@ -36,13 +36,12 @@ bool can_split(const MlaDecodePolicy& policy) { return policy.max_seq_len > kMla
 // The combine for the pieces a request is expected in (about parts / batch with lengths alike), as
 // measured on the H200 (NOTES.md): the eight-warp form at >= 32 (1.03-1.31x as fast as four warps
 // per row at B = 1, 0.85-1.06x at B 8-128, where many small CTAs per SM do better); one warp per row
-// at <= 4 where that still gives every SM a CTA (1.02-1.10x at B >= 32 against four; 0.98-0.99x with
-// fewer CTAs than SMs); else four warps per row. Returns the warps per row, 0 for the eight-warp form.
+// at <= 4 where the batch has at least 8 rows per SM (1.02-1.10x against four at B >= 32; 0.98-0.99x
+// below that); else four warps per row. Returns the warps per row, 0 for the eight-warp form.
 int combine_row_warps(int parts, int batch, int rows, int sm_count) {
   const int pieces = (parts + batch - 1) / batch;
   if (pieces >= 32) return 0;
-  const long long one_warp_ctas = static_cast<long long>(batch) * ((rows + 3) / 4);
-  return pieces <= 4 && one_warp_ctas >= sm_count ? 1 : 4;
+  return pieces <= 4 && static_cast<long long>(batch) * rows >= 8LL * sm_count ? 1 : 4;
 }
 
 MlaVariant variant_for(const MlaDecodePolicy& policy, bool sm90a) {
@@ -114,7 +113,7 @@ MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& devic
   const int rows = mla_max_rows(policy.heads, policy.max_seq_len_q);
   p.combine_row_warps = combine_row_warps(p.num_parts, batch, rows, device.sm_count);
   p.combine_entry = p.combine_row_warps > 0 ? kMlaCombineEntry : kMlaCombineWideEntry;
-  p.combine.grid[0] = static_cast<unsigned>(p.combine_row_warps == 1 ? (rows + 3) / 4 : rows);
+  p.combine.grid[0] = static_cast<unsigned>(p.combine_row_warps == 1 ? (rows + kMlaCombineRowsPerCta - 1) / kMlaCombineRowsPerCta : rows);
   p.combine.grid[1] = static_cast<unsigned>(batch);
   p.combine.block[0] = static_cast<unsigned>(p.combine_row_warps > 0 ? kMlaCombineThreads : kMlaCombineWideThreads);
   // The combine's CTAs may start while the decode kernel runs; they wait for it before any read.

@@ -768,14 +768,14 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w64.combine.grid[0] == 32);
   CHECK(w64.combine.grid[1] == 64);
   CHECK(w64.combine.block[0] == 128);
-  // ... but not where that leaves SMs without a CTA (H 8 over 132 parts, B 64: 128 CTAs of 4 rows).
-  MlaDecodePolicy h8 = p;
-  h8.heads = 8;
-  const kiln::mla::MlaPlan w8h = kiln::mla::plan(h8, 64, h200, "sm_90a");
-  CHECK(w8h.num_parts == 132);
-  CHECK(w8h.combine_row_warps == 4);
-  CHECK(w8h.combine.grid[0] == 8);
-  CHECK(kiln::mla::plan(h8, 128, h200, "sm_90a").combine_row_warps == 1);
+  // ... but not with fewer than 8 rows per SM (H 16 over 132 parts, B 64: 1,024 rows).
+  MlaDecodePolicy h16 = p;
+  h16.heads = 16;
+  const kiln::mla::MlaPlan w16 = kiln::mla::plan(h16, 64, h200, "sm_90a");
+  CHECK(w16.num_parts == 132);
+  CHECK(w16.combine_row_warps == 4);
+  CHECK(w16.combine.grid[0] == 16);
+  CHECK(kiln::mla::plan(h16, 128, h200, "sm_90a").combine_row_warps == 1);
   CHECK(w.workspace.max_parts >= w.num_parts);
 
   // fp8 H 128: the wgmma kernel with its producer warpgroup (384 threads), within the opt-in limit.
