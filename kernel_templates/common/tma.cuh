@@ -20,6 +20,16 @@ __device__ __forceinline__ void tma_load_3d_multicast(u32 dst, const void* map, 
       : "memory");
 }
 
+// The 3-D box at coordinates (c0, c1, c2) into this CTA's shared memory at `dst`, completing on the
+// mbarrier at `bar`. Coordinates past the tensor's extent read as zeros and still count as bytes.
+__device__ __forceinline__ void tma_load_3d(u32 dst, const void* map, int c0, int c1, int c2, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
 #endif  // __CUDACC__
 
 }  // namespace kiln

@@ -105,11 +105,11 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     const u32 raw = smem_addr(smem);
     const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
     long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);
-    constexpr bool kTma = mla_kv_tma(kV, kFp8, kHeads, kMaxSeqLenQ, kPacked, kPageSize);
-    if (threadIdx.x == 0) mla_seesaw_init_barriers<kTma>(base);
-    // With TMA the peer CTA multicasts into this CTA's stages and arrives on its barriers: both CTAs'
-    // barriers exist before either starts.
-    if constexpr (kTma) cluster_sync();
+    constexpr int kTmaCtas = mla_kv_tma_ctas(kV, kFp8, kHeads, kMaxSeqLenQ, kPacked, kPageSize);
+    if (threadIdx.x == 0) mla_seesaw_init_barriers<kTmaCtas>(base);
+    // In a cluster pair the peer CTA multicasts into this CTA's stages and arrives on its barriers:
+    // both CTAs' barriers exist before either starts.
+    if constexpr (kTmaCtas == 2) cluster_sync();
     else __syncthreads();
     MlaWgState st{0u, 0u};
     // Pieces of whole tile pairs: the two warpgroups take a pair's tiles. (A cluster pair sees the
@@ -117,10 +117,10 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     mla_for_each_piece<kThreads, 2 * kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
       if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-      mla_seesaw_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kTma, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+      mla_seesaw_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kTmaCtas, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
     });
     // The peer's last releases arrive on this CTA's barriers: it stays until both are done.
-    if constexpr (kTma) cluster_sync();
+    if constexpr (kTmaCtas == 2) cluster_sync();
   } else {
     constexpr MlaSmemLayout kLayout = mla_smem_layout(kV.tile, kFp8);
     long long* scratch = reinterpret_cast<long long*>(smem + kLayout.sched_offset);

@@ -23,10 +23,12 @@
 // Loads: each stage in two parts with a full mbarrier each, filled by the warpgroup that reads the
 // part last (stage 0 columns 0-255, stage 1 columns 0-255 plus its RoPE block, which holds P(2k+1)
 // for warpgroup 0: warpgroup 0; the rest: warpgroup 1) as soon as its last wgmma on it retired.
-//   - With fixed query lengths and an even number of row tiles (mla_kv_tma), the row tiles run in
-//     cluster pairs that share every KV tile: each CTA issues half of a part's 64 x 64 TMA boxes,
+//   - With fixed query lengths and an even number of row tiles (mla_kv_tma_ctas 2), the row tiles run
+//     in cluster pairs that share every KV tile: each CTA issues half of a part's 64 x 64 TMA boxes,
 //     multicast into both, and a part is refilled only after both CTAs' readers released it (empty
 //     mbarriers, one arrival per warp, local and remote). This halves the KV traffic out of L2.
+//   - With a single row tile (mla_kv_tma_ctas 1) the CTA issues every box itself, and only its own
+//     readers release a part.
 //   - Otherwise every thread of the warpgroup copies its share with cp.async (zero-filling rows past
 //     the piece).
 // Pieces are whole pairs (128-token scheduler blocks); a request whose last block has one tile runs
@@ -99,17 +101,18 @@ struct MlaSeesawCpAsync {
   __device__ __forceinline__ int stale_from(int) const { return kMlaWgTileTokens; }
 };
 
-// Loads with TMA into both CTAs of a cluster pair: each CTA issues half of a part's column blocks
-// (one thread, warpgroup-uniform), multicast, and every part has an empty barrier that both CTAs'
-// readers release (one arrival per warp, local and remote), so neither CTA overwrites a part its peer
-// still reads. Boxes past the piece read a page coordinate past the map (zeros); rows past the piece
+// Loads with TMA, one thread per warpgroup issuing. kCtas 2: into both CTAs of a cluster pair, each
+// CTA issuing half of a part's column blocks, multicast, and every part has an empty barrier that
+// both CTAs' readers release (one arrival per warp, local and remote), so neither CTA overwrites a
+// part its peer still reads. kCtas 1: the CTA issues every block and only its own warps release. Boxes past the piece read a page coordinate past the map (zeros); rows past the piece
 // inside a live page are stale and are zeroed by the tile's S warpgroup (stale_from).
-template <int kPageSize>
+template <int kPageSize, int kCtas>
 struct MlaSeesawTma {
+  static_assert(kCtas == 1 || kCtas == 2, "a CTA alone or a cluster pair");
   static constexpr int kBoxTokens = kPageSize < kMlaWgTileTokens ? kPageSize : kMlaWgTileTokens;
   static constexpr int kBoxes = kMlaWgTileTokens / kBoxTokens;  // per column block
   static constexpr u32 kFullCount = 1;
-  static constexpr u32 kEmptyCount = 2 * kMlaWgThreads / 2 / 32;  // the part's warps, in both CTAs
+  static constexpr u32 kEmptyCount = kCtas * kMlaWgThreads / 2 / 32;  // the part's warps, in every CTA
 
   const MlaDecodeParams* p;
   const int* bt_row;
@@ -123,7 +126,7 @@ struct MlaSeesawTma {
   __device__ __forceinline__ MlaSeesawTma(const MlaDecodeParams& params, const int* bt, int first, int end, u32 s0,
                                           u32 bq, int w, int t, u32 fills_before)
       : p(&params), bt_row(bt), t0(first), t1(end), stage0(s0), bar_q(bq), wg(w), wt(t), warp(t >> 5), lane(t & 31),
-        rank(cluster_rank()), fills(fills_before) {}
+        rank(kCtas == 2 ? cluster_rank() : 0u), fills(fills_before) {}
 
   __device__ __forceinline__ void prepare(int j) {
     if (warp != 0) return;  // lane 0 issues; the warp keeps the pages so that it stays converged
@@ -149,11 +152,12 @@ struct MlaSeesawTma {
 #pragma unroll
       for (int i = 0; i < 5; ++i) {
         const int blk = i < 4 ? 4 * wg + i : 8;
-        if ((i < 4 || rope) && (i & 1) == static_cast<int>(rank)) {
+        if ((i < 4 || rope) && (kCtas == 1 || (i & 1) == static_cast<int>(rank))) {
 #pragma unroll
           for (int b = 0; b < kBoxes; ++b) {
-            tma_load_3d_multicast(dst0 + blk * 8192 + b * kBoxTokens * 128, &p->kv_map, blk * 64, tok, pages[b], full,
-                                  0x3);
+            const u32 dst = dst0 + blk * 8192 + b * kBoxTokens * 128;
+            if constexpr (kCtas == 1) tma_load_3d(dst, &p->kv_map, blk * 64, tok, pages[b], full);
+            else tma_load_3d_multicast(dst, &p->kv_map, blk * 64, tok, pages[b], full, 0x3);
           }
         }
       }
@@ -178,7 +182,7 @@ struct MlaSeesawTma {
     if (lane == 0) {
       const u32 empty = mla_seesaw_empty(bar_q, stage, wg);
       mbar_arrive(empty);
-      mbar_arrive_remote(peer_addr(empty, rank ^ 1u));
+      if constexpr (kCtas == 2) mbar_arrive_remote(peer_addr(empty, rank ^ 1u));
     }
   }
   __device__ __forceinline__ int stale_from(int j) const {
@@ -328,24 +332,26 @@ __device__ __forceinline__ void mla_seesaw_take_max(u32 slot, int r_lo, int r_hi
   alpha_hi = online_softmax_step(m_hi, lds_f32(slot + r_hi * 4)).alpha;
 }
 
-template <bool kTma, int kPageSize>
+template <int kTmaCtas, int kPageSize>
 struct MlaSeesawLoads {
-  using type = MlaSeesawCpAsync<kPageSize>;
+  using type = MlaSeesawTma<kPageSize, kTmaCtas>;
 };
 template <int kPageSize>
-struct MlaSeesawLoads<true, kPageSize> {
-  using type = MlaSeesawTma<kPageSize>;
+struct MlaSeesawLoads<0, kPageSize> {
+  using type = MlaSeesawCpAsync<kPageSize>;
 };
 
-template <bool kTma>
+template <int kTmaCtas>
 __device__ __forceinline__ void mla_seesaw_init_barriers(u32 base) {
+  constexpr bool kTma = kTmaCtas > 0;
   const u32 bar_q = base + kMlaWgBarOffset;
   // Q: every thread of both warpgroups arrives once per fill (cp.async).
   mbar_init(bar_q, kMlaWgThreads);
   for (int stage = 0; stage < kMlaWgStages; ++stage) {
     for (int part = 0; part < 2; ++part) {
-      mbar_init(mla_seesaw_full(bar_q, stage, part), kTma ? MlaSeesawTma<64>::kFullCount : MlaSeesawCpAsync<64>::kFullCount);
-      if (kTma) mbar_init(mla_seesaw_empty(bar_q, stage, part), MlaSeesawTma<64>::kEmptyCount);
+      mbar_init(mla_seesaw_full(bar_q, stage, part),
+                kTma ? MlaSeesawTma<64, kTma ? kTmaCtas : 1>::kFullCount : MlaSeesawCpAsync<64>::kFullCount);
+      if (kTma) mbar_init(mla_seesaw_empty(bar_q, stage, part), MlaSeesawTma<64, kTma ? kTmaCtas : 1>::kEmptyCount);
     }
   }
   if (kTma) {
@@ -355,8 +361,9 @@ __device__ __forceinline__ void mla_seesaw_init_barriers(u32 base) {
 }
 
 // Rows [row0, row0 + 64) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
-// kTma: the CTA is one of a cluster pair (row tiles 2c and 2c + 1) that shares every KV tile.
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, bool kTma, bool kSplitP>
+// kTmaCtas: 0 loads with cp.async, 1 with TMA, 2 with TMA in a cluster pair (row tiles 2c and 2c + 1)
+// that shares every KV tile.
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, int kTmaCtas, bool kSplitP>
 __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                                  int slot, MlaWgState& st) {
   constexpr int kRowBytes = kMlaDimQk * 2;
@@ -374,8 +381,9 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
 
   // A cluster pair walks the same tiles: with kCausal both cut the range where the pair's last row does.
   constexpr int kPairRows = kMlaKvTmaCluster * kMlaWgRows;
-  const MlaPieceRows pv = kTma ? mla_piece_rows<kHeads, kCausal, kPairRows, kMlaWgTileTokens>(piece, row0 - row0 % kPairRows)
-                               : mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
+  const MlaPieceRows pv = kTmaCtas == 2
+                              ? mla_piece_rows<kHeads, kCausal, kPairRows, kMlaWgTileTokens>(piece, row0 - row0 % kPairRows)
+                              : mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
   const int n_pairs = (pv.n_tiles + 1) / 2;
 
   const u32 q_smem = base + kMlaWgQOffset;
@@ -399,9 +407,9 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
     const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
     const unsigned char* q_rows =
         static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
-    using Loads = typename MlaSeesawLoads<kTma, kPageSize>::type;
+    using Loads = typename MlaSeesawLoads<kTmaCtas, kPageSize>::type;
     Loads loads = [&]() {
-      if constexpr (kTma) {
+      if constexpr (kTmaCtas > 0) {
         return Loads(p, bt_row, pv.t0, pv.t1, stage0, bar_q, wg, wt, st.tiles);
       } else {
         return Loads(MlaTileLoader<kPageSize>(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane), stage0, bar_q, wg);

@@ -95,7 +95,7 @@ struct MlaDecodeParams {
   float out_scale;           // bmm2_scale
   int combine_row_warps;     // kMlaCombineEntry's warps per output row: 4 (a CTA per row) or 1
   // The KV cache as a 3-D tensor {576 columns, page_size tokens, pages} with 64 x min(64, page_size)
-  // boxes in the 128-byte swizzle; encoded only for kernels that load with TMA (mla_kv_tma).
+  // boxes in the 128-byte swizzle; encoded only for kernels that load with TMA (mla_kv_tma_ctas).
   MlaTensorMap kv_map;
   int kv_pages;  // the map's page extent: a page coordinate this large reads zeros
 };
@@ -241,17 +241,20 @@ constexpr int kMlaWgUsedBytes = kMlaWgExchangeOffset + 2 * kMlaWgRows * 4;
 // + 1 KB: the kernel aligns its base to the 1024-byte swizzle atom itself.
 constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 
-// The seesaw kernel (bf16 pages, heads-on-M) runs the row tiles of a part in clusters of
-// two CTAs that share every KV tile: each CTA loads half of it with TMA, multicast into both, which
-// halves the KV traffic from L2 (the limit at 128 rows and more: 82% of L2 throughput on the H200
-// with each row tile loading its own copy). It needs fixed query lengths (both CTAs then walk the
-// same pieces and tiles), an even number of row tiles, and pages of at least 16 tokens (a TMA box
-// per page run).
-KILN_MLA_HD constexpr bool mla_kv_tma(MlaVariant v, bool fp8, int heads, int max_seq_len_q, bool packed, int page_size) {
+// The seesaw kernel (bf16 pages, heads-on-M) loads KV with TMA where pages hold at least 16 tokens
+// (a TMA box per page run). With fixed query lengths and an even number of row tiles the row tiles of
+// a part run in clusters of two CTAs that share every KV tile: each CTA loads half of it, multicast
+// into both, which halves the KV traffic from L2 (the limit at 128 rows and more: 82% of L2
+// throughput on the H200 with each row tile loading its own copy); both CTAs then walk the same
+// pieces and tiles. With a single row tile (64 rows or fewer) the CTA loads every box itself.
+// Returns the CTAs that share a KV tile: 0 (no TMA: cp.async), 1 or 2.
+KILN_MLA_HD constexpr int mla_kv_tma_ctas(MlaVariant v, bool fp8, int heads, int max_seq_len_q, bool packed, int page_size) {
   const int row_tiles = (mla_max_rows(heads, max_seq_len_q) + kMlaWgRows - 1) / kMlaWgRows;
-  return v.wgmma && v.kv_rows == 0 && !fp8 && !packed && row_tiles % 2 == 0 && page_size >= 16;
+  if (!v.wgmma || v.kv_rows != 0 || fp8 || page_size < 16) return 0;
+  if (row_tiles == 1) return 1;
+  return !packed && row_tiles % 2 == 0 ? 2 : 0;
 }
-// CTAs per cluster of those kernels (along grid y, the row tiles).
+// CTAs per cluster of the paired kernels (along grid y, the row tiles).
 constexpr int kMlaKvTmaCluster = 2;
 
 // ---- fp8 wgmma kernel (sm_90a) geometry ----

@@ -107,8 +107,9 @@ MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& devic
   p.decode.grid[1] = static_cast<unsigned>(tiles);
   p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant, policy.fp8()));
   p.decode.smem_bytes = static_cast<unsigned>(mla_variant_smem(p.variant, policy.fp8()));
-  p.kv_tma = mla_kv_tma(p.variant, policy.fp8(), policy.heads, policy.max_seq_len_q, policy.packed, policy.page_size);
-  if (p.kv_tma) p.decode.cluster[1] = kMlaKvTmaCluster;
+  const int tma_ctas = mla_kv_tma_ctas(p.variant, policy.fp8(), policy.heads, policy.max_seq_len_q, policy.packed, policy.page_size);
+  p.kv_tma = tma_ctas > 0;
+  if (tma_ctas == kMlaKvTmaCluster) p.decode.cluster[1] = kMlaKvTmaCluster;
 
   const int rows = mla_max_rows(policy.heads, policy.max_seq_len_q);
   p.combine_row_warps = combine_row_warps(p.num_parts, batch, rows, device.sm_count);
