@@ -27,8 +27,8 @@
 //     in cluster pairs that share every KV tile: each CTA issues half of a part's 64 x 64 TMA boxes,
 //     multicast into both, and a part is refilled only after both CTAs' readers released it (empty
 //     mbarriers, one arrival per warp, local and remote). This halves the KV traffic out of L2.
-//   - With a single row tile (mla_kv_tma_ctas 1) the CTA issues every box itself, and only its own
-//     readers release a part.
+//   - With a single row tile and the exact precision (mla_kv_tma_ctas 1) the CTA issues every box
+//     itself, and only its own readers release a part.
 //   - Otherwise every thread of the warpgroup copies its share with cp.async (zero-filling rows past
 //     the piece).
 // Pieces are whole pairs (128-token scheduler blocks); a request whose last block has one tile runs
