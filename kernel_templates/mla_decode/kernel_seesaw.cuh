@@ -104,8 +104,9 @@ struct MlaSeesawCpAsync {
 // Loads with TMA, one thread per warpgroup issuing. kCtas 2: into both CTAs of a cluster pair, each
 // CTA issuing half of a part's column blocks, multicast, and every part has an empty barrier that
 // both CTAs' readers release (one arrival per warp, local and remote), so neither CTA overwrites a
-// part its peer still reads. kCtas 1: the CTA issues every block and only its own warps release. Boxes past the piece read a page coordinate past the map (zeros); rows past the piece
-// inside a live page are stale and are zeroed by the tile's S warpgroup (stale_from).
+// part its peer still reads. kCtas 1: the CTA issues every block and only its own warps release.
+// Boxes past the piece read a page coordinate past the map (zeros); rows past the piece inside a
+// live page are stale and are zeroed by the tile's S warpgroup (stale_from).
 template <int kPageSize, int kCtas>
 struct MlaSeesawTma {
   static_assert(kCtas == 1 || kCtas == 2, "a CTA alone or a cluster pair");
@@ -344,14 +345,14 @@ struct MlaSeesawLoads<0, kPageSize> {
 template <int kTmaCtas>
 __device__ __forceinline__ void mla_seesaw_init_barriers(u32 base) {
   constexpr bool kTma = kTmaCtas > 0;
+  using Tma = MlaSeesawTma<64, kTma ? kTmaCtas : 1>;
   const u32 bar_q = base + kMlaWgBarOffset;
   // Q: every thread of both warpgroups arrives once per fill (cp.async).
   mbar_init(bar_q, kMlaWgThreads);
   for (int stage = 0; stage < kMlaWgStages; ++stage) {
     for (int part = 0; part < 2; ++part) {
-      mbar_init(mla_seesaw_full(bar_q, stage, part),
-                kTma ? MlaSeesawTma<64, kTma ? kTmaCtas : 1>::kFullCount : MlaSeesawCpAsync<64>::kFullCount);
-      if (kTma) mbar_init(mla_seesaw_empty(bar_q, stage, part), MlaSeesawTma<64, kTma ? kTmaCtas : 1>::kEmptyCount);
+      mbar_init(mla_seesaw_full(bar_q, stage, part), kTma ? Tma::kFullCount : MlaSeesawCpAsync<64>::kFullCount);
+      if (kTma) mbar_init(mla_seesaw_empty(bar_q, stage, part), Tma::kEmptyCount);
     }
   }
   if (kTma) {
