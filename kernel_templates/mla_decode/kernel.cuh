@@ -165,11 +165,11 @@ __device__ __forceinline__ int ld_s32(const int* p) {
 // The combine merges the pieces of a split request: out = bmm2_scale * sum_s w_s O_s / sum_s w_s
 // with w_s = 2^(lse_s - max lse). Pieces that saw no key (lse -inf) are skipped without reading their
 // O, which the decode kernel never wrote. A row's warps take its pieces in turn (all 512 columns, 16
-// per lane, four pieces' loads in flight per warp); several warps' sums meet in shared memory. Requests in one piece were written by the decode kernel itself. Three forms, as
-// the planner picks from the pieces a request is expected to have: a warp per row, four rows per CTA
-// (a few pieces), 4 warps per row (tens: few registers, many CTAs per SM), both one kernel, and 8
-// warps with every piece's weight read into registers first (a request in up to 65 pieces: its loads
-// in two rounds). The helpers below serve the 8-warp and warp-per-row forms.
+// per lane, four pieces' loads in flight per warp); several warps' sums meet in shared memory.
+// Requests in one piece were written by the decode kernel itself. Three forms, as the planner picks
+// from the pieces a request is expected to have: a warp per row, four rows per CTA (a few pieces),
+// 4 warps per row (tens: few registers, many CTAs per SM), both one kernel, and 8 warps with every
+// piece's weight read into registers first (a request in up to 65 pieces: its loads in two rounds).
 namespace mla_detail {
 
 // Where the combine of (row, request b) reads: the request's rows and its split record. Returns
@@ -299,8 +299,8 @@ __device__ __forceinline__ void mla_combine_row_by_warp(const MlaDecodeParams& p
 }  // namespace mla_detail
 
 // 4 warps: with p.combine_row_warps == 1 a row per warp (above); else a row per CTA, each warp reading
-// the lse it needs per batch of pieces (from L1 after the first pass). Not built on the helpers
-// above: in that form it ran 1.5-4% slower at B 8-64 on the H200 (NOTES.md).
+// the lse it needs per batch of pieces (from L1 after the first pass). Its piece loop is not
+// mla_combine_accumulate: in that form it ran 1.5-4% slower at B 8-64 on the H200 (NOTES.md).
 template <int kHeads, int kMaxSeqLenQ, bool kPacked>
 __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
