@@ -30,7 +30,7 @@ struct MlaPlan {
   int piece_cost = 1;           // -> MlaDecodeParams::piece_cost
   bool needs_combine = false;   // num_parts > 1: launch the combine kernel (PDL) after the decode kernel
   int combine_entry = kMlaCombineEntry;  // the module's four-warp combine or its eight-warp form
-  int combine_row_warps = 4;    // -> MlaDecodeParams::combine_row_warps (kMlaCombineEntry: 4 or 1)
+  int combine_row_warps = 4;    // -> MlaDecodeParams::combine_row_warps: 4 or 1; 0 with the eight-warp form
   bool kv_tma = false;          // the decode kernel loads KV with TMA (MlaDecodeParams::kv_map); decode.cluster pairs CTAs
   LaunchConfig decode;
   LaunchConfig combine;

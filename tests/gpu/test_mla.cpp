@@ -661,7 +661,7 @@ TEST_CASE("mla: sanitizer subset", "[gpu][mla][sanitizer]") {
   for (const MlaCase& c : m) {
     const kiln::mla::MlaPlan plan = kiln::mla::plan(c.policy(), static_cast<int>(c.seq_lens.size()),
                                                     device_limits(), kiln::KernelService::global().device_arch(0));
-    if (plan.needs_combine) combines.insert(plan.combine_entry == kiln::kMlaCombineWideEntry ? 0 : plan.combine_row_warps);
+    if (plan.needs_combine) combines.insert(plan.combine_row_warps);  // 0: the eight-warp form
   }
   CHECK(combines == std::set<int>{0, 1, 4});
   run_cases(m, base_seed() * 1000 + 900);

@@ -759,6 +759,7 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.combine.block[0] == 128);
   const kiln::mla::MlaPlan w1 = kiln::mla::plan(p, 1, h200, "sm_90a");
   CHECK(w1.combine_entry == kiln::kMlaCombineWideEntry);
+  CHECK(w1.combine_row_warps == 0);
   CHECK(w1.combine.grid[0] == 128);
   CHECK(w1.combine.block[0] == 256);
   // Batch 64 over 66 parts (about 2 pieces per request): a warp per row, four rows per CTA ...
