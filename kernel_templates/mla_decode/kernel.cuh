@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     const u32 raw = smem_addr(smem);
     const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
     long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);
-    constexpr int kTmaCtas = mla_kv_tma_ctas(kV, kFp8, kHeads, kMaxSeqLenQ, kPacked, kPageSize, kSplitP);
+    constexpr int kTmaCtas = mla_kv_tma_ctas(kV, kFp8, kHeads, kMaxSeqLenQ, kPacked, kPageSize);
     if (threadIdx.x == 0) mla_seesaw_init_barriers<kTmaCtas>(base);
     // In a cluster pair the peer CTA multicasts into this CTA's stages and arrives on its barriers:
     // both CTAs' barriers exist before either starts.

@@ -27,8 +27,8 @@
 //     in cluster pairs that share every KV tile: each CTA issues half of a part's 64 x 64 TMA boxes,
 //     multicast into both, and a part is refilled only after both CTAs' readers released it (empty
 //     mbarriers, one arrival per warp, local and remote). This halves the KV traffic out of L2.
-//   - With a single row tile and the exact precision (mla_kv_tma_ctas 1) the CTA issues every box
-//     itself, and only its own readers release a part.
+//   - With a single row tile (mla_kv_tma_ctas 1) the CTA issues every box itself, and only its own
+//     readers release a part.
 //   - Otherwise every thread of the warpgroup copies its share with cp.async (zero-filling rows past
 //     the piece).
 // Pieces are whole pairs (128-token scheduler blocks); a request whose last block has one tile runs
@@ -106,8 +106,8 @@ struct MlaSeesawCpAsync {
 // both CTAs' readers release (one arrival per warp, local and remote), so neither CTA overwrites a
 // part its peer still reads. kCtas 1: the CTA issues every block and only its own warps release.
 // Boxes past the piece read a page coordinate past the map (zeros); rows past the piece inside a
-// live page are stale and are zeroed by the tile's S warpgroup (stale_from).
-template <int kPageSize, int kCtas>
+// live page are stale and are zeroed by the tile's S warpgroup (stale_from). kPrefetch: see prefetch.
+template <int kPageSize, int kCtas, bool kPrefetch>
 struct MlaSeesawTma {
   static_assert(kCtas == 1 || kCtas == 2, "a CTA alone or a cluster pair");
   static constexpr int kBoxTokens = kPageSize < kMlaWgTileTokens ? kPageSize : kMlaWgTileTokens;
@@ -166,9 +166,12 @@ struct MlaSeesawTma {
     __syncwarp();
   }
   // Asks L2 for tile j's token rows a pair ahead of its fill: the fill of stage 1 is issued after the
-  // pair's last P V and S(2k + 1) of the next pair waits for it, so it should not wait for DRAM.
+  // pair's last P V and S(2k + 1) of the next pair waits for it, so it should not wait for DRAM. A CTA
+  // alone asks once (warpgroup 0), and only with P as hi + lo: with one bf16 P its long memory-bound
+  // 64-row configs ran up to 6% slower with the prefetch than without (NOTES.md).
   __device__ __forceinline__ void prefetch(int j) {
-    if (wt != 0 || rank != 0) return;
+    if constexpr (!kPrefetch) return;
+    if (wt != 0 || rank != 0 || (kCtas == 1 && wg != 0)) return;
 #pragma unroll
     for (int b = 0; b < kBoxes; ++b) {
       const int t = t0 + j * kMlaWgTileTokens + b * kBoxTokens;
@@ -333,19 +336,19 @@ __device__ __forceinline__ void mla_seesaw_take_max(u32 slot, int r_lo, int r_hi
   alpha_hi = online_softmax_step(m_hi, lds_f32(slot + r_hi * 4)).alpha;
 }
 
-template <int kTmaCtas, int kPageSize>
+template <int kTmaCtas, int kPageSize, bool kSplitP>
 struct MlaSeesawLoads {
-  using type = MlaSeesawTma<kPageSize, kTmaCtas>;
+  using type = MlaSeesawTma<kPageSize, kTmaCtas, kTmaCtas == 2 || kSplitP>;
 };
-template <int kPageSize>
-struct MlaSeesawLoads<0, kPageSize> {
+template <int kPageSize, bool kSplitP>
+struct MlaSeesawLoads<0, kPageSize, kSplitP> {
   using type = MlaSeesawCpAsync<kPageSize>;
 };
 
 template <int kTmaCtas>
 __device__ __forceinline__ void mla_seesaw_init_barriers(u32 base) {
   constexpr bool kTma = kTmaCtas > 0;
-  using Tma = MlaSeesawTma<64, kTma ? kTmaCtas : 1>;
+  using Tma = MlaSeesawTma<64, kTma ? kTmaCtas : 1, true>;
   const u32 bar_q = base + kMlaWgBarOffset;
   // Q: every thread of both warpgroups arrives once per fill (cp.async).
   mbar_init(bar_q, kMlaWgThreads);
@@ -408,7 +411,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
     const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
     const unsigned char* q_rows =
         static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
-    using Loads = typename MlaSeesawLoads<kTmaCtas, kPageSize>::type;
+    using Loads = typename MlaSeesawLoads<kTmaCtas, kPageSize, kSplitP>::type;
     Loads loads = [&]() {
       if constexpr (kTmaCtas > 0) {
         return Loads(p, bt_row, pv.t0, pv.t1, stage0, bar_q, wg, wt, st.tiles);

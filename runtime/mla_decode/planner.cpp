@@ -107,8 +107,8 @@ MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& devic
   p.decode.grid[1] = static_cast<unsigned>(tiles);
   p.decode.block[0] = static_cast<unsigned>(mla_variant_threads(p.variant, policy.fp8()));
   p.decode.smem_bytes = static_cast<unsigned>(mla_variant_smem(p.variant, policy.fp8()));
-  const int tma_ctas = mla_kv_tma_ctas(p.variant, policy.fp8(), policy.heads, policy.max_seq_len_q, policy.packed,
-                                       policy.page_size, policy.precision == MlaPrecision::kExact);
+  const int tma_ctas =
+      mla_kv_tma_ctas(p.variant, policy.fp8(), policy.heads, policy.max_seq_len_q, policy.packed, policy.page_size);
   p.kv_tma = tma_ctas > 0;
   if (tma_ctas == kMlaKvTmaCluster) p.decode.cluster[1] = kMlaKvTmaCluster;
 
