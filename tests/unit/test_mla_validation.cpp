@@ -750,6 +750,22 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.decode.smem_bytes <= 232448);
   CHECK(w.needs_combine);
   CHECK(w.combine.pdl);
+  // KV by TMA: two row tiles as a cluster pair; one row tile on its own CTA (no cluster), in either
+  // precision; e4m3 pages are widened by a producer warpgroup instead.
+  CHECK(w.kv_tma);
+  CHECK(w.decode.cluster[1] == 2);
+  for (const auto precision : {kiln::mla::MlaPrecision::kExact, kiln::mla::MlaPrecision::kBf16}) {
+    MlaDecodePolicy one_tile = p;
+    one_tile.heads = 64;
+    one_tile.precision = precision;
+    const kiln::mla::MlaPlan t = kiln::mla::plan(one_tile, 4, h200, "sm_90a");
+    CHECK(t.kv_tma);
+    CHECK(t.decode.grid[1] == 1);
+    CHECK(t.decode.cluster[1] == 0);
+  }
+  MlaDecodePolicy e4m3 = p;
+  e4m3.dtype = kiln::DType::kE4m3;
+  CHECK_FALSE(kiln::mla::plan(e4m3, 4, h200, "sm_90a").kv_tma);
   // Batch 4 over 66 parts (~17 pieces per request): four warps per row, one row per CTA; one request
   // (66 pieces): the eight-warp form.
   CHECK(w.combine_entry == kiln::kMlaCombineEntry);
