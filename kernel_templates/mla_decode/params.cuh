@@ -247,8 +247,8 @@ constexpr int kMlaWgSmemBytes = kMlaWgUsedBytes + 1024;
 // into both, which halves the KV traffic from L2 (the limit at 128 rows and more: 82% of L2
 // throughput on the H200 with each row tile loading its own copy); both CTAs then walk the same
 // pieces and tiles. With a single row tile (64 rows or fewer) the CTA loads every box itself: on the
-// H200 its 64-row grid configs ran 1.03-1.12x as fast as with cp.async with one bf16 P, 1.02-1.11x
-// with P as hi + lo (NOTES.md). Returns the CTAs that share a KV tile: 0 (no TMA: cp.async), 1 or 2.
+// H200 its 64-row grid configs ran 1.02-1.11x as fast as with cp.async, in both precisions (NOTES.md).
+// Returns the CTAs that share a KV tile: 0 (no TMA: cp.async), 1 or 2.
 KILN_MLA_HD constexpr int mla_kv_tma_ctas(MlaVariant v, bool fp8, int heads, int max_seq_len_q, bool packed, int page_size) {
   const int row_tiles = (mla_max_rows(heads, max_seq_len_q) + kMlaWgRows - 1) / kMlaWgRows;
   if (!v.wgmma || v.kv_rows != 0 || fp8 || page_size < 16) return 0;
