@@ -192,6 +192,11 @@ __device__ __forceinline__ bool mla_combine_begin(const MlaDecodeParams& p, int 
   return n > 1;
 }
 
+// A piece's weight 2^(lse - mx): 0 for a piece that saw no key (lse -inf).
+__device__ __forceinline__ float mla_combine_weight(float lse, float mx) {
+  return lse == neg_inf() ? 0.f : fast_exp2(lse - mx);
+}
+
 // The max and the weight sum over a row's n pieces (their lse `stride` floats apart), every lane
 // of the warp getting both.
 __device__ __forceinline__ void mla_combine_max_wsum(const float* lse, int n, int stride, int lane, float& mx, float& wsum) {
@@ -202,7 +207,7 @@ __device__ __forceinline__ void mla_combine_max_wsum(const float* lse, int n, in
   wsum = 0.f;
   for (int s = lane; s < n; s += 32) {
     const float l = ld_f32(lse + s * stride);
-    wsum += l == neg_inf() ? 0.f : fast_exp2(l - mx);
+    wsum += mla_combine_weight(l, mx);
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
@@ -281,7 +286,7 @@ __device__ __forceinline__ void mla_combine_row_by_warp(const MlaDecodeParams& p
     for (int u = 0; u < kBatch; ++u) {
       s[u] = s0 + u;
       const float l = s[u] < n ? ld_f32(lse + s[u] * kMaxRows) : neg_inf();
-      ws[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+      ws[u] = mla_combine_weight(l, mx);
     }
     mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
   }
@@ -351,7 +356,7 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
     for (int u = 0; u < kBatch; ++u) {
       const int s = s0 + u * kWarps;
       const float l = s < n ? ld_f32(lse + s * kMaxRows) : neg_inf();
-      w[u] = l == neg_inf() ? 0.f : fast_exp2(l - mx);
+      w[u] = mla_combine_weight(l, mx);
 #pragma unroll
       for (int k = 0; k < 4; ++k) v[u][k] = ld128_if(o + s * kSlotStride + 128 * k, w[u] > 0.f);
     }
@@ -426,7 +431,7 @@ __global__ void __launch_bounds__(kMlaCombineWideThreads, 2) mla_combine_wide_ke
   float wsum = 0.f;
 #pragma unroll
   for (int k = 0; k < kLsePerLane; ++k) {
-    w[k] = w[k] == neg_inf() ? 0.f : fast_exp2(w[k] - mx);
+    w[k] = mla_combine_weight(w[k], mx);
     wsum += w[k];
   }
 #pragma unroll
