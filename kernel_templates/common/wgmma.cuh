@@ -69,7 +69,7 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 // D (+)= A * B for one m64nNk16 step: bf16 inputs, fp32 accumulators (N / 2 registers per thread;
 // register i of thread t holds row 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2), column
 // 8 (i / 4) + 2 (t % 4) + i % 2). `accumulate` false overwrites D. kTransB 0 reads B K-major, 1
-// MN-major; kTransA (ss, N 16 and 32) the same for A. The register A fragment (rs) has the same
+// MN-major; kTransA (ss, N 16, 32 and 64) the same for A. The register A fragment (rs) has the same
 // row/column pattern as a 64 x 16 accumulator, packed as bf16 pairs: a[0] = (row r, cols c, c+1), a[1] = (r + 8, c), a[2] = (r, c + 8),
 // a[3] = (r + 8, c + 8) with r = 16 warp + lane / 4, c = 2 (lane % 4).
 // The ss forms the bf16 and f16 families share, one definition per shape; `ab` is the PTX input
@@ -168,19 +168,19 @@ struct WgmmaBf16<32> {
 
 template <>
 struct WgmmaBf16<64> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   static __device__ __forceinline__ void ss(float (&d)[32], u64 desc_a, u64 desc_b, bool accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+        "}, %32, %33, p, 1, 1, %36, %35;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs(float (&d)[32], const u32 (&a)[4], u64 desc_b, bool accumulate) {

@@ -29,14 +29,15 @@ constexpr bool kMlaSm90a = true;
 constexpr bool kMlaSm90a = false;
 #endif
 
-template <int kHeads, int kMaxSeqLenQ, bool kFp8, int kKernel>
-constexpr MlaVariant kMlaCompiledVariant = mla_variant(kKernel, kHeads, kMaxSeqLenQ, kFp8, kMlaSm90a);
+template <int kHeads, int kMaxSeqLenQ, bool kFp8, int kKernel, int kPrecision>
+constexpr MlaVariant kMlaCompiledVariant =
+    mla_variant(kKernel, kHeads, kMaxSeqLenQ, kFp8, !kFp8 && kPrecision == kMlaPrecisionExact, kMlaSm90a);
 
 template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kPacked, bool kFp8, bool kCausal, int kKernel, int kPrecision>
-__global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel>, kFp8), 1)
+__global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel, kPrecision>, kFp8), 1)
     mla_decode_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
-  constexpr MlaVariant kV = kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel>;
+  constexpr MlaVariant kV = kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel, kPrecision>;
   constexpr int kThreads = mla_variant_threads(kV, kFp8);
   constexpr int kRows = mla_variant_rows(kV);
   static_assert(kMaxSeqLenQ >= 1 && kMaxSeqLenQ <= kMlaMaxSeqLenQ, "kMaxSeqLenQ must be in 1..64");
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     mla_for_each_piece<kThreads, kMlaKvTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
       if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-      mla_kv_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kV.kv_rows, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+      mla_kv_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kV.kv_rows, kV.kv_warpgroups, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
     });
   } else if constexpr (kV.wgmma && kFp8) {
     static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");

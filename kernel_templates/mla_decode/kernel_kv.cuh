@@ -75,32 +75,31 @@ __device__ __forceinline__ void mla_kv_scores(float (&s)[kN / 2], u64 dk, u64 dq
   wgmma_fence_operand(s);
 }
 
-// O^T += V^T P^T: for each of V's 8 64-column blocks, 4 token steps of m64n32k16 with A = V^T (the
-// tile's K through the transpose bit) and B = P^T (N = 32: hi, then with kSplitP lo; N = 16: the
-// stacked [hi; lo]). Waited for.
-template <int kN, bool kSplitP>
-__device__ __forceinline__ void mla_kv_pv(float (&o)[8][16], u64 dv, u64 dp_hi, u64 dp_lo) {
+// O^T += V^T P^T over V's column blocks [mb0, mb0 + kMb): 4 token steps each of an m64 wgmma with
+// A = V^T (the tile's K through the transpose bit) and B = P^T: with kStacked the 2 kN rows
+// [hi; lo] (one MMA per step, V read once), else hi alone. Waited for.
+template <int kN, bool kStacked, int kMb>
+__device__ __forceinline__ void mla_kv_pv(float (&o)[kMb][kStacked ? kN : kN / 2], int mb0, u64 dv, u64 dp) {
+  constexpr int kON = kStacked ? 2 * kN : kN;
   wgmma_fence();
 #pragma unroll
-  for (int mb = 0; mb < 8; ++mb) {
+  for (int mb = 0; mb < kMb; ++mb) {
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      const u64 dvk = wgmma_desc_advance(dv, mb * 8192 + ks * 2048);
-      WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_hi, ks * 32), true);
-      if constexpr (kN == 32 && kSplitP) {
-        WgmmaBf16<32>::ss<0, 1>(o[mb], dvk, wgmma_desc_advance(dp_lo, ks * 32), true);
-      }
+      WgmmaBf16<kON>::template ss<0, 1>(o[mb], wgmma_desc_advance(dv, (mb0 + mb) * 8192 + ks * 2048),
+                                        wgmma_desc_advance(dp, ks * 32), true);
     }
   }
   wgmma_commit();
   wgmma_wait<0>();
 #pragma unroll
-  for (int mb = 0; mb < 8; ++mb) wgmma_fence_operand(o[mb]);
+  for (int mb = 0; mb < kMb; ++mb) wgmma_fence_operand(o[mb]);
 }
 
 // Rows [row0, row0 + kN) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
-// `base`: the 1024-byte-aligned shared-memory base.
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, int kN, bool kSplitP>
+// `base`: the 1024-byte-aligned shared-memory base. Warpgroup 0 loads, computes S and the softmax;
+// with two warpgroups (kN = 32) each adds P V over half of V's column blocks.
+template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, int kN, int kWgs, bool kSplitP>
 __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                              int slot, MlaWgState& st) {
   static_assert(kN == 16 || kN == 32, "the KV-on-M kernel takes 16 or 32 query rows");
@@ -111,13 +110,23 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   constexpr int kRegs = kN / 2;  // accumulator registers of S^T (m64nNk16)
   constexpr int kCols = kN / 4;  // distinct columns per thread: k = 2 n + e -> column 8 n + 2 c4 + e
   constexpr u32 kQBlock = kN * 128;  // bytes of one 64-column block of Q
+  constexpr int kAll = kWgs * kMlaKvThreads;
+  // P^T as one B operand [hi; lo] (at N = 16 also without kSplitP, lo = 0, which keeps the shape).
+  constexpr bool kStacked = kN == 16 || kSplitP;
+  constexpr int kORegs = kStacked ? kN : kN / 2;  // O^T registers per column block
+  constexpr int kMb = 8 / kWgs;                    // V column blocks per warpgroup
+  static_assert(kWgs == 1 || kWgs == 2, "one or two warpgroups");
+  static_assert(kORegs * kMb <= 128, "O^T must fit in 128 registers per thread");
 
   const int tid = threadIdx.x;
-  const int warp = tid >> 5;
+  const int wg = tid >> 7;
+  const int wt = tid & 127;
+  const int warp = wt >> 5;
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int c4 = lane & 3;
   const int tok_lo = 16 * warp + g;  // tile tokens of this thread: tok_lo and tok_lo + 8
+  const int mb0 = wg * kMb;
 
   const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kN, kMlaKvTileTokens>(piece, row0);
 
@@ -125,179 +134,209 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   const u32 stage_smem = base + kL.stage_offset;
   const u32 p_hi = base + kL.p_offset;
   const u32 p_lo = p_hi + kL.p_bytes;
-  const u32 red = base + kL.red_offset;  // [warp][column] fp32
+  const u32 red = base + kL.red_offset;      // [warp][column] fp32
+  const u32 alphas = base + kL.alpha_offset;  // [column] fp32: the tile's O factors, for warpgroup 1
   const u32 bar_q = base + kL.bar_offset;
   const u32 bar_full = bar_q + 8;  // + 8 * stage
 
-  // O^T: block mb holds output columns 64 mb + tok_lo (+ 8) (its M rows) of the thread's query rows.
-  // Accumulator register i of O^T holds query row 8 ((i / 4) % (kN / 8)) + 2 c4 + i % 2, i.e. this
-  // thread's column k = o_col(i); at N = 16, registers i and i + 8 hold the hi and lo halves.
-  float o[8][16];
+  // O^T: block mb holds output columns 64 (mb0 + mb) + tok_lo (+ 8) (its M rows) of the thread's
+  // query rows. Accumulator register i of O^T holds query row 8 ((i / 4) % (kN / 8)) + 2 c4 + i % 2,
+  // i.e. this thread's column k = o_col(i); stacked, registers i and i + kN / 2 hold the hi and lo
+  // halves.
+  float o[kMb][kORegs];
   auto o_col = [](int i) { return 2 * ((i >> 2) % (kN / 8)) + (i & 1); };
 #pragma unroll
-  for (int mb = 0; mb < 8; ++mb)
+  for (int mb = 0; mb < kMb; ++mb)
 #pragma unroll
-    for (int i = 0; i < 16; ++i) o[mb][i] = 0.f;
+    for (int i = 0; i < kORegs; ++i) o[mb][i] = 0.f;
   float m[kCols], l[kCols];
 #pragma unroll
   for (int k = 0; k < kCols; ++k) {
     m[k] = neg_inf();
     l[k] = 0.f;
   }
+  auto rescale = [&](const float (&alpha)[kCols]) {
+    // Once a column's max settles its alpha is exactly 1: skip the multiplies when the whole warp's are.
+    bool any = false;
+#pragma unroll
+    for (int k = 0; k < kCols; ++k) any |= alpha[k] != 1.f;
+    if (__any_sync(0xffffffffu, any)) {
+#pragma unroll
+      for (int mb = 0; mb < kMb; ++mb)
+#pragma unroll
+        for (int i = 0; i < kORegs; ++i) o[mb][i] *= alpha[o_col(i)];
+    }
+  };
 
   // Every thread is done with the previous piece's Q, stages, P and exchange slots.
-  named_barrier_sync(kMlaKvBar, kMlaKvThreads);
+  named_barrier_sync(kMlaKvBar, kAll);
   if (pv.n_tiles > 0) {
-    const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
-    const unsigned char* q_rows =
-        static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
-
-    const MlaTileLoader<kPageSize> loader(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane);
-    auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
-      loader.load(j, pages, stage_smem + stage * kMlaWgStageBytes);
-      cp_async_mbar_arrive(bar_full + 8 * stage);
-    };
-
-    // Q: kN rows x 576 columns (72 chunks a row), rows past the request zero-filled.
-    for (int idx = tid; idx < kN * 72; idx += kMlaKvThreads) {
-      const int r = idx / 72;
-      const int ch = idx - 72 * r;
-      const bool valid = row0 + r < pv.rows_b;
-      cp_async_16_addr(q_smem + (ch >> 3) * kQBlock + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
-                       valid ? 16u : 0u);
-    }
-    cp_async_mbar_arrive(bar_q);
+    const u64 dv0 = wgmma_desc_sw128(stage_smem, 8192, 1024);
+    const u64 dp = wgmma_desc_sw128(p_hi, 16, 1024);
     const u32 tile0 = st.tiles;
-    int pages[4];
-    loader.pages_of(0, pages);
-    load_tile(0, pages, tile0 & 1u);
-    if (pv.n_tiles > 1) {
-      loader.pages_of(1, pages);
-      load_tile(1, pages, (tile0 + 1u) & 1u);
-    }
+    if (wg == 0) {
+      const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
+      const unsigned char* q_rows =
+          static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
 
-    int lim[kCols];  // last visible token of each of this thread's columns
-#pragma unroll
-    for (int k = 0; k < kCols; ++k) {
-      lim[k] = mla_causal_limit<kHeads, kCausal>(pv, row0 + 8 * (k >> 1) + 2 * c4 + (k & 1));
-    }
-    const float scale = p.scale_log2;
-    // P^T stores: column c (row of P^T), tokens tok_lo / tok_lo + 8 = chunks 2 w / 2 w + 1, element g.
-    const u32 p_tok_lo = static_cast<u32>(2 * g);
+      const MlaTileLoader<kPageSize> loader(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane);
+      auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
+        loader.load(j, pages, stage_smem + stage * kMlaWgStageBytes);
+        cp_async_mbar_arrive(bar_full + 8 * stage);
+      };
 
-    const u64 dq = wgmma_desc_sw128(q_smem, 16, 1024);
-    const u64 dp_hi = wgmma_desc_sw128(p_hi, 16, 1024);
-    const u64 dp_lo = wgmma_desc_sw128(p_lo, 16, 1024);
-
-    mbar_wait(bar_q, st.pieces & 1);
-    ++st.pieces;
-
-    for (int j = 0; j < pv.n_tiles; ++j) {
-      loader.pages_of(j + 2, pages);
-      const u32 stage = (tile0 + static_cast<u32>(j)) & 1u;
-      mbar_wait(bar_full + 8 * stage, ((tile0 + static_cast<u32>(j)) >> 1) & 1u);
-      // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.
-      fence_proxy_async_smem();
-      const u32 k_smem = stage_smem + stage * kMlaWgStageBytes;
-      const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
-      const u64 dv = wgmma_desc_sw128(k_smem, 8192, 1024);
-
-      float s[kRegs];
-      mla_kv_scores<kN>(s, dk, dq);
-
-      // ---- mask, scale, column max over the 64 tokens ----
-      const int t_lo = pv.t0 + j * kMlaKvTileTokens + tok_lo;
-      float mx[kCols];
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i) {
-        const int k = 2 * (i >> 2) + (i & 1);
-        const int t = t_lo + 8 * ((i >> 1) & 1);
-        bool ok = t < pv.t1;
-        if constexpr (kCausal) ok = ok && t <= lim[k];
-        s[i] = ok ? s[i] * scale : neg_inf();
-        mx[k] = (i >> 1) & 1 ? fmaxf(mx[k], s[i]) : s[i];
+      // Q: kN rows x 576 columns (72 chunks a row), rows past the request zero-filled.
+      for (int idx = wt; idx < kN * 72; idx += kMlaKvThreads) {
+        const int r = idx / 72;
+        const int ch = idx - 72 * r;
+        const bool valid = row0 + r < pv.rows_b;
+        cp_async_16_addr(q_smem + (ch >> 3) * kQBlock + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
+                         valid ? 16u : 0u);
       }
-#pragma unroll
-      for (int k = 0; k < kCols; ++k) mx[k] = column_max8(mx[k]);
-      if (g == 0) {
-#pragma unroll
-        for (int n = 0; n < kCols / 2; ++n) {
-          const u32 a = red + (warp * kN + 8 * n + 2 * c4) * 4;
-          sts_f32(a, mx[2 * n]);
-          sts_f32(a + 4, mx[2 * n + 1]);
-        }
+      cp_async_mbar_arrive(bar_q);
+      int pages[4];
+      loader.pages_of(0, pages);
+      load_tile(0, pages, tile0 & 1u);
+      if (pv.n_tiles > 1) {
+        loader.pages_of(1, pages);
+        load_tile(1, pages, (tile0 + 1u) & 1u);
       }
-      named_barrier_sync(kMlaKvBar, kMlaKvThreads);
-      float alpha[kCols], muse[kCols];
-#pragma unroll
-      for (int n = 0; n < kCols / 2; ++n) {
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const float2 v = lds_f32x2(red + (w * kN + 8 * n + 2 * c4) * 4);
-          mx[2 * n] = fmaxf(mx[2 * n], v.x);
-          mx[2 * n + 1] = fmaxf(mx[2 * n + 1], v.y);
-        }
-      }
+
+      int lim[kCols];  // last visible token of each of this thread's columns
 #pragma unroll
       for (int k = 0; k < kCols; ++k) {
-        const OnlineSoftmaxStep step = online_softmax_step(m[k], mx[k]);
-        muse[k] = step.m_use;
-        alpha[k] = step.alpha;
-        l[k] *= alpha[k];
+        lim[k] = mla_causal_limit<kHeads, kCausal>(pv, row0 + 8 * (k >> 1) + 2 * c4 + (k & 1));
       }
+      const float scale = p.scale_log2;
+      // P^T stores: column c (row of P^T), tokens tok_lo / tok_lo + 8 = chunks 2 w / 2 w + 1, element g.
+      const u32 p_tok_lo = static_cast<u32>(2 * g);
+      const u64 dq = wgmma_desc_sw128(q_smem, 16, 1024);
 
-      // ---- P^T = exp2(S^T - m) as bf16 hi (+ lo) ----
+      mbar_wait(bar_q, st.pieces & 1);
+
+      for (int j = 0; j < pv.n_tiles; ++j) {
+        loader.pages_of(j + 2, pages);
+        const u32 stage = (tile0 + static_cast<u32>(j)) & 1u;
+        mbar_wait(bar_full + 8 * stage, ((tile0 + static_cast<u32>(j)) >> 1) & 1u);
+        // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.
+        fence_proxy_async_smem();
+        const u32 k_smem = stage_smem + stage * kMlaWgStageBytes;
+        const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
+
+        float s[kRegs];
+        mla_kv_scores<kN>(s, dk, dq);
+
+        // ---- mask, scale, column max over the 64 tokens ----
+        const int t_lo = pv.t0 + j * kMlaKvTileTokens + tok_lo;
+        float mx[kCols];
 #pragma unroll
-      for (int i = 0; i < kRegs; ++i) {
-        const int k = 2 * (i >> 2) + (i & 1);
-        const int col = 8 * (i >> 2) + 2 * c4 + (i & 1);
-        const float pv = fast_exp2(s[i] - muse[k]);
-        l[k] += pv;
-        const u16 h = float_to_bf16(pv);
-        const u32 chunk = static_cast<u32>(2 * warp + ((i >> 1) & 1));
-        const u32 off = static_cast<u32>(col * 128) + ((chunk ^ static_cast<u32>(col & 7)) << 4) + p_tok_lo;
-        sts16(p_hi + off, h);
-        if constexpr (kSplitP) {
-          sts16(p_lo + off, float_to_bf16(pv - bf16_to_float(h)));
-        } else if constexpr (kN == 16) {
-          sts16(p_lo + off, u16(0));
+        for (int i = 0; i < kRegs; ++i) {
+          const int k = 2 * (i >> 2) + (i & 1);
+          const int t = t_lo + 8 * ((i >> 1) & 1);
+          bool ok = t < pv.t1;
+          if constexpr (kCausal) ok = ok && t <= lim[k];
+          s[i] = ok ? s[i] * scale : neg_inf();
+          mx[k] = (i >> 1) & 1 ? fmaxf(mx[k], s[i]) : s[i];
         }
-      }
-      // Once a column's max settles its alpha is exactly 1: skip the multiplies when the whole warp's are.
-      bool rescale = false;
 #pragma unroll
-      for (int k = 0; k < kCols; ++k) rescale |= alpha[k] != 1.f;
-      if (__any_sync(0xffffffffu, rescale)) {
+        for (int k = 0; k < kCols; ++k) mx[k] = column_max8(mx[k]);
+        if (g == 0) {
 #pragma unroll
-        for (int mb = 0; mb < 8; ++mb)
+          for (int n = 0; n < kCols / 2; ++n) {
+            const u32 a = red + (warp * kN + 8 * n + 2 * c4) * 4;
+            sts_f32(a, mx[2 * n]);
+            sts_f32(a + 4, mx[2 * n + 1]);
+          }
+        }
+        named_barrier_sync(kMlaKvBar, kAll);  // warpgroup 1 arrives too: every barrier spans the CTA
+        float alpha[kCols], muse[kCols];
 #pragma unroll
-          for (int i = 0; i < 16; ++i) o[mb][i] *= alpha[o_col(i)];
-      }
-      // P^T was written through the generic proxy; every warp's wgmmas read all of it.
-      fence_proxy_async_smem();
-      named_barrier_sync(kMlaKvBar, kMlaKvThreads);
+        for (int n = 0; n < kCols / 2; ++n) {
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            const float2 v = lds_f32x2(red + (w * kN + 8 * n + 2 * c4) * 4);
+            mx[2 * n] = fmaxf(mx[2 * n], v.x);
+            mx[2 * n + 1] = fmaxf(mx[2 * n + 1], v.y);
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < kCols; ++k) {
+          const OnlineSoftmaxStep step = online_softmax_step(m[k], mx[k]);
+          muse[k] = step.m_use;
+          alpha[k] = step.alpha;
+          l[k] *= alpha[k];
+        }
+        if (kWgs == 2 && warp == 0 && g == 0) {
+#pragma unroll
+          for (int n = 0; n < kCols / 2; ++n) {
+            sts_f32(alphas + (8 * n + 2 * c4) * 4, alpha[2 * n]);
+            sts_f32(alphas + (8 * n + 2 * c4 + 1) * 4, alpha[2 * n + 1]);
+          }
+        }
 
-      mla_kv_pv<kN, kSplitP>(o, dv, dp_hi, dp_lo);
-      // Every warp's P V of tile j has retired: its stage takes tile j + 2 (and P^T the next tile's).
-      named_barrier_sync(kMlaKvBar, kMlaKvThreads);
-      if (j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
+        // ---- P^T = exp2(S^T - m) as bf16 hi (+ lo) ----
+#pragma unroll
+        for (int i = 0; i < kRegs; ++i) {
+          const int k = 2 * (i >> 2) + (i & 1);
+          const int col = 8 * (i >> 2) + 2 * c4 + (i & 1);
+          const float pv = fast_exp2(s[i] - muse[k]);
+          l[k] += pv;
+          const u16 h = float_to_bf16(pv);
+          const u32 chunk = static_cast<u32>(2 * warp + ((i >> 1) & 1));
+          const u32 off = static_cast<u32>(col * 128) + ((chunk ^ static_cast<u32>(col & 7)) << 4) + p_tok_lo;
+          sts16(p_hi + off, h);
+          if constexpr (kSplitP) {
+            sts16(p_lo + off, float_to_bf16(pv - bf16_to_float(h)));
+          } else if constexpr (kStacked) {
+            sts16(p_lo + off, u16(0));
+          }
+        }
+        rescale(alpha);
+        // P^T was written through the generic proxy; every warp's wgmmas read all of it.
+        fence_proxy_async_smem();
+        named_barrier_sync(kMlaKvBar, kAll);
+
+        mla_kv_pv<kN, kStacked, kMb>(o, mb0, wgmma_desc_advance(dv0, stage * kMlaWgStageBytes), dp);
+        // Every warp's P V of tile j has retired: its stage takes tile j + 2 (and P^T the next tile's).
+        named_barrier_sync(kMlaKvBar, kAll);
+        if (j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
+      }
+    } else {
+      for (int j = 0; j < pv.n_tiles; ++j) {
+        const u32 stage = (tile0 + static_cast<u32>(j)) & 1u;
+        named_barrier_sync(kMlaKvBar, kAll);  // warpgroup 0's column maxima exchanged
+        named_barrier_sync(kMlaKvBar, kAll);  // P^T and the factors of tile j
+        float alpha[kCols];
+#pragma unroll
+        for (int n = 0; n < kCols / 2; ++n) {
+          const float2 v = lds_f32x2(alphas + (8 * n + 2 * c4) * 4);
+          alpha[2 * n] = v.x;
+          alpha[2 * n + 1] = v.y;
+        }
+        rescale(alpha);
+        mla_kv_pv<kN, kStacked, kMb>(o, mb0, wgmma_desc_advance(dv0, stage * kMlaWgStageBytes), dp);
+        named_barrier_sync(kMlaKvBar, kAll);
+      }
     }
+    ++st.pieces;
     st.tiles = tile0 + static_cast<u32>(pv.n_tiles);
   }
 
   // ---- epilogue: column sums across the lanes and warps, normalise, store ----
-#pragma unroll
-  for (int k = 0; k < kCols; ++k) l[k] = column_sum8(l[k]);
   // The last reads of the exchange slots happened before the last tile's second barrier.
-  if (g == 0) {
+  if (wg == 0) {
 #pragma unroll
-    for (int n = 0; n < kCols / 2; ++n) {
-      const u32 a = red + (warp * kN + 8 * n + 2 * c4) * 4;
-      sts_f32(a, l[2 * n]);
-      sts_f32(a + 4, l[2 * n + 1]);
+    for (int k = 0; k < kCols; ++k) l[k] = column_sum8(l[k]);
+    if (g == 0) {
+#pragma unroll
+      for (int n = 0; n < kCols / 2; ++n) {
+        const u32 a = red + (warp * kN + 8 * n + 2 * c4) * 4;
+        sts_f32(a, l[2 * n]);
+        sts_f32(a + 4, l[2 * n + 1]);
+      }
     }
   }
-  named_barrier_sync(kMlaKvBar, kMlaKvThreads);
+  named_barrier_sync(kMlaKvBar, kAll);
   float lt[kCols];
 #pragma unroll
   for (int n = 0; n < kCols / 2; ++n) {
@@ -312,10 +351,10 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   }
   // Every thread reads the slots before the next piece's first write (the barrier at its start).
 
-  // Column k, M-row half h (+ 8) of one O^T block, the N = 16 halves added.
-  auto o_sum = [](const float (&ob)[16], int k, int h) {
+  // Column k, M-row half h (+ 8) of one O^T block, stacked halves added.
+  auto o_sum = [](const float (&ob)[kORegs], int k, int h) {
     const int i = 4 * (k >> 1) + (k & 1) + 2 * h;
-    return kN == 16 ? ob[i] + ob[i + 8] : ob[i];
+    return kStacked ? ob[i] + ob[i + kN / 2] : ob[i];
   };
 #pragma unroll
   for (int k = 0; k < kCols; ++k) {
@@ -325,9 +364,9 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
     // Output columns 64 mb + tok_lo and 64 mb + tok_lo + 8 (the M rows of O^T).
     if (slot < 0) {
       const float inv = lt[k] > 0.f ? p.out_scale / lt[k] : 0.f;  // nothing visible -> zeros
-      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(pv.tok0) * kHeads + row) * kMlaDimV + tok_lo;
+      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(pv.tok0) * kHeads + row) * kMlaDimV + 64 * mb0 + tok_lo;
 #pragma unroll
-      for (int mb = 0; mb < 8; ++mb) {
+      for (int mb = 0; mb < kMb; ++mb) {
         out[64 * mb] = float_to_bf16(o_sum(o[mb], k, 0) * inv);
         out[64 * mb + 8] = float_to_bf16(o_sum(o[mb], k, 1) * inv);
       }
@@ -335,14 +374,16 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       const long long idx = static_cast<long long>(slot) * kMaxRows + row;
       if (lt[k] > 0.f) {
         const float inv = 1.f / lt[k];
-        float* op = static_cast<float*>(p.o_partial) + idx * kMlaDimV + tok_lo;
+        float* op = static_cast<float*>(p.o_partial) + idx * kMlaDimV + 64 * mb0 + tok_lo;
 #pragma unroll
-        for (int mb = 0; mb < 8; ++mb) {
+        for (int mb = 0; mb < kMb; ++mb) {
           op[64 * mb] = o_sum(o[mb], k, 0) * inv;
           op[64 * mb + 8] = o_sum(o[mb], k, 1) * inv;
         }
       }
-      if (warp == 0 && g == 0) static_cast<float*>(p.lse_partial)[idx] = lt[k] > 0.f ? m[k] + fast_log2(lt[k]) : neg_inf();
+      if (wg == 0 && warp == 0 && g == 0) {
+        static_cast<float*>(p.lse_partial)[idx] = lt[k] > 0.f ? m[k] + fast_log2(lt[k]) : neg_inf();
+      }
     }
   }
 }

@@ -116,6 +116,7 @@ struct MlaVariant {
   bool wgmma;          // either wgmma kernel
   MlaTileConfig tile;  // mma.sync kernel only
   int kv_rows;         // > 0: the KV-on-M wgmma kernel, with this many query rows (its N) per CTA
+  int kv_warpgroups;   // the KV-on-M kernel's warpgroups (mla_kv_warpgroups)
 };
 
 KILN_MLA_HD constexpr int mla_max_rows(int heads, int max_seq_len_q) { return heads * max_seq_len_q; }
@@ -138,15 +139,23 @@ KILN_MLA_HD constexpr int mla_kv_rows(int heads, int max_seq_len_q) {
   return mla_max_rows(heads, max_seq_len_q) <= 16 ? 16 : 32;
 }
 
+// The KV-on-M kernel's warpgroups: two at 32 rows with P as hi + lo (`split_p`), each adding P V over
+// half of V's column blocks with P^T as one B operand [hi; lo] of N = 64, so V is read once per step
+// instead of twice (64 rows of O^T per block: one warpgroup could not hold all eight blocks); else one.
+// Measured on the H200 (exact, 32 rows): the long memory-bound rows 1.03-1.06x, the 32-row grid
+// configs 1.014x; with one P the second warpgroup has nothing to share and lost 0.7% there.
+KILN_MLA_HD constexpr int mla_kv_warpgroups(int kv_rows, bool split_p) { return kv_rows == 32 && split_p ? 2 : 1; }
+
 // `sm90a`: compiling for (or running on) sm_90a, the one target with wgmma and 227 KB per block.
-KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_len_q, bool fp8, bool sm90a) {
-  if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config(), 0};
-  if (kernel == kMlaKernelWgmmaKv) return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
-  if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config(), 0};
-  if (!fp8 && mla_max_rows(heads, max_seq_len_q) <= kMlaKvMaxRows) {
-    return MlaVariant{true, mla_small_tile_config(), mla_kv_rows(heads, max_seq_len_q)};
-  }
-  return MlaVariant{true, mla_small_tile_config(), 0};
+// `split_p`: P as bf16 hi + lo (the exact precision on bf16 pages).
+KILN_MLA_HD constexpr MlaVariant mla_variant(int kernel, int heads, int max_seq_len_q, bool fp8, bool split_p, bool sm90a) {
+  const int kv_rows = mla_kv_rows(heads, max_seq_len_q);
+  const MlaVariant kv{true, mla_small_tile_config(), kv_rows, mla_kv_warpgroups(kv_rows, split_p)};
+  if (kernel == kMlaKernelWgmma) return MlaVariant{true, mla_small_tile_config(), 0, 0};
+  if (kernel == kMlaKernelWgmmaKv) return kv;
+  if (kernel == kMlaKernelMmaSync || !sm90a) return MlaVariant{false, mla_small_tile_config(), 0, 0};
+  if (!fp8 && mla_max_rows(heads, max_seq_len_q) <= kMlaKvMaxRows) return kv;
+  return MlaVariant{true, mla_small_tile_config(), 0, 0};
 }
 
 KILN_MLA_HD constexpr int mla_threads(MlaTileConfig c) { return 32 * c.row_groups * c.col_groups; }
@@ -285,8 +294,9 @@ constexpr int kMlaKvTileTokens = 64;
 constexpr int kMlaKvThreads = 128;
 constexpr int kMlaKvStages = 2;
 struct MlaKvSmem {
-  int q_offset, stage_offset, p_offset, p_bytes, red_offset, sched_offset, bar_offset, total;
+  int q_offset, stage_offset, p_offset, p_bytes, red_offset, alpha_offset, sched_offset, bar_offset, total;
 };
+
 KILN_MLA_HD constexpr MlaKvSmem mla_kv_smem(int n) {
   MlaKvSmem l{};
   l.q_offset = 0;
@@ -294,14 +304,15 @@ KILN_MLA_HD constexpr MlaKvSmem mla_kv_smem(int n) {
   l.p_offset = l.stage_offset + kMlaKvStages * kMlaWgStageBytes;
   l.p_bytes = n * 128;                                     // hi, then lo
   l.red_offset = l.p_offset + 2 * l.p_bytes;
-  l.sched_offset = l.red_offset + 4 * n * 4;               // [warp][column] fp32
+  l.alpha_offset = l.red_offset + 4 * n * 4;               // [warp][column] fp32
+  l.sched_offset = l.alpha_offset + n * 4;                 // [column] fp32
   l.bar_offset = l.sched_offset + kMlaSchedScratchBytes;
   l.total = l.bar_offset + 8 * (1 + kMlaKvStages) + 1024;  // + the kernel's own 1024-byte alignment
   return l;
 }
 
 KILN_MLA_HD constexpr int mla_variant_threads(MlaVariant v, bool fp8) {
-  return v.kv_rows > 0 ? kMlaKvThreads : v.wgmma ? (fp8 ? kMlaWgFp8Threads : kMlaWgThreads) : mla_threads(v.tile);
+  return v.kv_rows > 0 ? kMlaKvThreads * v.kv_warpgroups : v.wgmma ? (fp8 ? kMlaWgFp8Threads : kMlaWgThreads) : mla_threads(v.tile);
 }
 KILN_MLA_HD constexpr int mla_variant_rows(MlaVariant v) {
   return v.kv_rows > 0 ? v.kv_rows : v.wgmma ? kMlaWgRows : mla_tile_rows(v.tile);

@@ -853,22 +853,29 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
     CHECK_THAT(e.what(), Catch::Contains("'kernel'"));
   }
 
-  // The KV-on-M kernel: one warpgroup, 16 or 32 query rows per CTA, one CTA per SM; any row count
-  // folds into row tiles of that size. Refused off sm_90a like wgmma.
+  // The KV-on-M kernel: 16 or 32 query rows per CTA, one CTA per SM; any row count folds into row
+  // tiles of that size. One warpgroup, but two at 32 rows with P as hi + lo (exact). Refused off
+  // sm_90a like wgmma.
   small.kernel = kiln::mla::MlaKernel::kWgmmaKv;
-  for (int sq : {1, 2, 3, 64}) {
-    small.max_seq_len_q = sq;
-    const kiln::mla::MlaPlan kv = kiln::mla::plan(small, 3, h200, "sm_90a");
-    const int n = 16 * sq <= 16 ? 16 : 32;
-    INFO("H 16 SQ " << sq);
-    CHECK(kv.variant.wgmma);
-    CHECK(kv.variant.kv_rows == n);
-    CHECK(kv.decode.block[0] == 128);
-    CHECK(kv.decode.grid[1] == static_cast<unsigned>((16 * sq + n - 1) / n));
-    CHECK(kv.decode.grid[0] == 132 / kv.decode.grid[1]);
-    CHECK(kv.decode.smem_bytes <= 232448);
-    CHECK(kv.workspace.max_parts >= kv.num_parts);
+  for (const auto precision : {kiln::mla::MlaPrecision::kExact, kiln::mla::MlaPrecision::kBf16}) {
+    for (int sq : {1, 2, 3, 64}) {
+      small.max_seq_len_q = sq;
+      small.precision = precision;
+      const kiln::mla::MlaPlan kv = kiln::mla::plan(small, 3, h200, "sm_90a");
+      const int n = 16 * sq <= 16 ? 16 : 32;
+      const int warpgroups = n == 32 && precision == kiln::mla::MlaPrecision::kExact ? 2 : 1;
+      INFO("H 16 SQ " << sq << " precision " << static_cast<int>(precision));
+      CHECK(kv.variant.wgmma);
+      CHECK(kv.variant.kv_rows == n);
+      CHECK(kv.variant.kv_warpgroups == warpgroups);
+      CHECK(kv.decode.block[0] == static_cast<unsigned>(128 * warpgroups));
+      CHECK(kv.decode.grid[1] == static_cast<unsigned>((16 * sq + n - 1) / n));
+      CHECK(kv.decode.grid[0] == 132 / kv.decode.grid[1]);
+      CHECK(kv.decode.smem_bytes <= 232448);
+      CHECK(kv.workspace.max_parts >= kv.num_parts);
+    }
   }
+  small.precision = kiln::mla::MlaPrecision::kExact;
   CHECK_THROWS_AS(kiln::mla::plan(small, 1, sm120, "sm_120a"), Error);
 
   // One KV block per request can never split: no combine, no workspace.
