@@ -3,22 +3,26 @@
 // row counts (the planner gives it H x SQ <= 32), where a 64-row query tile would be mostly padding;
 // larger row counts fold into several row tiles. One piece at a time (schedule.cuh).
 //
-// One CTA = one warpgroup, N = 16 or 32 query rows (row = i * H + h) of one part. Per 64-token tile:
-//   S^T = K Q^T: 36 m64nNk16 wgmmas, K (tokens x 576) and Q (N rows x 576) both K-major from shared
-//     memory; thread (warp w, lane l) holds tokens 16 w + l / 4 (+ 8) of columns 8 n + 2 (l % 4) (+ 1);
-//   softmax over the tokens = over the M side: the column max over the lanes of a warp (shuffles), then
-//     over the four warps through shared memory (one barrier); every thread then holds the same max and
-//     keeps per-column partial sums over its own tokens, reduced once at the end;
+// One CTA = N = 16 or 32 query rows (row = i * H + h) of one part; one warpgroup, or two at N = 32
+// with P as hi + lo (mla_kv_warpgroups). Per 64-token tile:
+//   S^T = K Q^T (warpgroup 0): 36 m64nNk16 wgmmas, K (tokens x 576) and Q (N rows x 576) both K-major
+//     from shared memory; thread (warp w, lane l) holds tokens 16 w + l / 4 (+ 8) of columns
+//     8 n + 2 (l % 4) (+ 1);
+//   softmax over the tokens = over the M side (warpgroup 0): the column max over the lanes of a warp
+//     (shuffles), then over the four warps through shared memory (one barrier); every thread then
+//     holds the same max and keeps per-column partial sums over its own tokens, reduced once at the
+//     end; with two warpgroups the O factors go to warpgroup 1 through shared memory;
 //   P^T is stored as bf16 hi + lo (P - hi), N rows x 64 tokens, K-major (kMlaPrecisionExact: a single
 //     bf16 P misses the contract's 1e-2 / 5e-4 tolerances); kMlaPrecisionBf16 keeps hi alone (N = 16:
 //     lo is stored as zeros, so the step below keeps its shape);
-//   O^T += V^T P^T: for each of the 8 64-column blocks of V, 4 token steps of m64n32k16 wgmmas with
-//     A = V^T read from the same K tile through the transpose bit (64 dims along M are contiguous in
-//     each 128-byte token row) and B = P^T; V is never loaded twice. N = 32: two per step (hi, lo).
-//     N = 16: one per step, B = the 32 rows [P_hi^T; P_lo^T] (the lo tile follows the hi tile), so O
-//     accumulates the two halves in separate columns (query row c in columns c and c + 16) and A, the
-//     larger operand, is read once per step; the halves are added at the end.
-// Loads: cp.async by the same warpgroup into 128-byte-swizzled tiles (any page size; zero-fill past
+//   O^T += V^T P^T: for each 64-column block of V, 4 token steps of one wgmma with A = V^T read from
+//     the same K tile through the transpose bit (64 dims along M are contiguous in each 128-byte token
+//     row) and B = P^T; V is never loaded twice. With hi + lo, B is the 2N rows [P_hi^T; P_lo^T] (the
+//     lo tile follows the hi tile), so O accumulates the two halves in separate columns (query row c in
+//     columns c and c + N) and A, the larger operand, is read once per step; the halves are added at
+//     the end. 2N rows of O^T per block are 8 x 32 registers at N = 32, so there two warpgroups take
+//     four blocks each; one P at N = 32 is m64n32k16 over all eight blocks in one warpgroup.
+// Loads: cp.async by warpgroup 0 into 128-byte-swizzled tiles (any page size; zero-fill past
 // the range), completing on one mbarrier per stage. Two stages; tile j + 2 is issued into tile j's
 // stage as soon as tile j's P V has retired, so two tiles stay in flight while tile j + 1 is waited on.
 #include "common/mbarrier.cuh"
@@ -119,8 +123,8 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   static_assert(kORegs * kMb <= 128, "O^T must fit in 128 registers per thread");
 
   const int tid = threadIdx.x;
-  const int wg = tid >> 7;
-  const int wt = tid & 127;
+  const int wg = kWgs == 1 ? 0 : tid >> 7;  // constants where there is one warpgroup
+  const int wt = kWgs == 1 ? tid : tid & 127;
   const int warp = wt >> 5;
   const int lane = tid & 31;
   const int g = lane >> 2;
@@ -171,7 +175,6 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   // Every thread is done with the previous piece's Q, stages, P and exchange slots.
   named_barrier_sync(kMlaKvBar, kAll);
   if (pv.n_tiles > 0) {
-    const u64 dv0 = wgmma_desc_sw128(stage_smem, 8192, 1024);
     const u64 dp = wgmma_desc_sw128(p_hi, 16, 1024);
     const u32 tile0 = st.tiles;
     if (wg == 0) {
@@ -213,6 +216,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       const u64 dq = wgmma_desc_sw128(q_smem, 16, 1024);
 
       mbar_wait(bar_q, st.pieces & 1);
+      ++st.pieces;
 
       for (int j = 0; j < pv.n_tiles; ++j) {
         loader.pages_of(j + 2, pages);
@@ -222,6 +226,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
         fence_proxy_async_smem();
         const u32 k_smem = stage_smem + stage * kMlaWgStageBytes;
         const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
+        const u64 dv = wgmma_desc_sw128(k_smem, 8192, 1024);
 
         float s[kRegs];
         mla_kv_scores<kN>(s, dk, dq);
@@ -296,7 +301,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
         fence_proxy_async_smem();
         named_barrier_sync(kMlaKvBar, kAll);
 
-        mla_kv_pv<kN, kStacked, kMb>(o, mb0, wgmma_desc_advance(dv0, stage * kMlaWgStageBytes), dp);
+        mla_kv_pv<kN, kStacked, kMb>(o, mb0, dv, dp);
         // Every warp's P V of tile j has retired: its stage takes tile j + 2 (and P^T the next tile's).
         named_barrier_sync(kMlaKvBar, kAll);
         if (j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
@@ -314,11 +319,10 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
           alpha[2 * n + 1] = v.y;
         }
         rescale(alpha);
-        mla_kv_pv<kN, kStacked, kMb>(o, mb0, wgmma_desc_advance(dv0, stage * kMlaWgStageBytes), dp);
+        mla_kv_pv<kN, kStacked, kMb>(o, mb0, wgmma_desc_sw128(stage_smem + stage * kMlaWgStageBytes, 8192, 1024), dp);
         named_barrier_sync(kMlaKvBar, kAll);
       }
     }
-    ++st.pieces;
     st.tiles = tile0 + static_cast<u32>(pv.n_tiles);
   }
 

@@ -286,10 +286,11 @@ constexpr int kMlaWgFp8SmemBytes = kMlaWgFp8UsedBytes + 1024;  // + the 1024-byt
 static_assert(kMlaWgFp8SmemBytes <= 232448, "the fp8 wgmma kernel exceeds sm_90's 227 KB per block");
 
 // ---- KV-on-M wgmma kernel (sm_90a) geometry ----
-// One warpgroup; N = kv_rows query rows (16 or 32) per CTA; KV tiles of 64 tokens (the wgmma M).
-// Shared memory, every operand in the 128-byte swizzle layout: Q (9 column blocks of N rows x 128 B),
-// two KV stages (64 tokens x 576), P^T hi and lo (N rows x 64 tokens each), the per-warp column
-// max / sum exchange, scheduler scratch, mbarriers (Q full, stage full x 2).
+// kv_warpgroups warpgroups; N = kv_rows query rows (16 or 32) per CTA; KV tiles of 64 tokens (the
+// wgmma M). Shared memory, every operand in the 128-byte swizzle layout: Q (9 column blocks of N rows
+// x 128 B), two KV stages (64 tokens x 576), P^T hi and lo (N rows x 64 tokens each), the per-warp
+// column max / sum exchange, the O factors of a tile (for a second warpgroup), scheduler scratch,
+// mbarriers (Q full, stage full x 2).
 constexpr int kMlaKvTileTokens = 64;
 constexpr int kMlaKvThreads = 128;
 constexpr int kMlaKvStages = 2;
