@@ -142,8 +142,9 @@ KILN_MLA_HD constexpr int mla_kv_rows(int heads, int max_seq_len_q) {
 // The KV-on-M kernel's warpgroups: two at 32 rows with P as hi + lo (`split_p`), each adding P V over
 // half of V's column blocks with P^T as one B operand [hi; lo] of N = 64, so V is read once per step
 // instead of twice (64 rows of O^T per block: one warpgroup could not hold all eight blocks); else one.
-// Measured on the H200 (exact, 32 rows): the long memory-bound rows 1.03-1.06x, the 32-row grid
-// configs 1.014x; with one P the second warpgroup has nothing to share and lost 0.7% there.
+// Measured on the H200 (exact, 32 rows; three same-run A/Bs): the 32-row grid configs 1.008-1.014x,
+// the long memory-bound ones 1.02-1.06x; with one P the second warpgroup has nothing to share and
+// lost 0.7% there.
 KILN_MLA_HD constexpr int mla_kv_warpgroups(int kv_rows, bool split_p) { return kv_rows == 32 && split_p ? 2 : 1; }
 
 // `sm90a`: compiling for (or running on) sm_90a, the one target with wgmma and 227 KB per block.
@@ -297,7 +298,6 @@ constexpr int kMlaKvStages = 2;
 struct MlaKvSmem {
   int q_offset, stage_offset, p_offset, p_bytes, red_offset, alpha_offset, sched_offset, bar_offset, total;
 };
-
 KILN_MLA_HD constexpr MlaKvSmem mla_kv_smem(int n) {
   MlaKvSmem l{};
   l.q_offset = 0;
