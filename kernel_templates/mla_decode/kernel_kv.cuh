@@ -22,9 +22,11 @@
 //     columns c and c + N) and A, the larger operand, is read once per step; the halves are added at
 //     the end. 2N rows of O^T per block are 8 x 32 registers at N = 32, so there two warpgroups take
 //     four blocks each; one P at N = 32 is m64n32k16 over all eight blocks in one warpgroup.
-// Loads: cp.async by warpgroup 0 into 128-byte-swizzled tiles (any page size; zero-fill past
-// the range), completing on one mbarrier per stage. Two stages; tile j + 2 is issued into tile j's
-// stage as soon as tile j's P V has retired, so two tiles stay in flight while tile j + 1 is waited on.
+// Loads: cp.async into 128-byte-swizzled tiles (any page size; zero-fill past the range), completing
+// on one mbarrier per stage. Two stages; tile j + 2 is issued into tile j's stage as soon as tile j's
+// P V has retired, so two tiles stay in flight while tile j + 1 is waited on. Warpgroup 0 issues a
+// piece's first two tiles; with two warpgroups warpgroup 1 issues the refills, which keeps them off
+// warpgroup 0's S -> softmax -> P V chain.
 #include "common/mbarrier.cuh"
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
@@ -177,16 +179,17 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   if (pv.n_tiles > 0) {
     const u64 dp = wgmma_desc_sw128(p_hi, 16, 1024);
     const u32 tile0 = st.tiles;
+    const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
+    // Either warpgroup's 128 threads fill a stage: warpgroup 0 the first two tiles, and with two
+    // warpgroups warpgroup 1 the refills, off warpgroup 0's S -> softmax -> P V chain.
+    const MlaTileLoader<kPageSize> loader(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane);
+    auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
+      loader.load(j, pages, stage_smem + stage * kMlaWgStageBytes);
+      cp_async_mbar_arrive(bar_full + 8 * stage);
+    };
     if (wg == 0) {
-      const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
       const unsigned char* q_rows =
           static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
-
-      const MlaTileLoader<kPageSize> loader(p.kv, bt_row, pv.t0, pv.t1, pv.n_tiles, warp, lane);
-      auto load_tile = [&](int j, const int (&pages)[4], u32 stage) {
-        loader.load(j, pages, stage_smem + stage * kMlaWgStageBytes);
-        cp_async_mbar_arrive(bar_full + 8 * stage);
-      };
 
       // Q: kN rows x 576 columns (72 chunks a row), rows past the request zero-filled.
       for (int idx = wt; idx < kN * 72; idx += kMlaKvThreads) {
@@ -219,7 +222,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       ++st.pieces;
 
       for (int j = 0; j < pv.n_tiles; ++j) {
-        loader.pages_of(j + 2, pages);
+        if constexpr (kWgs == 1) loader.pages_of(j + 2, pages);
         const u32 stage = (tile0 + static_cast<u32>(j)) & 1u;
         mbar_wait(bar_full + 8 * stage, ((tile0 + static_cast<u32>(j)) >> 1) & 1u);
         // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.
@@ -304,10 +307,12 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
         mla_kv_pv<kN, kStacked, kMb>(o, mb0, dv, dp);
         // Every warp's P V of tile j has retired: its stage takes tile j + 2 (and P^T the next tile's).
         named_barrier_sync(kMlaKvBar, kAll);
-        if (j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
+        if (kWgs == 1 && j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
       }
     } else {
+      int pages[4];
       for (int j = 0; j < pv.n_tiles; ++j) {
+        loader.pages_of(j + 2, pages);
         const u32 stage = (tile0 + static_cast<u32>(j)) & 1u;
         named_barrier_sync(kMlaKvBar, kAll);  // warpgroup 0's column maxima exchanged
         named_barrier_sync(kMlaKvBar, kAll);  // P^T and the factors of tile j
@@ -321,6 +326,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
         rescale(alpha);
         mla_kv_pv<kN, kStacked, kMb>(o, mb0, wgmma_desc_sw128(stage_smem + stage * kMlaWgStageBytes, 8192, 1024), dp);
         named_barrier_sync(kMlaKvBar, kAll);
+        if (j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
       }
     }
     st.tiles = tile0 + static_cast<u32>(pv.n_tiles);
