@@ -46,6 +46,12 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
   // P as bf16 hi + lo (two MMAs per V fragment); fp8 pages and the bf16 precision keep one P.
   constexpr bool kSplitP = !kFp8 && kPrecision == kMlaPrecisionExact;
 
+  // Launched as a dependent of the kernel before it in the stream (common/pdl.cuh): the grid is
+  // scheduled during that kernel's tail, and nothing is read or written in global memory before
+  // the wait. The combine may be scheduled as soon as every CTA of this grid has started; it waits
+  // for this grid's completion before it reads anything.
+  pdl_launch_dependents();
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char smem[];
   const int part = blockIdx.x;
   const int row0 = blockIdx.y * kRows;
@@ -133,8 +139,6 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
                     kV.tile.tile_tokens, kV.tile.stages, kSplitP>(p, smem, pc, row0, pc.whole ? -1 : pc.b + part);
     });
   }
-  // Lets the combine launch; it waits for this grid's completion before reading anything.
-  pdl_launch_dependents();
 }
 
 namespace mla_detail {
@@ -173,6 +177,14 @@ __device__ __forceinline__ int ld_s32(const int* p) {
 // piece's weight read into registers first (a request in up to 65 pieces: its loads in two rounds).
 namespace mla_detail {
 
+// Before the combine's first global read (qo_indptr too: with the decode grid launched early, the
+// kernel that wrote it may not have completed when this grid starts). The next kernel in the stream
+// may be scheduled at once: it waits for this grid in turn.
+__device__ __forceinline__ void mla_combine_wait() {
+  pdl_launch_dependents();
+  pdl_wait();  // the decode kernel's pieces and split records are complete and visible
+}
+
 // Where the combine of (row, request b) reads: the request's rows and its split record. Returns
 // false when the CTA has nothing to do (a row past the request's, or an unsplit request).
 template <int kHeads, int kMaxSeqLenQ, bool kPacked>
@@ -186,7 +198,6 @@ __device__ __forceinline__ bool mla_combine_begin(const MlaDecodeParams& p, int 
     q_len = kMaxSeqLenQ;
   }
   if (row >= q_len * kHeads) return false;
-  pdl_wait();  // the decode kernel's pieces and split records are complete and visible
   const int* meta = static_cast<const int*>(p.split_meta) + 2 * b;
   first = ld_s32(meta);
   n = ld_s32(meta + 1);
@@ -317,6 +328,7 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int b = blockIdx.y;
+  mla_combine_wait();
   if (p.combine_row_warps == 1) {  // CTA-uniform
     mla_combine_row_by_warp<kHeads, kMaxSeqLenQ, kPacked>(p, b, blockIdx.x * kMlaCombineRowsPerCta + warp);
     return;
@@ -332,7 +344,6 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
   }
   if (row >= q_len * kHeads) return;  // CTA-uniform
 
-  pdl_wait();  // the decode kernel's pieces and split records are complete and visible
   const int* meta = static_cast<const int*>(p.split_meta) + 2 * b;
   const int first = ld_s32(meta);
   const int n = ld_s32(meta + 1);
@@ -414,6 +425,7 @@ __global__ void __launch_bounds__(kMlaCombineWideThreads, 2) mla_combine_wide_ke
   const int warp = threadIdx.x >> 5;
   const int b = blockIdx.y;
   const int row = blockIdx.x;
+  mla_combine_wait();
   int tok0, first, n;
   if (!mla_combine_begin<kHeads, kMaxSeqLenQ, kPacked>(p, b, row, tok0, first, n)) return;  // CTA-uniform
 

@@ -119,7 +119,9 @@ MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& devic
   p.combine.grid[0] = static_cast<unsigned>(p.combine_row_warps == 1 ? (rows + kMlaCombineRowsPerCta - 1) / kMlaCombineRowsPerCta : rows);
   p.combine.grid[1] = static_cast<unsigned>(batch);
   p.combine.block[0] = static_cast<unsigned>(p.combine_row_warps > 0 ? kMlaCombineThreads : kMlaCombineWideThreads);
-  // The combine's CTAs may start while the decode kernel runs; they wait for it before any read.
+  // Both kernels are scheduled during the tail of the kernel before them in the stream (programmatic
+  // dependent launch) and wait for it before their first global read or write.
+  p.decode.pdl = true;
   p.combine.pdl = true;
   return p;
 }

@@ -749,6 +749,7 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(w.decode.block[0] == 256);
   CHECK(w.decode.smem_bytes <= 232448);
   CHECK(w.needs_combine);
+  CHECK(w.decode.pdl);
   CHECK(w.combine.pdl);
   // KV by TMA: two row tiles as a cluster pair; one row tile on its own CTA (no cluster), in either
   // precision; e4m3 pages are widened by a producer warpgroup instead.
