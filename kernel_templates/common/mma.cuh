@@ -127,6 +127,18 @@ __device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
   return r;
 }
 
+// One row of an accumulator fragment to global memory in whole 32-byte sectors. Lane c4 of the row's
+// quad holds packed 16-bit pairs `a` at columns 8 j + 2 c4 and `b` at 8 (j + 1) + 2 c4 (j even);
+// lanes c4 and c4 ^ 1 trade one pair so that each stores 8 contiguous bytes and the quad 32. Every
+// lane of the warp must call it (a shuffle); `live` says whether this lane's row is stored. On the
+// H200, storing each pair on its own (16 bytes per quad: half sectors) made a 64-row epilogue about
+// twice as long.
+__device__ __forceinline__ void st_quad_row_pairs(u16* row, int j, int c4, u32 a, u32 b, bool live) {
+  const int odd = c4 & 1;
+  const u32 y = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);
+  if (live) *reinterpret_cast<uint2*>(row + 8 * (j + odd) + 2 * (c4 - odd)) = odd ? make_uint2(y, b) : make_uint2(a, y);
+}
+
 #endif  // __CUDACC__
 
 }  // namespace kiln

@@ -182,26 +182,19 @@ __device__ __forceinline__ void mla_wg_epilogue(const MlaDecodeParams& p, const 
   const float lt_hi = lds_f32(red + r_hi * 4) + lds_f32(red + (64 + r_hi) * 4);
 
   const int col0 = 256 * wg + 2 * c4;
-  const int odd = c4 & 1;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + (half ? r_hi : r_lo);
-    const bool live = row < rows_b;  // the same for lanes c4 and c4 ^ 1 (one row)
+    const bool live = row < rows_b;
     const float lt = half ? lt_hi : lt_lo;
     const float m = half ? m_hi : m_lo;
     if (slot < 0) {
-      // Whole 32-byte sectors: lanes c4 and c4 ^ 1 trade a pair of columns, so that for every two
-      // column groups n, n + 1 the even lane holds 4 columns of group n and the odd lane 4 of
-      // group n + 1, and a quad writes 32 contiguous bytes. With a quad's 16 bytes per store (half
-      // sectors) this epilogue took ~6 us on the H200, twice the fp32 partial rows' (NOTES.md).
       const float inv = lt > 0.f ? p.out_scale / lt : 0.f;  // nothing visible -> zeros
-      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + (live ? row : 0)) * kMlaDimV + col0 - 2 * odd;
+      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + (live ? row : 0)) * kMlaDimV + 256 * wg;
 #pragma unroll
       for (int n = 0; n < 32; n += 2) {
-        const u32 a = pack_bf16x2(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv);
-        const u32 b = pack_bf16x2(o[4 * n + 4 + 2 * half] * inv, o[4 * n + 4 + 2 * half + 1] * inv);
-        const u32 y = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);
-        if (live) *reinterpret_cast<uint2*>(out + 8 * (n + odd)) = odd ? make_uint2(y, b) : make_uint2(a, y);
+        st_quad_row_pairs(out, n, c4, pack_bf16x2(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv),
+                          pack_bf16x2(o[4 * n + 4 + 2 * half] * inv, o[4 * n + 4 + 2 * half + 1] * inv), live);
       }
     } else {
       if (!live) continue;

@@ -520,18 +520,19 @@ __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head_lo + 8 * hr;
-    if (head >= kHeads) continue;
+    if (head >= kHeads) continue;  // warp-uniform: kHeads is a multiple of 8
     const long long out_row = (long long)t * kHeads + head;
     if (q4 == 0) {
       if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
       else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
     }
-    if (p.split && empty[hr]) continue;  // mid_out of an empty split is never read
+    const bool live = !(p.split && empty[hr]);  // mid_out of an empty split is never read
     u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
     const float f = factor[hr] * F::kNopeUndo;
 #pragma unroll
-    for (int j = 0; j < 32; ++j)
-      *reinterpret_cast<u32*>(dst + 8 * j + 2 * q4) = pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+    for (int j = 0; j < 32; j += 2)
+      st_quad_row_pairs(dst, j, q4, pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f),
+                        pack_bf16x2(o[4 * j + 4 + 2 * hr] * f, o[4 * j + 4 + 2 * hr + 1] * f), live);
   }
 }
 
@@ -543,21 +544,21 @@ __device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head_lo + 8 * hr;
-    if (head >= kHeads) continue;
+    if (head >= kHeads) continue;  // warp-uniform: kHeads is a multiple of 8
     float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
-    if (f < 0.0f) {
-      if (p.split) continue;
-      f = 0.0f;
-    }
+    const bool live = !(f < 0.0f && p.split);  // mid_out of an empty split is never read
+    if (f < 0.0f) f = 0.0f;
     const long long out_row = (long long)t * kHeads + head;
     u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
     const float fn = f * F::kNopeUndo;
 #pragma unroll
-    for (int j = 0; j < 24; ++j)
-      *reinterpret_cast<u32*>(dst + 256 + 8 * j + 2 * q4) = pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn);
+    for (int j = 0; j < 24; j += 2)
+      st_quad_row_pairs(dst + 256, j, q4, pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn),
+                        pack_bf16x2(o_nope[4 * j + 4 + 2 * hr] * fn, o_nope[4 * j + 4 + 2 * hr + 1] * fn), live);
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      *reinterpret_cast<u32*>(dst + 448 + 8 * j + 2 * q4) = pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f);
+    for (int j = 0; j < 8; j += 2)
+      st_quad_row_pairs(dst + 448, j, q4, pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f),
+                        pack_bf16x2(o_rope[4 * j + 4 + 2 * hr] * f, o_rope[4 * j + 4 + 2 * hr + 1] * f), live);
   }
 }
 
