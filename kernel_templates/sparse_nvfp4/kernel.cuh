@@ -621,7 +621,7 @@ __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const flo
   for (int hr = 0; hr < 2; ++hr) {
     const int row = c.row0 + hr * 8 + c.g;
     const int head = head0 + row;
-    if (head >= kHeads) continue;
+    if (head >= kHeads) continue;  // warp-uniform: kHeads is a multiple of 8
     const float l = row_sum(red_l, row);
     const bool empty = !(l > 0.0f);
     float lse = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
@@ -632,15 +632,14 @@ __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const flo
       lse = p.split ? kSparseEmptySplitLse : neg_inf();
     }
     const long long out_row = (long long)t * kHeads + head;
-    if (p.split && empty) {
-      if (c.warp == 0 && c.q4 == 0) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
-      continue;  // mid_out of an empty split is never read
-    }
+    const bool live = !(p.split && empty);  // mid_out of an empty split is never read
     u16* dst = sparse_out_row(p, out_row, split);
+    // Column groups nt and nt + 1 (nt even) are adjacent (out_dim): one pair store each.
 #pragma unroll
-    for (int nt = 0; nt < 16; ++nt) {
+    for (int nt = 0; nt < 16; nt += 2) {
       const float f = nt < 14 ? factor * F::kNopeUndo : factor;
-      *reinterpret_cast<u32*>(dst + out_dim(nt, c.warp, c.q4)) = pack_bf16x2(o[nt][2 * hr] * f, o[nt][2 * hr + 1] * f);
+      st_quad_row_pairs(dst + out_dim(nt, c.warp, 0), 0, c.q4, pack_bf16x2(o[nt][2 * hr] * f, o[nt][2 * hr + 1] * f),
+                        pack_bf16x2(o[nt + 1][2 * hr] * f, o[nt + 1][2 * hr + 1] * f), live);
     }
     if (c.warp == 0 && c.q4 == 0) {
       if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
