@@ -272,50 +272,41 @@ __device__ __forceinline__ void dealt_publish(u32 addr, const float* v, const De
 
 // This thread's units of its slice, summed over the slices (ranks group + r * groups), into output
 // or mid_out. `units`: this thread's unit 0; wg1 picks the column map of WG1's units (dims 256..511).
-// Slices take units in adjacent pairs (2 m, 2 m + 1: adjacent column groups in both maps), so that
-// every store covers whole 32-byte sectors (st_quad_row_pairs).
 template <int kHeads>
 __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const DealtRows& d, u32 units, DealShape ds, int group, int groups,
                                               bool wg1, int t, int split, int head_lo, int q4) {
-  constexpr int kBatch = 2;  // unit pairs whose peer loads are in flight together
-  for (int m0 = ds.slice; m0 < 16; m0 += kBatch * ds.deal) {
-    float4 v[kBatch][2][kSparseMaxCluster];
+  constexpr int kBatch = 4;  // units whose peer loads are in flight together
+  for (int j0 = ds.slice; j0 < 32; j0 += kBatch * ds.deal) {
+    float4 v[kBatch][kSparseMaxCluster];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) {
-          const int m = m0 + b * ds.deal;
-          if (m < 16 && r < ds.deal)
-            v[b][h][r] = ld_peer_f32x4(peer_addr(units + u32(2 * m + h) * 4096u, u32(group + r * groups)));
-        }
+      for (int r = 0; r < kSparseMaxCluster; ++r) {
+        const int j = j0 + b * ds.deal;
+        if (j < 32 && r < ds.deal)
+          v[b][r] = ld_peer_f32x4(peer_addr(units + u32(j) * 4096u, u32(group + r * groups)));
+      }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int m = m0 + b * ds.deal;
-      if (m >= 16) break;  // CTA-uniform
-      float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      const int j = j0 + b * ds.deal;
+      if (j >= 32) break;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int r = 0; r < kSparseMaxCluster; ++r) {
-          if (r >= ds.deal) break;
-          acc[h][0] += v[b][h][r].x;
-          acc[h][1] += v[b][h][r].y;
-          acc[h][2] += v[b][h][r].z;
-          acc[h][3] += v[b][h][r].w;
-        }
-      const int j = 2 * m;
-      const int col = wg1 ? (j < 24 ? 256 + 8 * j : 448 + 8 * (j - 24)) : 8 * j;
+      for (int r = 0; r < kSparseMaxCluster; ++r) {
+        if (r >= ds.deal) break;
+        acc[0] += v[b][r].x;
+        acc[1] += v[b][r].y;
+        acc[2] += v[b][r].z;
+        acc[3] += v[b][r].w;
+      }
+      const int col = (wg1 ? (j < 24 ? 256 + 8 * j : 448 + 8 * (j - 24)) : 8 * j) + 2 * q4;
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int head = head_lo + 8 * hr;
-        if (head >= kHeads) continue;  // warp-uniform: kHeads is a multiple of 8
-        const bool live = !(p.split && d.row[hr].empty);  // mid_out of an empty split is never read
+        if (head >= kHeads || (p.split && d.row[hr].empty)) continue;  // mid_out of an empty split is never read
         const long long out_row = (long long)t * kHeads + head;
         u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
-        st_quad_row_pairs(dst + col, 0, q4, pack_bf16x2(acc[0][2 * hr], acc[0][2 * hr + 1]), pack_bf16x2(acc[1][2 * hr], acc[1][2 * hr + 1]),
-                          live);
+        *reinterpret_cast<u32*>(dst + col) = pack_bf16x2(acc[2 * hr], acc[2 * hr + 1]);
       }
     }
   }
