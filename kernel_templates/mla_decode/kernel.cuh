@@ -31,7 +31,7 @@ constexpr bool kMlaSm90a = false;
 
 template <int kHeads, int kMaxSeqLenQ, bool kFp8, int kKernel, int kPrecision>
 constexpr MlaVariant kMlaCompiledVariant =
-    mla_variant(kKernel, kHeads, kMaxSeqLenQ, kFp8, !kFp8 && kPrecision == kMlaPrecisionExact, kMlaSm90a);
+    mla_variant(kKernel, kHeads, kMaxSeqLenQ, kFp8, mla_split_p(kFp8, kPrecision), kMlaSm90a);
 
 template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kPacked, bool kFp8, bool kCausal, int kKernel, int kPrecision>
 __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel, kPrecision>, kFp8), 1)
@@ -43,8 +43,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
   static_assert(kMaxSeqLenQ >= 1 && kMaxSeqLenQ <= kMlaMaxSeqLenQ, "kMaxSeqLenQ must be in 1..64");
   static_assert(kPrecision == kMlaPrecisionExact || (kPrecision == kMlaPrecisionBf16 && !kFp8),
                 "kPrecision must be kMlaPrecisionExact, or kMlaPrecisionBf16 with bf16 pages");
-  // P as bf16 hi + lo (two MMAs per V fragment); fp8 pages and the bf16 precision keep one P.
-  constexpr bool kSplitP = !kFp8 && kPrecision == kMlaPrecisionExact;
+  constexpr bool kSplitP = mla_split_p(kFp8, kPrecision);
 
   // Launched as a dependent of the kernel before it in the stream (common/pdl.cuh): the grid is
   // scheduled during that kernel's tail, and nothing is read or written in global memory before

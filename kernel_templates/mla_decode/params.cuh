@@ -56,6 +56,8 @@ constexpr int kMlaKernelWgmmaKv = 3;
 // unrounded P), FlashMLA's numerics, one MMA per V fragment. fp8 pages always run on one f16 P.
 constexpr int kMlaPrecisionExact = 0;
 constexpr int kMlaPrecisionBf16 = 1;
+// P as bf16 hi + lo: the exact precision on bf16 pages (the kernels' and the planner's one rule).
+KILN_MLA_HD constexpr bool mla_split_p(bool fp8, int precision) { return !fp8 && precision == kMlaPrecisionExact; }
 
 // Combine (kernel.cuh): four warps per CTA, on one output row or (MlaDecodeParams::combine_row_warps
 // 1) a row each; or eight warps per row where a request has many pieces.

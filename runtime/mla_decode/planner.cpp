@@ -45,8 +45,8 @@ int combine_row_warps(int parts, int batch, int rows, int sm_count) {
 }
 
 MlaVariant variant_for(const MlaDecodePolicy& policy, bool sm90a) {
-  const bool split_p = !policy.fp8() && policy.precision == MlaPrecision::kExact;
-  return mla_variant(static_cast<int>(policy.kernel), policy.heads, policy.max_seq_len_q, policy.fp8(), split_p, sm90a);
+  return mla_variant(static_cast<int>(policy.kernel), policy.heads, policy.max_seq_len_q, policy.fp8(),
+                     mla_split_p(policy.fp8(), static_cast<int>(policy.precision)), sm90a);
 }
 
 int max_parts_valid(const MlaDecodePolicy& policy) {
