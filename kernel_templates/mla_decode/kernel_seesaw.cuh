@@ -424,7 +424,6 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
     loads.prepare(0);
     loads.fill(0, 0);
     loads.prepare(1);
-    loads.fill(1, 1);
 
     u32 q_rope[4][4];
     {
@@ -462,6 +461,9 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
 
     mbar_wait(bar_q, st.pieces & 1);
     ++st.pieces;
+    // Stage 1 only once Q has landed: every CTA starts a piece at once, and S of tile 0 waits for Q
+    // and tile 0 alone, so those should not share DRAM with tile 1.
+    loads.fill(1, 1);
 
     // One loop per warpgroup: every wgmma wait stays out of divergent code, which ptxas would
     // answer by serializing the wgmmas. Each part is released after its last read and refilled with

@@ -99,6 +99,41 @@ __device__ __forceinline__ long long block_exclusive_scan(long long v, long long
   return before + inc - v;
 }
 
+// Exclusive prefix sum of v and the max of m over the CTA's threads (thread order) in one exchange;
+// `total` gets the sum of all v, `max` the max of all m.
+template <int kThreads>
+__device__ __forceinline__ long long block_exclusive_scan_max(long long v, long long m, long long* scratch, long long& total,
+                                                              long long& max) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x & 31;
+  long long inc = v;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const long long up = __shfl_up_sync(0xffffffffu, inc, off);
+    if (lane >= off) inc += up;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const long long o = __shfl_xor_sync(0xffffffffu, m, off);
+    m = o > m ? o : m;
+  }
+  __syncthreads();  // a previous use of scratch is over
+  if (lane == 31) scratch[threadIdx.x >> 5] = inc;
+  if (lane == 0) scratch[kWarps + (threadIdx.x >> 5)] = m;
+  __syncthreads();
+  long long before = 0;
+  total = 0;
+  max = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const long long s = scratch[w];
+    if (w < static_cast<int>(threadIdx.x >> 5)) before += s;
+    total += s;
+    max = scratch[kWarps + w] > max ? scratch[kWarps + w] : max;
+  }
+  return before + inc - v;
+}
+
 // A part's place in the unit sequence: its range [lo, hi), the width W, and the first request whose
 // blocks reach into the range with that request's first unit.
 struct MlaPartCursor {
@@ -106,6 +141,24 @@ struct MlaPartCursor {
   long long start;
   long long lo, hi, width;
 };
+
+// The part's width and range [lo, hi) from the batch's total units and its largest request's blocks:
+// an even share of the units, but never so narrow that a request splits into more than
+// kMlaMaxPieces pieces (each costs the combine a partial row); then a width of whole largest
+// requests, if at most kMlaAlignSlack units wider: with equal lengths the parts then take whole
+// requests (no partial rows, nothing to combine) for a slightly longer part.
+__device__ __forceinline__ void mla_part_range(const MlaDecodeParams& p, int part, long long total, long long max_blocks,
+                                               MlaPartCursor& c) {
+  const long long even = (total + p.num_parts - 1) / p.num_parts;
+  const long long narrowest = (max_blocks + kMlaMaxPieces - 1) / kMlaMaxPieces;
+  c.width = even > narrowest ? even : narrowest;
+  if (c.width < 1) c.width = 1;
+  const long long largest = max_blocks + p.piece_cost;
+  const long long whole = (c.width + largest - 1) / largest * largest;
+  if (whole <= c.width + kMlaAlignSlack) c.width = whole;
+  c.lo = part * c.width;
+  c.hi = c.lo + c.width;
+}
 
 template <int kThreads, int kBlockTokens, int kMaxSeqLenQ, bool kPacked>
 __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p, int part, long long* scratch) {
@@ -121,6 +174,34 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
     return c;
   }
   const int tid = threadIdx.x;
+  if (p.batch <= kThreads) {
+    // One request per thread: one read of the lengths, one exchange for the scan, the total and the
+    // largest request, and the part's first request found by the thread that holds it.
+    long long cost = 0, blocks = 0;
+    if (tid < p.batch) {
+      const MlaRequest r = mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, tid);
+      cost = mla_cost(r, p.piece_cost);
+      blocks = r.blocks;
+    }
+    long long total, max_blocks;
+    const long long start = block_exclusive_scan_max<kThreads>(cost, blocks, scratch, total, max_blocks);
+    mla_part_range(p, part, total, max_blocks, c);
+    long long* found = scratch + 2 * (kThreads / 32);  // [0]: first b, [1]: its start (past the exchange's slots)
+    // The first request that ends after lo: ends are non-decreasing in b, so it is the one whose
+    // units hold lo (at most one thread; none when lo is past every unit).
+    const bool owner = cost > 0 && start <= c.lo && c.lo < start + cost;
+    if (tid == 0) found[0] = p.batch;
+    __syncthreads();
+    if (owner) {
+      found[0] = tid;
+      found[1] = start;
+    }
+    __syncthreads();
+    c.b = static_cast<int>(found[0]);
+    c.start = c.b < p.batch ? found[1] : 0;
+    __syncthreads();  // scratch is free again
+    return c;
+  }
   long long mine = 0, my_blocks = 0;
   for (int b = tid; b < p.batch; b += kThreads) {
     const MlaRequest r = mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, b);
@@ -129,19 +210,7 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
   }
   long long total, max_blocks;
   block_sum_max<kThreads>(mine, my_blocks, scratch, total, max_blocks);
-  // An even share of the units, but never so narrow that a request splits into more than
-  // kMlaMaxPieces pieces (each costs the combine a partial row).
-  const long long even = (total + p.num_parts - 1) / p.num_parts;
-  const long long narrowest = (max_blocks + kMlaMaxPieces - 1) / kMlaMaxPieces;
-  c.width = even > narrowest ? even : narrowest;
-  if (c.width < 1) c.width = 1;
-  // A width of whole largest requests, if at most kMlaAlignSlack units wider: with equal lengths the
-  // parts then take whole requests (no partial rows, nothing to combine) for a slightly longer part.
-  const long long largest = max_blocks + p.piece_cost;
-  const long long whole = (c.width + largest - 1) / largest * largest;
-  if (whole <= c.width + kMlaAlignSlack) c.width = whole;
-  c.lo = part * c.width;
-  c.hi = c.lo + c.width;
+  mla_part_range(p, part, total, max_blocks, c);
 
   // The first request that ends after lo (ends are non-decreasing in b).
   long long* found = scratch + 2 * (kThreads / 32);  // [0]: first b, [1]: its start (past the reductions' slots)

@@ -565,6 +565,21 @@ TEST_CASE("mla: peaked softmax (large bmm1_scale, one dominant key, long rows)",
 
 TEST_CASE("mla: mixed-length batches", "[gpu][mla]") { run_cases(mixed_length_cases(), base_seed() * 1000 + 600); }
 
+TEST_CASE("mla: batches of more requests than a CTA has threads", "[gpu][mla]") {
+  // The device scheduler reads the lengths in one pass when every request has a thread of its own,
+  // and in several (a scan carried across passes) otherwise: 128 threads (mma.sync, KV-on-M), 256
+  // (the seesaw) and 384 (fp8). Short lengths keep the fp64 oracle cheap.
+  Rng rng(base_seed() ^ 0x5c4e);
+  const auto short_lens = [&](int batch) {
+    std::vector<int> lens;
+    for (int b = 0; b < batch; ++b) lens.push_back(static_cast<int>(std::exp(rng.uniform(0.f, std::log(200.f)))));
+    return lens;
+  };
+  run_cases({fixed(16, 64, 1, false, true, short_lens(400), 163840), fixed(16, 64, 1, true, false, short_lens(400), 163840),
+             fixed(64, 64, 2, false, true, short_lens(300), 163840)},
+            base_seed() * 1000 + 650);
+}
+
 TEST_CASE("mla: the portable mma.sync configuration (sm_120's) over a third of the matrix", "[gpu][mla]") {
   // Forced on this GPU to prove the configuration every arch without wgmma runs is correct.
   std::vector<MlaCase> m;
