@@ -74,17 +74,22 @@ __device__ __forceinline__ void block_sum_max(long long v, long long m, long lon
   }
 }
 
+// Inclusive prefix sum of v over the warp's lanes.
+__device__ __forceinline__ long long warp_inclusive_sum(long long v, int lane) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const long long up = __shfl_up_sync(0xffffffffu, v, off);
+    if (lane >= off) v += up;
+  }
+  return v;
+}
+
 // Exclusive prefix sum over the CTA's threads (thread order); `total` gets the sum of all.
 template <int kThreads>
 __device__ __forceinline__ long long block_exclusive_scan(long long v, long long* scratch, long long& total) {
   constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x & 31;
-  long long inc = v;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const long long up = __shfl_up_sync(0xffffffffu, inc, off);
-    if (lane >= off) inc += up;
-  }
+  const long long inc = warp_inclusive_sum(v, lane);
   __syncthreads();
   if (lane == 31) scratch[threadIdx.x >> 5] = inc;
   __syncthreads();
@@ -106,12 +111,7 @@ __device__ __forceinline__ long long block_exclusive_scan_max(long long v, long 
                                                               long long& max) {
   constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x & 31;
-  long long inc = v;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const long long up = __shfl_up_sync(0xffffffffu, inc, off);
-    if (lane >= off) inc += up;
-  }
+  const long long inc = warp_inclusive_sum(v, lane);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     const long long o = __shfl_xor_sync(0xffffffffu, m, off);
