@@ -139,6 +139,14 @@ __device__ __forceinline__ void st_quad_row_pairs(u16* row, int j, int c4, u32 a
   if (live) *reinterpret_cast<uint2*>(row + 8 * (j + odd) + 2 * (c4 - odd)) = odd ? make_uint2(y, b) : make_uint2(a, y);
 }
 
+// st_quad_row_pairs from an accumulator fragment in the wgmma layout (per 8-column group j,
+// x[4 j + 2 h] and x[4 j + 2 h + 1] are row half h's two columns): groups j and j + 1, times s.
+template <int N>
+__device__ __forceinline__ void st_acc_row_pairs(u16* row, const float (&x)[N], int j, int h, int c4, float s, bool live) {
+  st_quad_row_pairs(row, j, c4, pack_bf16x2(x[4 * j + 2 * h] * s, x[4 * j + 2 * h + 1] * s),
+                    pack_bf16x2(x[4 * j + 4 + 2 * h] * s, x[4 * j + 4 + 2 * h + 1] * s), live);
+}
+
 #endif  // __CUDACC__
 
 }  // namespace kiln

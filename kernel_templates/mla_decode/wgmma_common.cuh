@@ -193,8 +193,7 @@ __device__ __forceinline__ void mla_wg_epilogue(const MlaDecodeParams& p, const 
       u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + (live ? row : 0)) * kMlaDimV + 256 * wg;
 #pragma unroll
       for (int n = 0; n < 32; n += 2) {
-        st_quad_row_pairs(out, n, c4, pack_bf16x2(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv),
-                          pack_bf16x2(o[4 * n + 4 + 2 * half] * inv, o[4 * n + 4 + 2 * half + 1] * inv), live);
+        st_acc_row_pairs(out, o, n, half, c4, inv, live);
       }
     } else {
       if (!live) continue;

@@ -531,8 +531,7 @@ __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const
     const float f = factor[hr] * F::kNopeUndo;
 #pragma unroll
     for (int j = 0; j < 32; j += 2)
-      st_quad_row_pairs(dst, j, q4, pack_bf16x2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f),
-                        pack_bf16x2(o[4 * j + 4 + 2 * hr] * f, o[4 * j + 4 + 2 * hr + 1] * f), live);
+      st_acc_row_pairs(dst, o, j, hr, q4, f, live);
   }
 }
 
@@ -553,12 +552,10 @@ __device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const
     const float fn = f * F::kNopeUndo;
 #pragma unroll
     for (int j = 0; j < 24; j += 2)
-      st_quad_row_pairs(dst + 256, j, q4, pack_bf16x2(o_nope[4 * j + 2 * hr] * fn, o_nope[4 * j + 2 * hr + 1] * fn),
-                        pack_bf16x2(o_nope[4 * j + 4 + 2 * hr] * fn, o_nope[4 * j + 4 + 2 * hr + 1] * fn), live);
+      st_acc_row_pairs(dst + 256, o_nope, j, hr, q4, fn, live);
 #pragma unroll
     for (int j = 0; j < 8; j += 2)
-      st_quad_row_pairs(dst + 448, j, q4, pack_bf16x2(o_rope[4 * j + 2 * hr] * f, o_rope[4 * j + 2 * hr + 1] * f),
-                        pack_bf16x2(o_rope[4 * j + 4 + 2 * hr] * f, o_rope[4 * j + 4 + 2 * hr + 1] * f), live);
+      st_acc_row_pairs(dst + 448, o_rope, j, hr, q4, f, live);
   }
 }
 
