@@ -304,12 +304,17 @@ int main_impl(int argc, char** argv) {
     if (*prune) return run_prune(common, max_bytes);
     if (*stats) return run_stats(common);
     if (*bench) {
+#if KILN_BENCH
       bench_options.cache_dir = common.cache_dir;
       if (bench_options.what == "mla") return run_bench_mla(bench_options);
       if (bench_options.what == "sparse") return run_bench_sparse(bench_options);
       if (bench_options.what == "sparse_dsv41") return run_bench_sparse_dsv41(bench_options);
       if (bench_options.what == "writer") return run_bench_writer(bench_options);
       return run_bench(bench_options);
+#else
+      throw Error(ErrorCode::kUnsupported,
+                  "kiln bench: this kiln was configured with -DKILN_BENCH=OFF; reconfigure with -DKILN_BENCH=ON to build it");
+#endif
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
