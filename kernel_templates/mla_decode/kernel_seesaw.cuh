@@ -471,8 +471,10 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
     // In a cluster pair the refill of stage 0 first waits for the peer CTA's release of the part:
     // issued before this warpgroup's next P V, that wait and the TMA issue held warp 0, and with it
     // the P V batch, back; issued behind the batch they overlap it. A CTA alone waits only for its
-    // own warps, and there the later refill measured slower (NOTES.md).
-    constexpr bool kRefillBehindPv = kTmaCtas == 2;
+    // own warps, and there the later refill measured faster only in warpgroup 0 with P as hi + lo
+    // (NOTES.md).
+    constexpr bool kRefillBehindPv0 = kTmaCtas == 2 || (kTmaCtas == 1 && kSplitP);
+    constexpr bool kRefillBehindPv1 = kTmaCtas == 2;
     u32 pa[4][4];
     float s[32];
     float sum_lo, sum_hi, a_lo, a_hi;
@@ -498,13 +500,13 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         wgmma_wait<0>();
         wgmma_fence_operand(o);
         loads.release(0);
-        if constexpr (!kRefillBehindPv) {
+        if constexpr (!kRefillBehindPv0) {
           if (refill) loads.fill(2 * k + 2, 0);
           loads.prepare(2 * k + 3);
         }
         mla_wg_rescale(o, l_lo, l_hi, a_lo, a_hi, 0.f, 0.f);
         mla_seesaw_pv_ss<kSplitP>(o, dp_other, dlo_other, dv_other);
-        if constexpr (kRefillBehindPv) {
+        if constexpr (kRefillBehindPv0) {
           if (refill) loads.fill(2 * k + 2, 0);
           loads.prepare(2 * k + 3);
         }
@@ -535,13 +537,13 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         wgmma_wait<0>();
         wgmma_fence_operand(o);
         loads.release(0);
-        if constexpr (!kRefillBehindPv) {
+        if constexpr (!kRefillBehindPv1) {
           if (refill) loads.fill(2 * k + 2, 0);
           loads.prepare(2 * k + 3);
         }
         mla_wg_rescale(o, l_lo, l_hi, step_lo.alpha, step_hi.alpha, sum_lo, sum_hi);
         mla_seesaw_pv_rs<kSplitP>(o, pa, dlo_own, dv_own);
-        if constexpr (kRefillBehindPv) {
+        if constexpr (kRefillBehindPv1) {
           if (refill) loads.fill(2 * k + 2, 0);
           loads.prepare(2 * k + 3);
         }
