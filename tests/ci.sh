@@ -6,8 +6,8 @@
 #                    tests start and stop their own redis-servers on 127.0.0.1 (free ports).
 #   2. build-asan/   clang with ASan + UBSan (+ fuzzer-no-link coverage, so the same tree also
 #                    builds the fuzzers): every unit and nvrtc test (ctest -L 'unit|nvrtc') but the
-#                    NVRTC-bound ones below. The unit suite runs here only: built a second time in
-#                    the Release tree it cost ~85 s of the budget and checked nothing more.
+#                    NVRTC-bound ones below. The unit suite runs here only: built and run in the
+#                    Release tree as well, it took ~100 s of the budget.
 #   3. build-tsan/   gcc with TSan: the threaded and multi-process service/store tests (Catch tag
 #                    [concurrency], built into one binary there) and the remote suite (ctest -L
 #                    concurrency).
