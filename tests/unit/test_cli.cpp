@@ -69,6 +69,16 @@ TEST_CASE("cli: unknown subcommand is bad input", "[unit]") {
   CHECK_FALSE(fs::exists(cache));  // rejected before anything touched the cache
 }
 
+TEST_CASE("cli: bench of an unknown benchmark, or in a build without bench, is bad input naming the fix", "[unit]") {
+  TempDir dir;
+  const CliResult r = run_cli({"bench", "nope", "--cache", (dir.path() / "cache").string()}, dir);
+#if KILN_BENCH
+  expect_bad_input(r, {"unknown benchmark 'nope'", "available: jit, mla"});
+#else
+  expect_bad_input(r, {"configured with -DKILN_BENCH=OFF", "-DKILN_BENCH=ON"});
+#endif
+}
+
 TEST_CASE("cli: inspect of an unknown or malformed key is bad input", "[unit]") {
   TempDir dir;
   const std::string cache = (dir.path() / "cache").string();
