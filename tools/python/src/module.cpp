@@ -118,17 +118,19 @@ nb::dict plan_dict(const sparse::SplitPlanResult& plan) {
   return d;
 }
 
-nb::dict sparse_decode(nb::handle q, nb::handle kv_cache, nb::handle indices, nb::handle output, nb::handle out_lse,
-                       double sm_scale, nb::handle topk_length, nb::handle attn_sink, nb::handle extra_kv_cache,
-                       nb::handle extra_indices, nb::handle extra_topk_length, nb::handle mid_out, nb::handle mid_lse,
-                       double lse_scale, std::optional<int> num_splits, int max_splits, std::optional<int> head_tiles) {
-  TensorArgs args;
-  const TensorView qv = args.get(q.ptr(), "q");
-  const TensorView kv = args.get(kv_cache.ptr(), "kv_cache");
-  const TensorView idx = args.get(indices.ptr(), "indices");
-  const TensorView o = args.get(output.ptr(), "output");
-  const TensorView lse = args.get(out_lse.ptr(), "out_lse");
-  sparse::SparseOptions opt;
+// The positional tensors and the options both sparse families share, converted in their signature's
+// order (the first bad argument is the one reported).
+struct SparseCallViews {
+  TensorView q, kv, indices, output, out_lse;
+};
+
+SparseCallViews sparse_call_views(TensorArgs& args, sparse::SparseCallOptions& opt, nb::handle q, nb::handle kv_cache,
+                                  nb::handle indices, nb::handle output, nb::handle out_lse, nb::handle topk_length,
+                                  nb::handle attn_sink, nb::handle extra_kv_cache, nb::handle extra_indices,
+                                  nb::handle extra_topk_length, nb::handle mid_out, nb::handle mid_lse, double lse_scale,
+                                  std::optional<int> num_splits, int max_splits, std::optional<int> head_tiles) {
+  SparseCallViews v{args.get(q.ptr(), "q"), args.get(kv_cache.ptr(), "kv_cache"), args.get(indices.ptr(), "indices"),
+                    args.get(output.ptr(), "output"), args.get(out_lse.ptr(), "out_lse")};
   opt.topk_length = args.optional(topk_length.ptr(), "topk_length");
   opt.attn_sink = args.optional(attn_sink.ptr(), "attn_sink");
   opt.extra_kv_cache = args.optional(extra_kv_cache.ptr(), "extra_kv_cache");
@@ -140,11 +142,24 @@ nb::dict sparse_decode(nb::handle q, nb::handle kv_cache, nb::handle indices, nb
   opt.num_splits = num_splits;
   opt.max_splits = max_splits;
   opt.head_tiles = head_tiles;
+  return v;
+}
+
+nb::dict sparse_decode(nb::handle q, nb::handle kv_cache, nb::handle indices, nb::handle output, nb::handle out_lse,
+                       double sm_scale, nb::handle topk_length, nb::handle attn_sink, nb::handle extra_kv_cache,
+                       nb::handle extra_indices, nb::handle extra_topk_length, nb::handle mid_out, nb::handle mid_lse,
+                       double lse_scale, std::optional<int> num_splits, int max_splits, std::optional<int> head_tiles) {
+  TensorArgs args;
+  sparse::SparseOptions opt;
+  const SparseCallViews v = sparse_call_views(args, opt, q, kv_cache, indices, output, out_lse, topk_length, attn_sink,
+                                              extra_kv_cache, extra_indices, extra_topk_length, mid_out, mid_lse,
+                                              lse_scale, num_splits, max_splits, head_tiles);
   sparse::SplitPlanResult plan;
   {
     nb::gil_scoped_release release;
     DeviceScope scope(args.device());
-    plan = sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(qv, kv, idx, o, lse, sm_scale, opt, args.stream());
+    plan = sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(v.q, v.kv, v.indices, v.output, v.out_lse, sm_scale, opt,
+                                                           args.stream());
   }
   return plan_dict(plan);
 }
@@ -178,28 +193,16 @@ nb::dict dsv41_decode(nb::handle q, nb::handle kv_cache, nb::handle indices, nb:
   if (!variant.is_none()) opt.variant = str_arg(variant, "variant", "None or a str in format_info()['variants']");
   opt.compute_precision = str_arg(compute_precision, "compute_precision", "'default' or 'bf16'");
   TensorArgs args;
-  const TensorView qv = args.get(q.ptr(), "q");
-  const TensorView kv = args.get(kv_cache.ptr(), "kv_cache");
-  const TensorView idx = args.get(indices.ptr(), "indices");
-  const TensorView o = args.get(output.ptr(), "output");
-  const TensorView lse = args.get(out_lse.ptr(), "out_lse");
-  opt.topk_length = args.optional(topk_length.ptr(), "topk_length");
-  opt.attn_sink = args.optional(attn_sink.ptr(), "attn_sink");
-  opt.extra_kv_cache = args.optional(extra_kv_cache.ptr(), "extra_kv_cache");
-  opt.extra_indices = args.optional(extra_indices.ptr(), "extra_indices");
-  opt.extra_topk_length = args.optional(extra_topk_length.ptr(), "extra_topk_length");
-  opt.mid_out = args.optional(mid_out.ptr(), "mid_out");
-  opt.mid_lse = args.optional(mid_lse.ptr(), "mid_lse");
-  opt.lse_scale = lse_scale;
-  opt.num_splits = num_splits;
-  opt.max_splits = max_splits;
-  opt.head_tiles = head_tiles;
+  const SparseCallViews v = sparse_call_views(args, opt, q, kv_cache, indices, output, out_lse, topk_length, attn_sink,
+                                              extra_kv_cache, extra_indices, extra_topk_length, mid_out, mid_lse,
+                                              lse_scale, num_splits, max_splits, head_tiles);
   opt.enable_pdl = enable_pdl;
   dsv41::Dsv41Plan plan;
   {
     nb::gil_scoped_release release;
     DeviceScope scope(args.device());
-    plan = dsv41::cake_sparse_mla_sm120_dsv41_mixed_decode(qv, kv, idx, o, lse, sm_scale, opt, args.stream());
+    plan = dsv41::cake_sparse_mla_sm120_dsv41_mixed_decode(v.q, v.kv, v.indices, v.output, v.out_lse, sm_scale, opt,
+                                                         args.stream());
   }
   return dsv41_plan_dict(plan);
 }
