@@ -141,7 +141,7 @@ ManifestSelection select_manifest(std::string_view text, std::string_view source
         try {
           return SemanticKey::parse(item.get<std::string>());
         } catch (const Error& e) {
-          throw manifest_error(source, fmt::format("keys[{}]: {}", i, e.what()));
+          throw manifest_error(source, fmt::format("keys[{}]: {}", i, e.message()));
         }
       }();
       if (only_archs && !requested(key.arch())) {
@@ -187,7 +187,7 @@ ManifestSelection select_manifest(std::string_view text, std::string_view source
             SemanticKey key(family, policy, arch);
             if (!archs.empty()) add(std::move(key));
           } catch (const Error& e) {
-            throw manifest_error(source, fmt::format("{} ({}): {}", where, json_text(policy), e.what()));
+            throw manifest_error(source, fmt::format("{} ({}): {}", where, json_text(policy), e.message()));
           }
         }
       });

@@ -47,6 +47,9 @@ void rejects(const std::string& text, const std::vector<std::string>& fragments)
   const kiln::Error e = expect_error([&] { kiln::parse_manifest(text, "test.json"); });
   CHECK(e.code() == ErrorCode::kInvalidArgument);
   CHECK_THAT(e.what(), Contains("manifest test.json"));  // the source is named
+  // A wrapped policy or key error keeps its own words but not a second "kiln [code]:" prefix.
+  const std::string what = e.what();
+  CHECK(what.find("kiln [", 1) == std::string::npos);
   for (const auto& f : fragments) CHECK_THAT(e.what(), Contains(f));
 }
 
