@@ -79,6 +79,8 @@ class CubinStore {
   StoreStats stats() const;
 
   bool writable() const { return writable_.load(std::memory_order_relaxed); }
+  // Why the root could not be set up when the store opened (empty if it could).
+  const std::string& open_failure() const { return open_failure_; }
   const Options& options() const { return options_; }
 
   static std::filesystem::path entry_path(const std::filesystem::path& layer, const CacheKey& key);

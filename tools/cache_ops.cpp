@@ -39,6 +39,16 @@ std::vector<PrebuildOutcome> prebuild(
   if (jobs < 1) throw Error(ErrorCode::kInvalidArgument, fmt::format("jobs must be >= 1, got {}", jobs));
   RemoteStore* remote = service.remote();
   if (push && remote == nullptr) throw Error(ErrorCode::kInvalidArgument, "push needs a remote cache (KILN_REMOTE_CACHE)");
+  // A prebuild's only product is the cache: compiling into memory that is dropped at exit would report
+  // success for nothing. (A root that stops taking entries later shows as "writable": false.)
+  if (const std::string& why = service.store().open_failure(); !why.empty()) {
+    const std::string dir = service.config().cache_dir.string();
+    throw Error(ErrorCode::kCacheIo,
+                fmt::format("prebuild needs a writable cache directory and {} is not one ({}); pass another one "
+                            "(kiln prebuild --cache DIR, kiln.prebuild(cache_dir=DIR)) or set KILN_CACHE_DIR",
+                            dir, why),
+                {.path = dir});
+  }
   std::vector<PrebuildOutcome> outcomes(keys.size());
   std::vector<std::size_t> order(keys.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;

@@ -32,7 +32,8 @@ struct PrebuildOutcome {
 // processes prebuilding one manifest together compile different keys first), keys that share another
 // key's cache entry after all the others. With `push`, also
 // uploads each key to the service's remote tier (which it must have). `progress` (optional) is
-// called under a lock after each key with (done, total, key, outcome).
+// called under a lock after each key with (done, total, key, outcome). A cache root that cannot be
+// opened for writing is Error(kCacheIo) before anything is compiled.
 std::vector<PrebuildOutcome> prebuild(
     KernelService& service, const std::vector<SemanticKey>& keys, int jobs,
     const std::function<void(std::size_t, std::size_t, const SemanticKey&, const PrebuildOutcome&)>& progress = {},

@@ -86,7 +86,15 @@ int run_prebuild(const CommonOptions& common, const std::string& manifest, const
                  service.remote()->options().endpoint.describe().c_str(), p["uploaded"].get<std::size_t>(),
                  p["present"].get<std::size_t>(), push_failed);
   }
-  return report["failed"].get<std::size_t>() == 0 && push_failed == 0 ? 0 : 1;
+  // A root that stops taking entries mid-run (full disk, read-only remount) has warned once; what
+  // was compiled after that is not in the cache.
+  const bool stored = service.store().writable();
+  if (!stored) {
+    std::fprintf(stderr, "prebuild: the cache directory %s stopped taking entries during the run: keys compiled after "
+                 "that are not in it (see the warning above); free space or fix its permissions and run again\n",
+                 service.config().cache_dir.c_str());
+  }
+  return report["failed"].get<std::size_t>() == 0 && push_failed == 0 && stored ? 0 : 1;
 }
 
 int run_warm(const CommonOptions& common, const std::string& manifest, std::vector<int> devices) {

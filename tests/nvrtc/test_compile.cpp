@@ -496,6 +496,36 @@ TEST_CASE("cli: 8 concurrent kiln prebuild processes compile a key once", "[nvrt
   CHECK(v["bad"] == json::array());
 }
 
+TEST_CASE("cli: a prebuild whose cache stops taking entries fails after the run and says so", "[nvrtc]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  const fs::path manifest = dir.path() / "one.json";
+  const SemanticKey key = writer("pack", 32, "sm_90a");
+  std::ofstream(manifest) << json({{"keys", {key.str()}}}).dump();
+  // The directory opens fine, then every write past 4 KiB (an entry is ~15 KiB) fails with EFBIG, as a
+  // full disk fails with ENOSPC (SIGXFSZ ignored, so the write fails instead of killing kiln).
+  kiln::testing::Environment env = kiln::testing::current_environment();
+  for (const char* v : {"KILN_CACHE_PATH", "KILN_SEALED", "KILN_RECORD_MISSES", "KILN_DUMP_SOURCE"}) env.erase(v);
+  env["KILN_LOG_LEVEL"] = "warn";
+  const CliResult r =
+      kiln::testing::Subprocess({.argv = {"/bin/sh", "-c", "trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\"",
+                                          kiln::testing::kiln_cli_path().string(), "prebuild", "--manifest",
+                                          manifest.string(), "--cache", cache.string()},
+                                 .env = env,
+                                 .stdout_file = dir.path() / "limited.stdout",
+                                 .stderr_file = dir.path() / "limited.stderr"})
+          .wait();
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("is not writable"));  // the store's one warning
+  CHECK_THAT(r.err, Contains("compiled " + key.str()));
+  CHECK_THAT(r.err, Contains("stopped taking entries"));
+  const CliResult verify = run_cli({"verify", "--cache", cache.string(), "--json"}, dir.path(), "verify");
+  INFO(verify.err);
+  CHECK(verify.exit_code == 0);
+  CHECK(json::parse(verify.out)["checked"] == 0);
+}
+
 TEST_CASE("driver: without a GPU driver, warm fails with a clear kDriver error", "[nvrtc]") {
   if (kiln::Driver::get().available()) {
     WARN("a CUDA driver is present here; the no-driver behaviour is covered on machines without one");

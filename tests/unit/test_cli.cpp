@@ -149,6 +149,20 @@ TEST_CASE("cli: missing manifest file is bad input naming the path", "[unit]") {
                    {missing.string()});
 }
 
+TEST_CASE("cli: prebuild into a cache that is not a writable directory fails before compiling", "[unit]") {
+  TempDir dir;
+  const fs::path not_a_dir = dir.path() / "a_file";
+  std::ofstream(not_a_dir) << "not a cache";
+  const CliResult r = run_cli({"prebuild", "--cache", not_a_dir.string()}, dir);
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 1);  // kCacheIo: the input is fine, the directory is not
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // no progress line: nothing was compiled
+  CHECK_THAT(r.err, StartsWith("kiln [cache_io]: prebuild needs a writable cache directory"));
+  CHECK_THAT(r.err, Contains(not_a_dir.string()));
+  CHECK_THAT(r.err, Contains("--cache"));
+  CHECK(fs::is_regular_file(not_a_dir));
+}
+
 TEST_CASE("cli: prune without --max-bytes is bad input", "[unit]") {
   TempDir dir;
   const std::string cache = (dir.path() / "cache").string();

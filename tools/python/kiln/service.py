@@ -85,7 +85,9 @@ def prebuild(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str
     Returns ``{"keys": [{"key", "outcome", "ms"[, "error"]}], "compiled", "hits", "failed",
     "skipped": [{"entry", "family", "archs", "keys"}], "skipped_keys", "wall_ms", "jobs", "cache_dir",
     "writable"}``; a failed key is reported there, not raised. With ``archs``, the manifest entries
-    that allow none of them are listed under ``skipped``, not compiled."""
+    that allow none of them are listed under ``skipped``, not compiled. A cache directory that cannot
+    be opened for writing raises :class:`CacheIOError` before anything is compiled; one that stops
+    taking entries during the run (a full disk) gives ``"writable": False``."""
     jobs = (os.cpu_count() or 1) if jobs is None else int(jobs)
     return json.loads(_native.prebuild("" if manifest is None else os.fspath(manifest), _archs(archs), jobs,
                                        None if cache_dir is None else os.fspath(cache_dir)))

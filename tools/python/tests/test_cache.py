@@ -54,6 +54,15 @@ def test_prebuild_then_hits_and_stats(manifest, cache_dir):
     assert writable[0]["entries"] == 2 and writable[0]["bytes"] > 0
 
 
+def test_prebuild_into_a_cache_that_cannot_be_written_raises_before_compiling(manifest, tmp_path):
+    not_a_dir = tmp_path / "a_file"
+    not_a_dir.write_text("not a cache")
+    with pytest.raises(kiln.CacheIOError, match="prebuild needs a writable cache directory") as e:
+        kiln.prebuild(manifest, cache_dir=not_a_dir)
+    assert e.value.path == str(not_a_dir)
+    assert not_a_dir.read_text() == "not a cache"
+
+
 def test_prebuild_skips_entries_for_other_archs(tmp_path, cache_dir):
     path = tmp_path / "sm90_only.json"
     path.write_text(json.dumps({"policies": [{"family": "nvfp4_writer", "archs": ["sm_90a"],
