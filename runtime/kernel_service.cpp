@@ -17,6 +17,7 @@
 #include "kiln/jit/error.h"
 #include "kiln/jit/log.h"
 #include "kiln/runtime/driver.h"
+#include "kiln/runtime/worker_threads.h"
 #include "kiln/runtime/manifest.h"
 
 namespace kiln {
@@ -253,20 +254,16 @@ void KernelService::warm(const std::vector<SemanticKey>& keys, const std::vector
   std::exception_ptr first_error;
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   const std::size_t threads = std::min<std::size_t>(work.size(), config_.threads > 0 ? config_.threads : hw);
-  std::vector<std::thread> pool;
-  for (std::size_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (std::size_t i = next++; i < work.size(); i = next++) {
-        try {
-          warm(*work[i].first, work[i].second);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (!first_error) first_error = std::current_exception();
-        }
+  run_workers(threads, [&] {
+    for (std::size_t i = next++; i < work.size(); i = next++) {
+      try {
+        warm(*work[i].first, work[i].second);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!first_error) first_error = std::current_exception();
       }
-    });
-  }
-  for (auto& t : pool) t.join();
+    }
+  });
   if (first_error) std::rethrow_exception(first_error);
 }
 

@@ -10,12 +10,12 @@
 #include <mutex>
 #include <random>
 #include <set>
-#include <thread>
 
 #include "kiln/jit/arch.h"
 #include "kiln/jit/build_request.h"
 #include "kiln/jit/error.h"
 #include "kiln/runtime/manifest.h"
+#include "kiln/runtime/worker_threads.h"
 #include "tools/default_manifest.h"
 
 namespace kiln::tools {
@@ -89,7 +89,7 @@ std::vector<PrebuildOutcome> prebuild(
             case RemoteStore::PushResult::kFailed: out.pushed = "failed"; break;
           }
         }
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {  // kiln::Error, or e.g. bad_alloc: the key fails, not the process
         out.status = "failed";
         out.detail = e.what();
       }
@@ -99,9 +99,7 @@ std::vector<PrebuildOutcome> prebuild(
       if (progress) progress(done, keys.size(), keys[i], out);
     }
   };
-  std::vector<std::thread> pool;
-  for (int t = 0; t < std::min<int>(jobs, static_cast<int>(keys.size())); ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
+  run_workers(std::min<std::size_t>(static_cast<std::size_t>(jobs), keys.size()), worker);
   return outcomes;
 }
 
