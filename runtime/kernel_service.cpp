@@ -17,8 +17,8 @@
 #include "kiln/jit/error.h"
 #include "kiln/jit/log.h"
 #include "kiln/runtime/driver.h"
-#include "kiln/runtime/worker_threads.h"
 #include "kiln/runtime/manifest.h"
+#include "kiln/runtime/worker_threads.h"
 
 namespace kiln {
 
