@@ -75,7 +75,7 @@ def manifest_keys(manifest: Union[str, os.PathLike, None] = None, *, archs: Unio
     """The printable semantic keys of a manifest file (default: kiln's embedded manifest); ``archs``
     selects targets: only the entries that allow one of them give keys (an entry without archs allows
     every arch)."""
-    return _native.manifest_keys("" if manifest is None else os.fspath(manifest), _archs(archs))
+    return _native.manifest_keys(_path(manifest, "manifest") or "", _archs(archs))
 
 
 def prebuild(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str, Sequence[str], None] = None,
@@ -89,13 +89,13 @@ def prebuild(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str
     be opened for writing raises :class:`CacheIOError` before anything is compiled; one that stops
     taking entries during the run (a full disk) gives ``"writable": False``."""
     jobs = (os.cpu_count() or 1) if jobs is None else int(jobs)
-    return json.loads(_native.prebuild("" if manifest is None else os.fspath(manifest), _archs(archs), jobs,
-                                       None if cache_dir is None else os.fspath(cache_dir)))
+    return json.loads(_native.prebuild(_path(manifest, "manifest") or "", _archs(archs), jobs,
+                                       _path(cache_dir, "cache_dir")))
 
 
 def stats(cache_dir: Union[str, os.PathLike, None] = None) -> Dict[str, Any]:
     """Entries and bytes per cache layer, like ``kiln stats --json``."""
-    return json.loads(_native.store_stats(None if cache_dir is None else os.fspath(cache_dir)))
+    return json.loads(_native.store_stats(_path(cache_dir, "cache_dir")))
 
 
 def counters() -> Dict[str, Any]:
@@ -144,4 +144,15 @@ def _devices(devices: Devices) -> Optional[List[int]]:
 def _archs(archs: Union[str, Sequence[str], None]) -> Optional[str]:
     if archs is None or isinstance(archs, str):
         return archs
-    return ",".join(archs)
+    if isinstance(archs, (list, tuple)) and all(isinstance(a, str) for a in archs):
+        return ",".join(archs)
+    raise TypeError(f"archs: expected None, a str such as 'sm_90a,sm_120a' or a list of str, got {archs!r}")
+
+
+def _path(value: Union[str, bytes, os.PathLike, None], arg: str) -> Optional[str]:
+    if value is None:
+        return None
+    try:
+        return os.fsdecode(value)
+    except TypeError:
+        raise TypeError(f"{arg}: expected None, a str, bytes or os.PathLike path, got {type(value).__name__}") from None

@@ -63,6 +63,19 @@ def test_prebuild_into_a_cache_that_cannot_be_written_raises_before_compiling(ma
     assert not_a_dir.read_text() == "not a cache"
 
 
+def test_path_and_archs_arguments_of_the_wrong_type_name_the_argument(manifest, cache_dir):
+    assert kiln.manifest_keys(os.fsencode(manifest)) == kiln.manifest_keys(manifest)  # bytes paths too
+    assert kiln.manifest_keys(manifest, archs=("sm_90a",)) == kiln.manifest_keys(manifest, archs="sm_90a")
+    with pytest.raises(TypeError, match="archs: expected"):
+        kiln.manifest_keys(manifest, archs=42)
+    with pytest.raises(TypeError, match="archs: expected"):
+        kiln.prebuild(manifest, archs=["sm_90a", 90], cache_dir=cache_dir)
+    with pytest.raises(TypeError, match="cache_dir: expected"):
+        kiln.stats(cache_dir=123)
+    with pytest.raises(TypeError, match="manifest: expected"):
+        kiln.prebuild({"keys": []}, cache_dir=cache_dir)
+
+
 def test_prebuild_skips_entries_for_other_archs(tmp_path, cache_dir):
     path = tmp_path / "sm90_only.json"
     path.write_text(json.dumps({"policies": [{"family": "nvfp4_writer", "archs": ["sm_90a"],
