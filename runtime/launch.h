@@ -3,8 +3,9 @@
 // one of its entry points with cuLaunchKernelEx (launch). A family's launcher validates, plans,
 // fills its Params and calls these; it never talks to the driver itself.
 //
-// A policy type used here provides `std::uint64_t fingerprint() const` (cheap, no strings) and
-// `SemanticKey key(std::string_view arch) const` (see runtime/policy_schema.h).
+// A policy type used here provides `std::uint64_t fingerprint() const` (cheap, no strings),
+// `void validate() const` and `SemanticKey key(std::string_view arch) const` (see
+// runtime/policy_schema.h).
 #include <cuda.h>
 
 #include <cstddef>
@@ -49,8 +50,10 @@ const KernelHandle& acquire(KernelService& service, const Policy& policy, CUstre
 }
 
 // Builds and loads `policy` on each device (arch from the device) and primes acquire()'s fast path.
+// A policy that no arch accepts is refused before any device is asked (so before any driver call).
 template <class Policy>
 void warm_policy(KernelService& service, const Policy& policy, const std::vector<int>& devices) {
+  policy.validate();
   for (int device : devices) service.warm(policy.key(service.device_arch(device)), device, policy.fingerprint());
 }
 

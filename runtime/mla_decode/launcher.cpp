@@ -61,7 +61,6 @@ std::size_t mla_workspace_size(int heads, int page_size, long long max_seq_len, 
 }
 
 void warm_mla(const MlaDecodePolicy& policy, const std::vector<int>& devices, KernelService& service) {
-  policy.validate();
   warm_policy(service, policy, devices);
 }
 

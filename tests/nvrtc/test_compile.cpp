@@ -201,6 +201,20 @@ TEST_CASE("acquire: a miss without a driver throws kDriver and compiles nothing"
   CHECK(service.store().list().empty());
 }
 
+TEST_CASE("warm: a policy no arch accepts is bad input before any device is asked", "[nvrtc]") {
+  kiln::register_builtin_families();
+  TempDir dir;
+  kiln::KernelService service(config_for(dir.path()));
+  // Device 7 need not exist: with or without a driver, the policy is refused first.
+  const kiln::Error sparse = expect_error([&] { kiln::sparse::warm_sparse(kiln::sparse::SparsePolicy{7, 1}, {7}, service); });
+  CHECK(sparse.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(sparse.what(), Contains("heads"));
+  const kiln::Error writer = expect_error([&] { kiln::nvfp4::warm({kiln::nvfp4::WriterOp::kPack, 0}, {7}, service); });
+  CHECK(writer.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(writer.what(), Contains("page_size"));
+  CHECK(service.counters().compiles == 0);
+}
+
 TEST_CASE("service: one key from 4 threads compiles once, then a disk hit, then a read-only layer hit",
           "[nvrtc][concurrency]") {
   TempDir first, second;

@@ -47,7 +47,7 @@ def warm_sparse_dsv41(num_heads: int, *, has_extra: bool = False, split: Optiona
 
 def warm_nvfp4_writer(page_size: int, *, ops: Sequence[str] = ("pack", "append"), devices: Devices = None) -> None:
     """Warm the NVFP4 cache writer (``"pack"`` and/or ``"append"``) for one page size."""
-    for op in ops:
+    for op in _words(ops):
         _native.warm_nvfp4_writer(op, int(page_size), _devices(devices))
 
 
@@ -55,15 +55,15 @@ def warm_dsv41_writer(*, formats: Sequence[str] = ("fp8", "fp4"), ops: Sequence[
                       devices: Devices = None) -> None:
     """Warm the DeepSeek-V4.1 cache writers (``"fp8"`` / ``"fp4"``, ``"pack"`` / ``"append"``); page
     sizes and row dtypes are run-time, so these four keys serve every cache."""
-    for fmt in formats:
-        for op in ops:
+    for fmt in _words(formats):
+        for op in _words(ops):
             _native.warm_dsv41_writer(fmt, op, _devices(devices))
 
 
 def warm_keys(keys: Sequence[str], devices: Devices = None) -> int:
     """Warm printable semantic keys (as in a manifest) on each device whose arch they target;
     returns the number of (key, device) pairs warmed."""
-    return _native.warm_keys(list(keys), _devices(devices))
+    return _native.warm_keys(list(_words(keys)), _devices(devices))
 
 
 def warm_manifest(manifest: Union[str, os.PathLike, None] = None, devices: Devices = None) -> int:
@@ -139,6 +139,11 @@ def _stream_handle(stream: Any) -> int:
 
 def _devices(devices: Devices) -> Optional[List[int]]:
     return None if devices is None else [int(d) for d in devices]
+
+
+def _words(value: Union[str, Sequence[str]]) -> Sequence[str]:
+    """One str is one item (iterating it would give its letters)."""
+    return (value,) if isinstance(value, str) else value
 
 
 def _archs(archs: Union[str, Sequence[str], None]) -> Optional[str]:

@@ -422,18 +422,22 @@ NB_MODULE(_native, m) {
                        std::optional<std::vector<int>> devices) {
     const mla::MlaDecodePolicy policy = mla_policy(heads, page_size, max_seq_len, max_seq_len_q, packed, dtype, out_dtype,
                                                    mask_type, precision_of(precision));
+    policy.validate();  // bad input is reported as such on a machine without a GPU too
     const std::vector<int> list = device_list(devices);
     nb::gil_scoped_release release;
     mla::warm_mla(policy, list);
   }, "heads"_a, "page_size"_a, "max_seq_len"_a, "max_seq_len_q"_a, "packed"_a, "dtype"_a, "out_dtype"_a, "mask_type"_a,
      "precision"_a, "devices"_a.none());
   m.def("warm_sparse", [](int heads, int head_tiles, bool has_extra, bool split, std::optional<std::vector<int>> devices) {
+    const sparse::SparsePolicy policy{heads, head_tiles, has_extra, split};
+    policy.validate();
     const std::vector<int> list = device_list(devices);
     nb::gil_scoped_release release;
-    sparse::warm_sparse(sparse::SparsePolicy{heads, head_tiles, has_extra, split}, list);
+    sparse::warm_sparse(policy, list);
   }, "heads"_a, "head_tiles"_a, "has_extra"_a, "split"_a, "devices"_a.none());
   m.def("warm_sparse_dsv41", [](int heads, bool has_extra, bool split, std::optional<std::string> variant,
                                 std::optional<std::vector<int>> devices) {
+    dsv41::Dsv41Policy{heads, has_extra, split}.validate();  // the variant depends on each device's target
     const std::vector<int> list = device_list(devices);
     nb::gil_scoped_release release;
     KernelService& service = KernelService::global();
@@ -451,9 +455,11 @@ NB_MODULE(_native, m) {
     if (op != "pack" && op != "append") {
       throw Error(ErrorCode::kInvalidArgument, fmt::format("op: expected 'pack' or 'append', got '{}'", op));
     }
+    const nvfp4::WriterPolicy policy{op == "pack" ? nvfp4::WriterOp::kPack : nvfp4::WriterOp::kAppend, page_size};
+    policy.validate();
     const std::vector<int> list = device_list(devices);
     nb::gil_scoped_release release;
-    nvfp4::warm({op == "pack" ? nvfp4::WriterOp::kPack : nvfp4::WriterOp::kAppend, page_size}, list);
+    nvfp4::warm(policy, list);
   }, "op"_a, "page_size"_a, "devices"_a.none());
   m.def("warm_dsv41_writer", [](const std::string& format, const std::string& op, std::optional<std::vector<int>> devices) {
     const dsv41::CacheFormat f = dsv41_format_of(format);
@@ -465,6 +471,8 @@ NB_MODULE(_native, m) {
     dsv41::warm({f, op == "pack" ? dsv41::WriterOp::kPack : dsv41::WriterOp::kAppend}, list);
   }, "format"_a, "op"_a, "devices"_a.none());
   m.def("warm_keys", [](const std::vector<std::string>& keys, std::optional<std::vector<int>> devices) {
+    std::vector<SemanticKey> parsed;
+    for (const std::string& k : keys) parsed.push_back(SemanticKey::parse(k));
     const std::vector<int> list = device_list(devices);
     nb::gil_scoped_release release;
     KernelService& service = KernelService::global();
@@ -472,9 +480,8 @@ NB_MODULE(_native, m) {
     for (int device : list) {
       const std::string arch = service.device_arch(device);
       std::vector<SemanticKey> mine;
-      for (const std::string& k : keys) {
-        SemanticKey key = SemanticKey::parse(k);
-        if (key.arch() == arch) mine.push_back(std::move(key));
+      for (const SemanticKey& key : parsed) {
+        if (key.arch() == arch) mine.push_back(key);
       }
       service.warm(mine, {device});
       warmed += mine.size();

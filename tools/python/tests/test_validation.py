@@ -88,6 +88,24 @@ def test_mla_precision_scope():
     expect(kiln.InvalidArgumentError, "precision", lambda: kiln.warm_mla(16, 64, 512, precision="fast", devices=[0]))
 
 
+def test_warm_checks_the_policy_before_asking_the_driver():
+    # devices=None lists the GPUs, which needs the driver: a bad policy must be reported first, as bad input.
+    expect(kiln.UnsupportedError, "heads", lambda: kiln.warm_mla(256, 64, 512))
+    expect(kiln.InvalidArgumentError, "heads", lambda: kiln.warm_sparse(7, head_tiles=1, split=False))
+    expect(kiln.InvalidArgumentError, "heads", lambda: kiln.warm_sparse_dsv41(7, split=False))
+    expect(kiln.InvalidArgumentError, "page_size", lambda: kiln.warm_nvfp4_writer(0, ops="pack"))
+    expect(kiln.InvalidArgumentError, "cannot parse semantic key 'nope'", lambda: kiln.warm_keys(["nope"]))
+    # A single str is one op, format or key, not its letters: the words pass, and what is left is
+    # the driver (here) or a successful warm (with a GPU).
+    for call in (lambda: kiln.warm_nvfp4_writer(64, ops="pack"),
+                 lambda: kiln.warm_dsv41_writer(formats="fp8", ops="append"),
+                 lambda: kiln.warm_keys("nvfp4_writer:sm_90a:op=pack,page_size=64:b9d99c6ca8170019")):
+        try:
+            call()
+        except kiln.DriverError:
+            pass
+
+
 def test_tensors_must_be_cuda_and_on_one_device():
     expect(kiln.InvalidArgumentError, "block_tables is on cuda:1 but query is on cuda:0",
            lambda: mla(block_tables=cuda((2, 8), "int32", device=1)))
