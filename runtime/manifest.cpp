@@ -119,6 +119,9 @@ ManifestSelection select_manifest(std::string_view text, std::string_view source
       throw manifest_error(source, fmt::format("unknown field '{}'; expected archs, keys, policies", field));
     }
   }
+  if (doc.contains("version") && doc["version"] != 1) {
+    throw manifest_error(source, fmt::format("version {} is not one this kiln reads (it reads version 1)", doc["version"].dump()));
+  }
   // The top-level list is still validated when --arch replaces it.
   const std::vector<std::string> manifest_archs = archs_of(doc, source, "top", {});
   const std::vector<std::string>& top_archs = only_archs ? *only_archs : manifest_archs;
@@ -169,7 +172,9 @@ ManifestSelection select_manifest(std::string_view text, std::string_view source
       const auto fields = value_lists(entry["policy"]);
       std::size_t combinations = 1;
       for (const auto& [field, values] : fields) {
-        combinations *= std::max<std::size_t>(values.size(), 1);
+        // An empty list would expand the entry to no keys at all, silently.
+        if (values.empty()) throw manifest_error(source, fmt::format("{}: field '{}' lists no values; give at least one", where, field));
+        combinations *= values.size();
         if (combinations > kMaxPoliciesPerEntry) {
           throw manifest_error(source, fmt::format("{} expands to more than {} policies; split it into smaller entries",
                                                    where, kMaxPoliciesPerEntry));

@@ -234,6 +234,11 @@ TEST_CASE("manifest: structural errors name the problem", "[unit]") {
           {"policies[0]", "page_size"});
   rejects(R"({"archs": ["sm_90a"], "policies": [{"policy": {}}]})", {"policies[0] needs \"family\""});
   rejects(R"({"policies": [{"family": "nvfp4_writer", "policy": {}}]})", {"policies[0] names no archs"});
+  rejects(R"({"archs": ["sm_90a"], "policies": [{"family": "nvfp4_writer", "policy": {"op": [], "page_size": 64}}]})",
+          {"policies[0]", "field 'op' lists no values"});
+  rejects(R"({"version": 2, "keys": []})", {"version 2", "reads version 1"});
+  rejects(R"({"version": "1", "keys": []})", {"version \"1\""});
+  CHECK(kiln::parse_manifest(R"({"version": 1, "comment": "ok", "keys": []})", "test.json").empty());
 }
 
 TEST_CASE("manifest: a policy's lists are capped at 10,000 combinations and a bad field fails on the first", "[unit]") {
