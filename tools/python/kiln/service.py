@@ -149,9 +149,13 @@ def _words(value: Union[str, Sequence[str]]) -> Sequence[str]:
 def _archs(archs: Union[str, Sequence[str], None]) -> Optional[str]:
     if archs is None or isinstance(archs, str):
         return archs
-    if isinstance(archs, (list, tuple)) and all(isinstance(a, str) for a in archs):
-        return ",".join(archs)
-    raise TypeError(f"archs: expected None, a str such as 'sm_90a,sm_120a' or a list of str, got {archs!r}")
+    try:
+        items = list(archs)
+    except TypeError:
+        items = None
+    if items is not None and all(isinstance(a, str) for a in items):
+        return ",".join(items)
+    raise TypeError(f"archs: expected None, a str such as 'sm_90a,sm_120a' or a sequence of str, got {archs!r}")
 
 
 def _path(value: Union[str, bytes, os.PathLike, None], arg: str) -> Optional[str]:

@@ -66,6 +66,7 @@ def test_prebuild_into_a_cache_that_cannot_be_written_raises_before_compiling(ma
 def test_path_and_archs_arguments_of_the_wrong_type_name_the_argument(manifest, cache_dir):
     assert kiln.manifest_keys(os.fsencode(manifest)) == kiln.manifest_keys(manifest)  # bytes paths too
     assert kiln.manifest_keys(manifest, archs=("sm_90a",)) == kiln.manifest_keys(manifest, archs="sm_90a")
+    assert kiln.manifest_keys(manifest, archs={"sm_90a"}) == kiln.manifest_keys(manifest, archs="sm_90a")
     with pytest.raises(TypeError, match="archs: expected"):
         kiln.manifest_keys(manifest, archs=42)
     with pytest.raises(TypeError, match="archs: expected"):
