@@ -47,4 +47,8 @@ const Family& find_family(std::string_view name) {
   return *it->second;
 }
 
+std::vector<SemanticKey> companion_keys(const SemanticKey& key) {
+  return find_family(key.family()).companions(key.policy(), key.arch());
+}
+
 }  // namespace kiln

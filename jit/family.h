@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/jit/kernel_source.h"
+#include "kiln/jit/semantic_key.h"
 
 namespace kiln {
 
@@ -24,7 +25,19 @@ class Family {
 
   // Renders the source for a canonical policy (no validation: canonicalize ran first).
   virtual KernelSource render(const nlohmann::json& canonical_policy) const = 0;
+
+  // Keys of other families whose modules this key's launches also run, for the same arch: a kernel
+  // that depends on fewer policy fields than the key's own (a split decode's combine) is a module of
+  // its own, compiled once for every key that shares it. Warmed with the key; none by default.
+  virtual std::vector<SemanticKey> companions(const nlohmann::json& canonical_policy, std::string_view arch) const {
+    (void)canonical_policy;
+    (void)arch;
+    return {};
+  }
 };
+
+// The companions of `key` (its family's rule, on the key's arch).
+std::vector<SemanticKey> companion_keys(const SemanticKey& key);
 
 // JSON for error messages: never throws (invalid UTF-8 in user input is replaced, not rethrown).
 std::string json_text(const nlohmann::json& value);

@@ -11,8 +11,8 @@ namespace kiln {
 // The one place that knows which families kiln ships: a new family adds one line here.
 void register_builtin_families() {
   nvfp4::register_writer_family();
-  mla::register_mla_family();
-  sparse::register_sparse_family();
+  mla::register_mla_family();  // and mla_combine
+  sparse::register_sparse_family();  // and sparse_merge
   dsv41::register_dsv41_family();
   dsv41::register_writer_family();
 }

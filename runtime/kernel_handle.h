@@ -1,5 +1,6 @@
 #pragma once
-// A module loaded on one device, with its entry points; immutable after warm-up.
+// A module loaded on one device, with its entry points and its companions' handles; immutable after
+// warm-up.
 #include <cuda.h>
 
 #include <string>
@@ -22,8 +23,12 @@ struct KernelHandle {
   int device = 0;
   CUmodule module = nullptr;
   std::vector<KernelFunction> functions;  // parallel to the KernelSource's name expressions
+  // The handles of the family's companion keys (Family::companions, in order) on the same device,
+  // owned by the service like this one.
+  std::vector<const KernelHandle*> companions;
 
   const KernelFunction& entry(std::size_t i) const { return functions.at(i); }
+  const KernelHandle& companion(std::size_t i) const { return *companions.at(i); }
 };
 
 }  // namespace kiln

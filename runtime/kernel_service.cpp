@@ -15,6 +15,7 @@
 #include "kiln/jit/build_request.h"
 #include "kiln/jit/compiler.h"
 #include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
 #include "kiln/jit/log.h"
 #include "kiln/runtime/driver.h"
 #include "kiln/runtime/manifest.h"
@@ -221,7 +222,11 @@ const KernelHandle& KernelService::warm(const SemanticKey& key, int device) {
                   {.key = key.str()});
     }
     const Artifact artifact = build(key);
+    // Companions first: if one fails, this key's module is not loaded either (a retry loads it once).
+    std::vector<const KernelHandle*> companions;
+    for (const SemanticKey& companion : companion_keys(key)) companions.push_back(&warm(companion, device));
     slot->owned = load(key, *artifact.entry, device);
+    slot->owned->companions = std::move(companions);
     slot->ready.store(slot->owned.get(), std::memory_order_release);
   });
   return *slot->ready.load(std::memory_order_acquire);

@@ -62,7 +62,8 @@ class KernelService {
   // processes); different keys compile in parallel. Throws kSealed when sealed and not cached.
   Artifact build(const SemanticKey& key);
 
-  // Loads `key` on `device` (building first when needed) and sets its attributes.
+  // Loads `key` on `device` (building first when needed) and sets its attributes; warms the key's
+  // companions (Family::companions) on the device too, and hands them out with it.
   const KernelHandle& warm(const SemanticKey& key, int device);
   // The same, and enters the handle in acquire()'s fast-path table under `fingerprint`, so that the
   // first launch after warm-up (often inside graph capture) is one hash lookup.

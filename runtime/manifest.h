@@ -28,6 +28,7 @@ struct SkippedEntry {
 struct ManifestSelection {
   std::vector<SemanticKey> keys;
   std::vector<SkippedEntry> skipped;
+  std::size_t companions = 0;  // the last `companions` keys are companions of the others (kiln prebuild adds them)
 };
 
 // Parses manifest text. `source_name` is used in errors, which give line and column.

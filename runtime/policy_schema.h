@@ -140,10 +140,11 @@ class PolicySchema {
   static constexpr std::size_t kMaxFields = 16;
   using Render = KernelSource (*)(const P&);
   using CrossCheck = void (*)(const P&);  // rules between fields, run after every field's own rule
+  using Companions = std::vector<SemanticKey> (*)(const P&, std::string_view arch);  // Family::companions
 
   PolicySchema(std::string_view family, std::vector<PolicyField<P>> fields, Render render,
-               CrossCheck cross_check = nullptr)
-      : family_(family), fields_(std::move(fields)), render_(render), cross_check_(cross_check) {
+               CrossCheck cross_check = nullptr, Companions companions = nullptr)
+      : family_(family), fields_(std::move(fields)), render_(render), cross_check_(cross_check), companions_(companions) {
     for (const auto& f : fields_) field_list_ += (field_list_.empty() ? "" : ", ") + std::string(f.name);
     tag_ = XXH3_64bits(family_.data(), family_.size());
   }
@@ -237,6 +238,10 @@ class PolicySchema {
     KernelSource render(const nlohmann::json& canonical_policy) const override {
       return schema_.render(schema_.parse(canonical_policy));
     }
+    std::vector<SemanticKey> companions(const nlohmann::json& canonical_policy, std::string_view arch) const override {
+      if (!schema_.companions_) return {};
+      return schema_.companions_(schema_.parse(canonical_policy), arch);
+    }
 
    private:
     const PolicySchema& schema_;
@@ -260,6 +265,7 @@ class PolicySchema {
   std::vector<PolicyField<P>> fields_;
   Render render_;
   CrossCheck cross_check_;
+  Companions companions_;
   std::string field_list_;
   std::uint64_t tag_ = 0;
   mutable std::once_flag registered_;

@@ -14,6 +14,7 @@
 #include "kiln/jit/arch.h"
 #include "kiln/jit/build_request.h"
 #include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
 #include "kiln/runtime/manifest.h"
 #include "kiln/runtime/worker_threads.h"
 #include "tools/default_manifest.h"
@@ -22,11 +23,31 @@ namespace kiln::tools {
 
 using nlohmann::json;
 
+namespace {
+
+// The companions of `keys` (Family::companions) that are not among them, appended once each: a
+// prebuilt cache must hold every module a launch of its keys runs. Returns how many.
+std::size_t add_companions(std::vector<SemanticKey>& keys) {
+  std::set<std::string> seen;
+  for (const SemanticKey& k : keys) seen.insert(k.str());
+  const std::size_t named = keys.size();
+  for (std::size_t i = 0; i < named; ++i) {
+    for (SemanticKey& c : companion_keys(keys[i])) {
+      if (seen.insert(c.str()).second) keys.push_back(std::move(c));
+    }
+  }
+  return keys.size() - named;
+}
+
+}  // namespace
+
 ManifestSelection manifest_selection(const std::string& manifest, const std::optional<std::string>& archs) {
   std::optional<std::vector<std::string>> only_archs;
   if (archs) only_archs = parse_arch_list(*archs);  // an empty --arch is an error, not "all"
-  if (manifest.empty()) return select_manifest(default_manifest(), "(embedded default)", only_archs);
-  return select_manifest_file(manifest, only_archs);
+  ManifestSelection selection = manifest.empty() ? select_manifest(default_manifest(), "(embedded default)", only_archs)
+                                                 : select_manifest_file(manifest, only_archs);
+  selection.companions = add_companions(selection.keys);
+  return selection;
 }
 
 std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::optional<std::string>& archs) {

@@ -16,7 +16,8 @@ namespace kiln::tools {
 
 // The keys of a manifest file, or of the embedded default manifest when `manifest` is empty;
 // `archs` (comma-separated) selects targets: only the entries that allow one of them are compiled,
-// for those of them they allow (select_manifest), and the others are listed as skipped.
+// for those of them they allow (select_manifest), and the others are listed as skipped. The keys'
+// companions (Family::companions: the modules their launches also run) follow them, once each.
 ManifestSelection manifest_selection(const std::string& manifest, const std::optional<std::string>& archs);
 std::vector<SemanticKey> manifest_keys(const std::string& manifest, const std::optional<std::string>& archs);
 

@@ -75,8 +75,10 @@ int run_prebuild(const CommonOptions& common, const std::string& manifest, const
       selection.skipped.empty() ? ""
                                 : fmt::format(", {} skipped ({} manifest entries allow none of --arch)",
                                               report["skipped_keys"].get<std::size_t>(), selection.skipped.size());
-  std::fprintf(stderr, "prebuild: %zu keys: %zu compiled, %zu hit%s, %zu failed%s in %.1f s (-j %d, cache %s)\n", keys.size(),
-               report["compiled"].get<std::size_t>(), report["hits"].get<std::size_t>(), remote_hits.c_str(),
+  const std::string companions =
+      selection.companions == 0 ? "" : fmt::format(" ({} of them companion modules of the others)", selection.companions);
+  std::fprintf(stderr, "prebuild: %zu keys%s: %zu compiled, %zu hit%s, %zu failed%s in %.1f s (-j %d, cache %s)\n",
+               keys.size(), companions.c_str(), report["compiled"].get<std::size_t>(), report["hits"].get<std::size_t>(), remote_hits.c_str(),
                report["failed"].get<std::size_t>(), skipped.c_str(), wall / 1000.0, jobs, service.config().cache_dir.c_str());
   std::size_t push_failed = 0;
   if (push) {

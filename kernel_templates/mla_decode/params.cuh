@@ -59,16 +59,16 @@ constexpr int kMlaPrecisionBf16 = 1;
 // P as bf16 hi + lo: the exact precision on bf16 pages (the kernels' and the planner's one rule).
 KILN_MLA_HD constexpr bool mla_split_p(bool fp8, int precision) { return !fp8 && precision == kMlaPrecisionExact; }
 
-// Combine (kernel.cuh): four warps per CTA, on one output row or (MlaDecodeParams::combine_row_warps
+// Combine (combine.cuh): four warps per CTA, on one output row or (MlaDecodeParams::combine_row_warps
 // 1) a row each; or eight warps per row where a request has many pieces.
 constexpr int kMlaCombineThreads = 128;
 constexpr int kMlaCombineWideThreads = 256;
 constexpr int kMlaCombineRowsPerCta = kMlaCombineThreads / 32;  // with a warp per row
 
-// Entry points of an mla_decode module, in KernelSource order.
+// Entry points, in KernelSource order: of an mla_decode module, and of its companion mla_combine module.
 constexpr int kMlaDecodeEntry = 0;
-constexpr int kMlaCombineEntry = 1;
-constexpr int kMlaCombineWideEntry = 2;
+constexpr int kMlaCombineEntry = 0;
+constexpr int kMlaCombineWideEntry = 1;
 
 // A driver tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), declared here because NVRTC
 // has no cuda.h. The host encodes it (cuTensorMapEncodeTiled) and copies it in.

@@ -1,6 +1,7 @@
 #include "kiln/runtime/mla_decode/family.h"
 
 #include <string>
+#include <vector>
 
 #include "kiln/runtime/mla_decode/planner.h"
 
@@ -8,8 +9,7 @@ namespace kiln::mla {
 
 namespace {
 
-// One module, three entry points in a fixed order (kMlaDecodeEntry, kMlaCombineEntry,
-// kMlaCombineWideEntry; the launcher relies on it).
+// The decode kernel alone (kMlaDecodeEntry); its combine is the companion key's module.
 // The kernel variant is a pure function of the policy and the target arch (the device code picks it
 // from the arch it is compiled for), so it needs no field of its own in the semantic key.
 // With one query row per request the causal limit is the request's last key, which is where the
@@ -18,8 +18,17 @@ namespace {
 KernelSource render(const MlaDecodePolicy& policy) {
   MlaDecodePolicy p = policy;
   if (p.max_seq_len_q == 1) p.mask = MaskType::kDense;
-  return KernelSource{"#include \"mla_decode/kernel.cuh\"\n",
-                      {decode_kernel_name(p), combine_kernel_name(p), combine_kernel_name(p, true)}};
+  return KernelSource{"#include \"mla_decode/kernel.cuh\"\n", {decode_kernel_name(p)}};
+}
+
+std::vector<SemanticKey> companions(const MlaDecodePolicy& p, std::string_view arch) {
+  return {MlaCombinePolicy{p.heads, p.max_seq_len_q, p.packed}.key(arch)};
+}
+
+// Two entry points in a fixed order (kMlaCombineEntry, kMlaCombineWideEntry; the launcher relies on it).
+KernelSource render_combine(const MlaCombinePolicy& p) {
+  return KernelSource{"#include \"mla_decode/combine.cuh\"\n",
+                      {combine_kernel_name(p), combine_kernel_name(p, true)}};
 }
 
 std::string describe_dtype(std::int64_t v) { return std::string(dtype_name(static_cast<DType>(v))); }
@@ -68,7 +77,17 @@ const PolicySchema<MlaDecodePolicy>& schema() {
                                                {{"exact", value(MlaPrecision::kExact)}, {"bf16", value(MlaPrecision::kBf16)}},
                                                value(MlaPrecision::kExact), ErrorCode::kInvalidArgument,
                                                "kExact or kBf16")},
-      &render, &cross_check);
+      &render, &cross_check, &companions);
+  return s;
+}
+
+const PolicySchema<MlaCombinePolicy>& combine_schema() {
+  static const PolicySchema<MlaCombinePolicy> s(
+      kMlaCombineFamily,
+      {int_field<&MlaCombinePolicy::heads>("heads", kHeadsRule),
+       int_field<&MlaCombinePolicy::max_seq_len_q>("max_seq_len_q", kMaxSeqLenQRule, 1),
+       bool_field<&MlaCombinePolicy::packed>("packed", false)},
+      &render_combine);
   return s;
 }
 
@@ -82,6 +101,13 @@ SemanticKey MlaDecodePolicy::key(std::string_view arch) const { return schema().
 
 std::uint64_t MlaDecodePolicy::fingerprint() const { return schema().fingerprint(*this); }
 
-void register_mla_family() { schema().register_family(); }
+void MlaCombinePolicy::validate() const { combine_schema().validate(*this); }
+
+SemanticKey MlaCombinePolicy::key(std::string_view arch) const { return combine_schema().key(*this, arch); }
+
+void register_mla_family() {
+  schema().register_family();
+  combine_schema().register_family();
+}
 
 }  // namespace kiln::mla

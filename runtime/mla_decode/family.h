@@ -1,6 +1,8 @@
 #pragma once
 // The paged MLA decode family ("mla_decode"): the static policy an engine warms, its semantic key and
-// the Family that renders one module holding the decode kernel and the two forms of the split-KV combine.
+// the Family that renders the decode kernel's module. The two forms of the split-KV combine depend on
+// heads, max_seq_len_q and packed only: they are a module of their own (family "mla_combine"), which
+// every decode key with those three values shares and which warming a decode key warms too.
 //
 // Policy JSON (canonical, every field present):
 //   {"heads": 1..128, "page_size": 16|32|64|128, "max_seq_len": 1..2^31-32768, "max_seq_len_q": 1..64,
@@ -79,7 +81,20 @@ struct MlaDecodePolicy {
   std::uint64_t fingerprint() const;
 };
 
-// Registers the family with the JIT (idempotent). runtime/families.cpp calls it.
+// The combine's module: {"heads": 1..128, "max_seq_len_q": 1..64, "packed": bool} (heads required,
+// then 1 and false), the same rules as the decode policy's fields.
+inline constexpr const char* kMlaCombineFamily = "mla_combine";
+
+struct MlaCombinePolicy {
+  int heads = 0;
+  int max_seq_len_q = 1;
+  bool packed = false;
+
+  void validate() const;
+  SemanticKey key(std::string_view arch) const;
+};
+
+// Registers both families with the JIT (idempotent). runtime/families.cpp calls it.
 void register_mla_family();
 
 }  // namespace kiln::mla

@@ -368,7 +368,7 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
 
   try {
     launch(handle, p.decode, params, stream, kMlaDecodeEntry);
-    if (p.needs_combine) launch(handle, p.combine, params, stream, p.combine_entry);
+    if (p.needs_combine) launch(handle.companion(0), p.combine, params, stream, p.combine_entry);
   } catch (const Error&) {
     // A kernel that never launched cannot be using the buffer; don't leak it.
     if (allocated) d.cuMemFree(reinterpret_cast<CUdeviceptr>(problem.out.data));

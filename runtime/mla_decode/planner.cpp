@@ -135,7 +135,7 @@ std::string decode_kernel_name(const MlaDecodePolicy& policy) {
          std::to_string(static_cast<int>(policy.precision)) + ">";
 }
 
-std::string combine_kernel_name(const MlaDecodePolicy& policy, bool wide) {
+std::string combine_kernel_name(const MlaCombinePolicy& policy, bool wide) {
   policy.validate();
   return std::string(wide ? "kiln::mla_combine_wide_kernel<" : "kiln::mla_combine_kernel<") + std::to_string(policy.heads) +
          ", " + std::to_string(policy.max_seq_len_q) + ", " + (policy.packed ? "true" : "false") + ">";

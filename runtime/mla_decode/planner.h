@@ -29,7 +29,7 @@ struct MlaPlan {
   int num_parts = 1;            // -> MlaDecodeParams::num_parts (grid x)
   int piece_cost = 1;           // -> MlaDecodeParams::piece_cost
   bool needs_combine = false;   // num_parts > 1: launch the combine kernel (PDL) after the decode kernel
-  int combine_entry = kMlaCombineEntry;  // the module's four-warp combine or its eight-warp form
+  int combine_entry = kMlaCombineEntry;  // the combine module's four-warp form or its eight-warp form
   int combine_row_warps = 4;    // -> MlaDecodeParams::combine_row_warps: 4 or 1; 0 with the eight-warp form
   bool kv_tma = false;          // the decode kernel loads KV with TMA (MlaDecodeParams::kv_map); decode.cluster pairs CTAs
   LaunchConfig decode;
@@ -62,6 +62,6 @@ MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& devic
 
 // NVRTC name expressions, e.g. "kiln::mla_decode_kernel<128, 64, 1, false, false, true, 0, 0>".
 std::string decode_kernel_name(const MlaDecodePolicy& policy);
-std::string combine_kernel_name(const MlaDecodePolicy& policy, bool wide = false);
+std::string combine_kernel_name(const MlaCombinePolicy& policy, bool wide = false);
 
 }  // namespace kiln::mla

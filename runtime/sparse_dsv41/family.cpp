@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
+#include "kiln/runtime/sparse_nvfp4/family.h"
 #include "kiln/runtime/validation.h"
 
 namespace kiln::dsv41 {
@@ -11,21 +14,21 @@ namespace {
 std::int64_t value(Dsv41Variant v) { return static_cast<std::int64_t>(v); }
 
 // split is a run-time flag of the kernels (SparseNvfp4Params::split), so it is not rendered: keys that
-// differ only in it share one module, one compile and one cache entry. Entry 1 of every module is the
-// NVFP4 family's merge kernel (it reads only mid_out/mid_lse, so it is format independent), which the
-// launcher runs for a split plan: one key warms both launches of any plan. has_extra stays a template
-// argument (sparse_nvfp4/family.cpp says why).
+// differ only in it share one module, one compile and one cache entry. A split plan's merge is the
+// NVFP4 family's (it reads only mid_out/mid_lse, so it is format independent): the companion
+// sparse_merge key, which one key warms with it. has_extra stays a template argument
+// (sparse_nvfp4/family.cpp says why).
 KernelSource render(const Dsv41Policy& p) {
-  KernelSource source;
   if (p.variant == Dsv41Variant::kSm90) {
-    source.source = "#include \"sparse_dsv41/kernel_sm90.cuh\"\n";
-    source.name_expressions.push_back(fmt::format("kiln::sparse_dsv41_sm90_kernel<{}, {}>", p.heads, p.has_extra));
-  } else {
-    source.source = "#include \"sparse_dsv41/kernel.cuh\"\n";
-    source.name_expressions.push_back(fmt::format("kiln::sparse_dsv41_decode_kernel<{}, {}>", p.heads, p.has_extra));
+    return KernelSource{"#include \"sparse_dsv41/kernel_sm90.cuh\"\n",
+                        {fmt::format("kiln::sparse_dsv41_sm90_kernel<{}, {}>", p.heads, p.has_extra)}};
   }
-  source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", p.heads));
-  return source;
+  return KernelSource{"#include \"sparse_dsv41/kernel.cuh\"\n",
+                      {fmt::format("kiln::sparse_dsv41_decode_kernel<{}, {}>", p.heads, p.has_extra)}};
+}
+
+std::vector<SemanticKey> companions(const Dsv41Policy& p, std::string_view arch) {
+  return {sparse::SparseMergePolicy{p.heads}.key(arch)};
 }
 
 // The head counts are not an arithmetic range (no 24, 40, ...): the field's rule takes the multiples
@@ -49,7 +52,7 @@ const PolicySchema<Dsv41Policy>& schema() {
                                          {{"default", value(Dsv41Variant::kDefault)}, {"sm90", value(Dsv41Variant::kSm90)}},
                                          value(Dsv41Variant::kDefault), ErrorCode::kInvalidArgument, "\"default\" or \"sm90\"",
                                          &describe_variant)},
-      &render, &check_heads);
+      &render, &check_heads, &companions);
   return s;
 }
 

@@ -286,7 +286,7 @@ void launch_sparse_decode(const KernelHandle& handle, LaunchConfig decode, const
     merge.grid[0] = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, heads));
     merge.block[0] = kSparseMergeThreads;
     merge.pdl = pdl;
-    launch(handle, merge, params, stream, 1);
+    launch(handle.companion(0), merge, params, stream, 0);
   }
 }
 

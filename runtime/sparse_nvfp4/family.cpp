@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
@@ -11,23 +13,26 @@ namespace {
 std::int64_t value(SparseKernel k) { return static_cast<std::int64_t>(k); }
 
 // split is a run-time flag of the kernels (SparseNvfp4Params::split), so it is not rendered: keys that
-// differ only in it share one module, one compile and one cache entry. Every module holds the merge
-// kernel as entry 1 (the launcher runs it for a split plan), so the split and unsplit keys of a shape
-// render the same source and one key warms both launches of any plan. has_extra stays a template
-// argument: as a run-time flag it costs the kernels without the extra pool registers and time
-// (kernel_templates/sparse_nvfp4/NOTES.md).
+// differ only in it share one module, one compile and one cache entry. The merge kernel a split plan
+// runs is the companion key's module, so one key warms both launches of any plan. has_extra stays a
+// template argument: as a run-time flag it costs the kernels without the extra pool registers and
+// time (kernel_templates/sparse_nvfp4/NOTES.md).
 KernelSource render(const SparsePolicy& p) {
-  KernelSource source;
   if (p.kernel == SparseKernel::kSm90) {
-    source.source = "#include \"sparse_nvfp4/kernel_sm90.cuh\"\n";
-    source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_sm90_kernel<{}, {}>", p.heads, p.has_extra));
-  } else {
-    source.source = "#include \"sparse_nvfp4/kernel.cuh\"\n";
-    source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_decode_kernel<{}, {}, {}, {}>", p.heads, p.head_tiles, p.has_extra,
-                                                  p.kernel == SparseKernel::kMmaSmall));
+    return KernelSource{"#include \"sparse_nvfp4/kernel_sm90.cuh\"\n",
+                        {fmt::format("kiln::sparse_nvfp4_sm90_kernel<{}, {}>", p.heads, p.has_extra)}};
   }
-  source.name_expressions.push_back(fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", p.heads));
-  return source;
+  return KernelSource{"#include \"sparse_nvfp4/kernel.cuh\"\n",
+                      {fmt::format("kiln::sparse_nvfp4_decode_kernel<{}, {}, {}, {}>", p.heads, p.head_tiles, p.has_extra,
+                                   p.kernel == SparseKernel::kMmaSmall)}};
+}
+
+std::vector<SemanticKey> companions(const SparsePolicy& p, std::string_view arch) {
+  return {SparseMergePolicy{p.heads}.key(arch)};
+}
+
+KernelSource render_merge(const SparseMergePolicy& p) {
+  return KernelSource{"#include \"sparse_nvfp4/merge.cuh\"\n", {fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", p.heads)}};
 }
 
 void check_head_tiles(const SparsePolicy& p) {
@@ -55,7 +60,13 @@ const PolicySchema<SparsePolicy>& schema() {
            "kernel",
            {{"mma", value(SparseKernel::kMma)}, {"mma_small", value(SparseKernel::kMmaSmall)}, {"sm90", value(SparseKernel::kSm90)}},
            value(SparseKernel::kMma), ErrorCode::kInvalidArgument, "\"mma\", \"mma_small\" or \"sm90\"", &describe_kernel)},
-      &render, &check_head_tiles);
+      &render, &check_head_tiles, &companions);
+  return s;
+}
+
+const PolicySchema<SparseMergePolicy>& merge_schema() {
+  static const PolicySchema<SparseMergePolicy> s(kSparseMergeFamily, {int_field<&SparseMergePolicy::heads>("heads", kHeadsRule)},
+                                                 &render_merge);
   return s;
 }
 
@@ -76,6 +87,13 @@ SemanticKey SparsePolicy::key(std::string_view arch) const { return schema().key
 
 std::uint64_t SparsePolicy::fingerprint() const { return schema().fingerprint(*this); }
 
-void register_sparse_family() { schema().register_family(); }
+void SparseMergePolicy::validate() const { merge_schema().validate(*this); }
+
+SemanticKey SparseMergePolicy::key(std::string_view arch) const { return merge_schema().key(*this, arch); }
+
+void register_sparse_family() {
+  schema().register_family();
+  merge_schema().register_family();
+}
 
 }  // namespace kiln::sparse

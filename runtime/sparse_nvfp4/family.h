@@ -3,6 +3,8 @@
 // (runtime/sparse_nvfp4/README.md). The static policy names a launch's kernel: heads, head_tiles,
 // has_extra and kernel are template arguments; split is a flag the kernel reads at run time (so keys
 // differing only in it share one module), as are page sizes, page strides, topk and every length.
+// The merge of a split plan depends on heads only: it is a module of its own (family "sparse_merge"),
+// the companion of every sparse_nvfp4 and sparse_dsv41 key with that head count.
 #include <cstdint>
 #include <string_view>
 
@@ -41,7 +43,17 @@ struct SparsePolicy {
   bool operator==(const SparsePolicy&) const = default;
 };
 
-// Registers the family with the JIT (idempotent). runtime/families.cpp calls it.
+// The merge's module: {"heads": a multiple of 8 in [8, 128]} (required).
+inline constexpr const char* kSparseMergeFamily = "sparse_merge";
+
+struct SparseMergePolicy {
+  int heads = 0;
+
+  void validate() const;
+  SemanticKey key(std::string_view arch) const;
+};
+
+// Registers both families with the JIT (idempotent). runtime/families.cpp calls it.
 void register_sparse_family();
 
 }  // namespace kiln::sparse

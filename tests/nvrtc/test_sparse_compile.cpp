@@ -1,9 +1,11 @@
 // The sparse_nvfp4 family compiles under NVRTC for every target arch (no GPU). Eight keys in all:
 // on sm_90a the warpgroup-MMA kernel and the mma.sync kernel, on sm_120a the compact configuration,
 // covering both values of has_extra and split (and head_tiles for the mma.sync kernel), so every
-// branch of the decode templates and the merge kernel is instantiated. split is a run-time flag of
-// each kernel, so keys that differ only in it share one entry.
+// branch of the decode templates is instantiated, and the merge kernel (their sparse_merge companions)
+// for every head count among them. split is a run-time flag of each kernel, so keys that differ only
+// in it share one entry.
 #include <catch2/catch.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,10 +47,19 @@ TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
     const kiln::SemanticKey key = c.policy.key(c.arch);
     INFO(key.str());
     const nlohmann::json lowered = kiln::testing::expect_compiled(service, key);
-    REQUIRE(lowered.size() == 2u);
+    REQUIRE(lowered.size() == 1u);
     CHECK(lowered[0].get<std::string>().find(c.policy.kernel == sp::SparseKernel::kSm90 ? "sparse_nvfp4_sm90_kernel"
                                                                                        : "sparse_nvfp4_decode_kernel") != std::string::npos);
-    CHECK(lowered[1].get<std::string>().find("sparse_nvfp4_merge_kernel") != std::string::npos);
+  }
+  // The merge kernel is each key's sparse_merge companion: one module per (H, arch).
+  std::set<std::string> merges;
+  for (const Case& c : cases) {
+    const kiln::SemanticKey merge = sp::SparseMergePolicy{c.policy.heads}.key(c.arch);
+    if (!merges.insert(merge.str()).second) continue;
+    INFO(merge.str());
+    const nlohmann::json lowered = kiln::testing::expect_compiled(service, merge);
+    REQUIRE(lowered.size() == 1u);
+    CHECK(lowered[0].get<std::string>().find("sparse_nvfp4_merge_kernel") != std::string::npos);
   }
   // A second service over the same directory finds every entry on disk: nothing recompiles, nor for
   // the keys that differ from a case only in split.
@@ -61,7 +72,7 @@ TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
     CHECK(again.build(twin.key(c.arch)).source == kiln::ArtifactSource::kDisk);
   }
   CHECK(again.counters().compiles == 0);
-  CHECK(service.counters().compiles == cases.size());
+  CHECK(service.counters().compiles == cases.size() + merges.size());
 }
 
 TEST_CASE("sparse_nvfp4: the sm90 kernel for another target fails with a message naming the kernel and the fix",

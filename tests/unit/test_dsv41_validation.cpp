@@ -436,17 +436,19 @@ TEST_CASE("dsv41 policy: fields, key, render", "[unit]") {
   const nlohmann::json canonical = f.canonicalize({{"heads", 128}, {"variant", "sm90"}, {"split", true}});
   CHECK(canonical == nlohmann::json{{"heads", 128}, {"has_extra", false}, {"split", true}, {"variant", "sm90"}});
   const kiln::KernelSource s1 = f.render(canonical);
-  REQUIRE(s1.name_expressions.size() == 2);
+  REQUIRE(s1.name_expressions.size() == 1);
   CHECK(s1.name_expressions[0] == "kiln::sparse_dsv41_sm90_kernel<128, false>");
-  CHECK(s1.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<128>");
   CHECK(s1.source.find("sparse_dsv41/kernel_sm90.cuh") != std::string::npos);
-  // split is a run-time flag of the kernels: not rendered, and every module holds the merge kernel as
-  // entry 1, so keys that differ only in split share one cache entry; has_extra is a template argument.
+  // split is a run-time flag of the kernels: not rendered, so keys that differ only in split share
+  // one cache entry; has_extra is a template argument. The merge is the NVFP4 family's sparse_merge
+  // module of the same H, the key's companion.
   const kiln::KernelSource s2 = f.render(f.canonicalize({{"heads", 8}, {"has_extra", true}}));
-  REQUIRE(s2.name_expressions.size() == 2);
+  REQUIRE(s2.name_expressions.size() == 1);
   CHECK(s2.name_expressions[0] == "kiln::sparse_dsv41_decode_kernel<8, true>");
-  CHECK(s2.name_expressions[1] == "kiln::sparse_nvfp4_merge_kernel<8>");
   CHECK(s2.source.find("sparse_dsv41/kernel.cuh") != std::string::npos);
+  const std::vector<kiln::SemanticKey> companions = kiln::companion_keys(kiln::SemanticKey("sparse_dsv41", canonical, "sm_90a"));
+  REQUIRE(companions.size() == 1);
+  CHECK(companions[0] == kiln::sparse::SparseMergePolicy{128}.key("sm_90a"));
   const auto entry = [](const d::Dsv41Policy& p, const char* arch) { return kiln::make_build_request(p.key(arch)).cache_key; };
   for (const d::Dsv41Variant variant : {d::Dsv41Variant::kDefault, d::Dsv41Variant::kSm90}) {
     const kiln::CacheKey base = entry({64, false, false, variant}, "sm_90a");

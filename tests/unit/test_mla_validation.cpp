@@ -688,13 +688,30 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
 
   const kiln::KernelSource src = f.render(key.policy());
   CHECK_THAT(src.source, Catch::Contains("mla_decode/kernel.cuh"));
-  REQUIRE(src.name_expressions.size() == 3);
+  REQUIRE(src.name_expressions.size() == 1);
   CHECK(src.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(p));
-  CHECK(src.name_expressions[kiln::kMlaCombineEntry] == kiln::mla::combine_kernel_name(p));
-  CHECK(src.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(p, true));
   CHECK_THAT(src.name_expressions[0], Catch::StartsWith("kiln::mla_decode_kernel<64, 64, 2, false, true, false,"));
-  CHECK(src.name_expressions[1] == "kiln::mla_combine_kernel<64, 2, false>");
-  CHECK(src.name_expressions[2] == "kiln::mla_combine_wide_kernel<64, 2, false>");
+  // The combine is the companion key's module: heads, max_seq_len_q and packed, nothing else.
+  const kiln::mla::MlaCombinePolicy cp{p.heads, p.max_seq_len_q, p.packed};
+  const std::vector<kiln::SemanticKey> companions = kiln::companion_keys(key);
+  REQUIRE(companions.size() == 1);
+  CHECK(companions[0] == cp.key("sm_90a"));
+  CHECK(companions[0].str().rfind("mla_combine:sm_90a:heads=64,max_seq_len_q=2,packed=false:", 0) == 0);
+  CHECK(kiln::companion_keys(companions[0]).empty());
+  const kiln::KernelSource combine = kiln::find_family("mla_combine").render(companions[0].policy());
+  CHECK_THAT(combine.source, Catch::Contains("mla_decode/combine.cuh"));
+  REQUIRE(combine.name_expressions.size() == 2);
+  CHECK(combine.name_expressions[kiln::kMlaCombineEntry] == kiln::mla::combine_kernel_name(cp));
+  CHECK(combine.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(cp, true));
+  CHECK(combine.name_expressions[0] == "kiln::mla_combine_kernel<64, 2, false>");
+  CHECK(combine.name_expressions[1] == "kiln::mla_combine_wide_kernel<64, 2, false>");
+  try {
+    kiln::mla::MlaCombinePolicy{0, 1, false}.validate();
+    FAIL("heads 0 accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(e.what(), Catch::Contains("argument 'heads'") && Catch::Contains("1..128"));
+  }
 
   // Every key field changes the fast-path fingerprint.
   kiln::mla::MlaDecodePolicy q = p;
@@ -727,7 +744,7 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   // The precision is the decode kernel's last template argument (the combine does not depend on it).
   CHECK_THAT(kiln::mla::decode_kernel_name(q), Catch::EndsWith(", 3, 1>"));
   CHECK_THAT(kiln::mla::decode_kernel_name(p), Catch::EndsWith(", 0>"));
-  CHECK(kiln::mla::combine_kernel_name(q) == kiln::mla::combine_kernel_name(p));
+  CHECK(kiln::companion_keys(q.key("sm_90a")) == kiln::companion_keys(p.key("sm_90a")));
 }
 
 TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace bound", "[unit]") {
