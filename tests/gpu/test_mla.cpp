@@ -764,6 +764,14 @@ void graph_replay(MlaCase c, std::uint64_t seed) {
   DeviceProblem dev(p);
 
   kiln::mla::warm_mla(c.policy(), {0});  // warm before capture: capture must never compile
+  // The key's handle carries its warm combine module (the mla_combine companion), which a split
+  // launch in the capture runs.
+  const kiln::KernelHandle* handle = service.find(c.policy().fingerprint(), 0);
+  REQUIRE(handle != nullptr);
+  REQUIRE(handle->companions.size() == 1);
+  const kiln::mla::MlaCombinePolicy combine{c.policy().heads, c.policy().max_seq_len_q, c.policy().packed};
+  CHECK(handle->companion(0).key == combine.key(service.device_arch(0)).str());
+  CHECK(handle->companion(0).functions.size() == 2);
   CUstream stream = nullptr;
   d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   const auto before = service.counters();

@@ -173,7 +173,10 @@ double family_target_ms(const std::string& family) {
 // NVRTC's phases and (with a GPU) the module load; medians per family over the keys compiled (a key
 // that renders another key's kernel is a disk hit and counts as shared).
 json cold_compile_manifest(const std::string& manifest, const std::string& arch, const std::string& base, bool gpu) {
-  const std::vector<SemanticKey> keys = manifest_keys(manifest, arch);
+  const ManifestSelection selection = manifest_selection(manifest, arch);
+  // Companions first, so that a decode key's load time is its own module's (warm loads its companions).
+  std::vector<SemanticKey> keys(selection.keys.end() - static_cast<std::ptrdiff_t>(selection.companions), selection.keys.end());
+  keys.insert(keys.end(), selection.keys.begin(), selection.keys.end() - static_cast<std::ptrdiff_t>(selection.companions));
   std::optional<ScopedDeviceContext> context;
   if (gpu) context.emplace(0);
   KernelService service(bench_config(fresh_dir(base, "cold-manifest")));
