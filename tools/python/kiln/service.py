@@ -72,15 +72,17 @@ def warm_manifest(manifest: Union[str, os.PathLike, None] = None, devices: Devic
 
 
 def manifest_keys(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str, Sequence[str], None] = None) -> List[str]:
-    """The printable semantic keys of a manifest file (default: kiln's embedded manifest); ``archs``
-    selects targets: only the entries that allow one of them give keys (an entry without archs allows
-    every arch)."""
+    """The printable semantic keys of a manifest file (default: kiln's embedded manifest), followed by
+    their companions (the split combine and merge modules their launches also run, once each), as
+    ``prebuild`` compiles them; ``archs`` selects targets: only the entries that allow one of them give
+    keys (an entry without archs allows every arch)."""
     return _native.manifest_keys(_path(manifest, "manifest") or "", _archs(archs))
 
 
 def prebuild(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str, Sequence[str], None] = None,
              jobs: Optional[int] = None, cache_dir: Union[str, os.PathLike, None] = None) -> Dict[str, Any]:
-    """Compile every key of a manifest into the cache without a GPU, like ``kiln prebuild --json``.
+    """Compile every key of a manifest and their companions into the cache without a GPU, like
+    ``kiln prebuild --json``.
 
     Returns ``{"keys": [{"key", "outcome", "ms"[, "error"]}], "compiled", "hits", "failed",
     "skipped": [{"entry", "family", "archs", "keys"}], "skipped_keys", "wall_ms", "jobs", "cache_dir",

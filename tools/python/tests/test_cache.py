@@ -31,6 +31,20 @@ def test_manifest_keys(manifest):
     assert len(kiln.manifest_keys()) > 10  # the embedded default manifest
 
 
+def test_manifest_keys_end_with_companions(tmp_path):
+    # Two MLA keys that differ only in the mask share one combine module; two sparse head counts
+    # give two merge modules. Each companion is listed once, after the manifest's own keys.
+    path = tmp_path / "decode.json"
+    path.write_text(json.dumps({"archs": ["sm_90a"], "policies": [
+        {"family": "mla_decode", "policy": {"heads": 64, "max_seq_len": 4096, "max_seq_len_q": 2,
+                                            "mask": ["dense", "causal"]}},
+        {"family": "sparse_nvfp4", "policy": {"heads": [16, 32]}}]}))
+    keys = kiln.manifest_keys(path)
+    assert [k.split(":")[0] for k in keys] == ["mla_decode"] * 2 + ["sparse_nvfp4"] * 2 + ["mla_combine"] + ["sparse_merge"] * 2
+    assert keys[4].split(":")[2] == "heads=64,max_seq_len_q=2,packed=false"
+    assert [k.split(":")[2] for k in keys[5:]] == ["heads=16", "heads=32"]
+
+
 def test_manifest_errors(tmp_path):
     with pytest.raises(kiln.NotFoundError, match="manifest"):
         kiln.manifest_keys(tmp_path / "missing.json")
