@@ -412,10 +412,16 @@ struct RemoteStore::Impl {
       keeper_cv.wait_for(lock, period);
       if (stopping) break;
       lock.unlock();
-      extend_held();
-      if (Clock::now() >= next_flush) {
-        flush();
-        next_flush = Clock::now() + kFlushPeriod;
+      // call() turns Redis failures into nullopt; what else can throw here (out of memory) must not
+      // leave the thread, which would terminate the process: this round is skipped instead.
+      try {
+        extend_held();
+        if (Clock::now() >= next_flush) {
+          flush();
+          next_flush = Clock::now() + kFlushPeriod;
+        }
+      } catch (const std::exception& e) {
+        log_warn("remote cache {}: lock extension and counter flush skipped: {}", where, e.what());
       }
       lock.lock();
     }
@@ -462,7 +468,11 @@ RemoteStore::~RemoteStore() {
   }
   impl_->keeper_cv.notify_all();
   impl_->keeper.join();
-  impl_->flush();
+  try {
+    impl_->flush();
+  } catch (const std::exception& e) {  // a destructor must not throw; the counters are advisory
+    log_warn("remote cache {}: final counter flush skipped: {}", impl_->where, e.what());
+  }
 }
 
 const RemoteOptions& RemoteStore::options() const { return impl_->o; }
