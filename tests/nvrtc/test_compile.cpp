@@ -65,25 +65,11 @@ kiln::Config config_for(const fs::path& cache_dir) {
 
 // ---- running the kiln CLI as real processes ----
 
-// This process's environment without the KILN_ settings that would change what the CLI does.
-kiln::testing::Environment cli_environment(const fs::path& scratch) {
-  kiln::testing::Environment env = kiln::testing::current_environment();
-  for (const char* v : {"KILN_CACHE_PATH", "KILN_SEALED", "KILN_RECORD_MISSES", "KILN_DUMP_SOURCE"}) env.erase(v);
-  env["KILN_CACHE_DIR"] = (scratch / "env_cache_unused").string();
-  env["KILN_LOG_LEVEL"] = "warn";
-  return env;
-}
-
 // A started `kiln` process; stdout/stderr go to files in `scratch` so that many can run at once.
 std::unique_ptr<kiln::testing::Subprocess> start_cli(const std::vector<std::string>& args, const fs::path& scratch, const std::string& tag) {
-  const fs::path cli = kiln::testing::kiln_cli_path();
-  REQUIRE(fs::exists(cli));
-  std::vector<std::string> argv = {cli.string()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return std::make_unique<kiln::testing::Subprocess>(kiln::testing::SpawnOptions{.argv = argv,
-                                                                                 .env = cli_environment(scratch),
-                                                                                 .stdout_file = scratch / (tag + ".stdout"),
-                                                                                 .stderr_file = scratch / (tag + ".stderr")});
+  REQUIRE(fs::exists(kiln::testing::kiln_cli_path()));
+  return std::make_unique<kiln::testing::Subprocess>(
+      kiln::testing::kiln_cli(args, kiln::testing::kiln_cli_environment(scratch), scratch, tag));
 }
 
 CliResult run_cli(const std::vector<std::string>& args, const fs::path& scratch, const std::string& tag = "cli") {
@@ -535,14 +521,10 @@ TEST_CASE("cli: a prebuild whose cache stops taking entries fails after the run 
   std::ofstream(manifest) << json({{"keys", {key.str()}}}).dump();
   // The directory opens fine, then every write past 4 KiB (an entry is ~15 KiB) fails with EFBIG, as a
   // full disk fails with ENOSPC (SIGXFSZ ignored, so the write fails instead of killing kiln).
-  const CliResult r =
-      kiln::testing::Subprocess({.argv = {"/bin/sh", "-c", "trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\"",
-                                          kiln::testing::kiln_cli_path().string(), "prebuild", "--manifest",
-                                          manifest.string(), "--cache", cache.string()},
-                                 .env = cli_environment(dir.path()),
-                                 .stdout_file = dir.path() / "limited.stdout",
-                                 .stderr_file = dir.path() / "limited.stderr"})
-          .wait();
+  kiln::testing::SpawnOptions limited = kiln::testing::kiln_cli({"prebuild", "--manifest", manifest.string(), "--cache", cache.string()},
+                                                                  kiln::testing::kiln_cli_environment(dir.path()), dir.path(), "limited");
+  limited.argv.insert(limited.argv.begin(), {"/bin/sh", "-c", "trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\""});
+  const CliResult r = kiln::testing::Subprocess(limited).wait();
   INFO("stderr: " << r.err);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Contains("is not writable"));  // the store's one warning

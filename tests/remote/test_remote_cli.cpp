@@ -21,22 +21,14 @@ namespace {
 
 // kiln with `args`; the remote tier on when `url` is not empty (prefix cli:).
 ProcessResult run_cli(const std::vector<std::string>& args, const kiln::testing::TempDir& scratch, const std::string& url) {
-  kiln::testing::Environment env = kiln::testing::current_environment();
-  for (auto it = env.begin(); it != env.end();) it = it->first.starts_with("KILN_") ? env.erase(it) : std::next(it);
-  env["KILN_LOG_LEVEL"] = "warn";
+  kiln::testing::Environment env = kiln::testing::kiln_cli_environment(scratch.path());
   if (!url.empty()) {
     env["KILN_REMOTE_CACHE"] = url;
     env["KILN_REMOTE_CACHE_PREFIX"] = "cli:";
     env["KILN_REMOTE_CACHE_CONNECT_TIMEOUT_MS"] = "200";
     env["KILN_REMOTE_CACHE_TIMEOUT_MS"] = "200";
   }
-  std::vector<std::string> argv = {kiln::testing::kiln_cli_path().string()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return kiln::testing::Subprocess({.argv = argv,
-                                    .env = env,
-                                    .stdout_file = scratch.path() / "cli.stdout",
-                                    .stderr_file = scratch.path() / "cli.stderr"})
-      .wait();
+  return kiln::testing::Subprocess(kiln::testing::kiln_cli(args, env, scratch.path())).wait();
 }
 
 json parse(const ProcessResult& r) {

@@ -79,4 +79,21 @@ fs::path kiln_cli_path() {
 #endif
 }
 
+Environment kiln_cli_environment(const fs::path& scratch) {
+  Environment env = current_environment();
+  std::erase_if(env, [](const auto& v) { return v.first.starts_with("KILN_"); });
+  env["KILN_CACHE_DIR"] = (scratch / "env_cache").string();
+  env["KILN_LOG_LEVEL"] = "warn";
+  return env;
+}
+
+SpawnOptions kiln_cli(const std::vector<std::string>& args, Environment env, const fs::path& scratch, const std::string& tag) {
+  std::vector<std::string> argv = {kiln_cli_path().string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return SpawnOptions{.argv = std::move(argv),
+                      .env = std::move(env),
+                      .stdout_file = scratch / (tag + ".stdout"),
+                      .stderr_file = scratch / (tag + ".stderr")};
+}
+
 }  // namespace kiln::testing

@@ -52,4 +52,12 @@ class Subprocess {
 // next to this test binary's directory.
 std::filesystem::path kiln_cli_path();
 
+// This process's environment without any KILN_ setting (a developer's cache layers, sealing, remote
+// tier...), with KILN_CACHE_DIR under `scratch` (so no user cache is touched) and warnings logged.
+Environment kiln_cli_environment(const std::filesystem::path& scratch);
+
+// The `kiln` CLI with `args` in `env`, its stdout and stderr in `scratch`/`tag`.stdout and .stderr.
+SpawnOptions kiln_cli(const std::vector<std::string>& args, Environment env, const std::filesystem::path& scratch,
+                      const std::string& tag = "cli");
+
 }  // namespace kiln::testing

@@ -25,23 +25,10 @@ struct TempDir : kiln::testing::TempDir {
   TempDir() : kiln::testing::TempDir("kiln_cli_test") {}
 };
 
-// Runs kiln with `args`; stdout and stderr go to files in `scratch`.
-// KILN_CACHE_DIR points into `scratch` and KILN_CACHE_PATH is cleared, so no user cache is touched.
+// Runs kiln with `args` (KILN_CACHE_DIR: `scratch`/env_cache); stdout and stderr go to files in `scratch`.
 CliResult run_cli(const std::vector<std::string>& args, const TempDir& scratch) {
-  const fs::path cli = kiln::testing::kiln_cli_path();
-  REQUIRE(fs::exists(cli));
-  kiln::testing::Environment env = kiln::testing::current_environment();
-  env.erase("KILN_CACHE_PATH");
-  env.erase("KILN_SEALED");
-  env.erase("KILN_RECORD_MISSES");
-  env["KILN_CACHE_DIR"] = (scratch.path() / "env_cache").string();
-  env["KILN_LOG_LEVEL"] = "warn";
-  std::vector<std::string> argv = {cli.string()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return kiln::testing::Subprocess({.argv = argv,
-                                    .env = env,
-                                    .stdout_file = scratch.path() / "cli.stdout",
-                                    .stderr_file = scratch.path() / "cli.stderr"})
+  REQUIRE(fs::exists(kiln::testing::kiln_cli_path()));
+  return kiln::testing::Subprocess(kiln::testing::kiln_cli(args, kiln::testing::kiln_cli_environment(scratch.path()), scratch.path()))
       .wait();
 }
 
