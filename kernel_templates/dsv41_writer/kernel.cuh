@@ -3,7 +3,7 @@
 // or the 288 B FP4 cache (kBits = 4), FOOTER layout: page p holds page_size data rows, then
 // page_size scale rows. pack writes row i to slot i; append scatters rows through a slot mapping.
 //
-// Duplicate slots in an append: the lowest input row wins. Up to kDsv41AppendScanRows rows, each
+// Duplicate slots in an append: the lowest input row wins. Up to kWriterAppendScanRows rows, each
 // row looks for an earlier row with its slot. Larger appends run a claim kernel, which leaves in the
 // first 8 scale bytes of each target slot the claim word (row + 1) << 8 of the slot's lowest row,
 // then a write kernel in which only that row writes. A claim's low byte is 0, a value no writer
@@ -14,6 +14,7 @@
 #include "common/dsv41_format.cuh"
 #include "common/numeric.cuh"
 #include "common/pdl.cuh"
+#include "common/writer_geometry.cuh"
 #include "dsv41_writer/encode.cuh"
 #include "dsv41_writer/params.cuh"
 
@@ -32,7 +33,7 @@ struct Dsv41Record {
 // Every writer kernel is launched as a programmatic dependent of the previous kernel on the stream
 // (common/pdl.cuh): it reads nothing before pdl_wait, but may warm L2 with the lines it will read.
 __device__ __forceinline__ void dsv41_prefetch_row(const Dsv41WriterParams& p, int row) {
-  if (row >= kDsv41PrefetchRows || row >= p.num_rows) return;
+  if (row >= kWriterPrefetchRows || row >= p.num_rows) return;
   const u16* src = static_cast<const u16*>(p.src) + row * p.src_row_stride;
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], 1024;" ::"l"(src) : "memory");
 }
@@ -111,42 +112,42 @@ __device__ __forceinline__ void dsv41_store(const Dsv41WriterParams& p, int slot
 
 // Row i -> slot i. Each warp loads its rows before encoding any, so that their reads overlap.
 template <int kBits>
-__global__ void __launch_bounds__(kDsv41WriterThreads) dsv41_pack_kernel(const __grid_constant__ Dsv41WriterParams p) {
+__global__ void __launch_bounds__(kWriterThreads) dsv41_pack_kernel(const __grid_constant__ Dsv41WriterParams p) {
   const int lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * kDsv41WarpsPerBlock + threadIdx.x / 32) * kDsv41RowsPerWarp;
-  if (lane < kDsv41RowsPerWarp) dsv41_prefetch_row(p, row0 + lane);
+  const int row0 = (blockIdx.x * kWriterWarpsPerBlock + threadIdx.x / 32) * kWriterRowsPerWarp;
+  if (lane < kWriterRowsPerWarp) dsv41_prefetch_row(p, row0 + lane);
   pdl_wait();
   pdl_launch_dependents();
-  Dsv41Row r[kDsv41RowsPerWarp];
+  Dsv41Row r[kWriterRowsPerWarp];
 #pragma unroll
-  for (int i = 0; i < kDsv41RowsPerWarp; ++i) {
+  for (int i = 0; i < kWriterRowsPerWarp; ++i) {
     if (row0 + i < p.num_rows) r[i] = dsv41_load(p, row0 + i, lane);
   }
 #pragma unroll
-  for (int i = 0; i < kDsv41RowsPerWarp; ++i) {
+  for (int i = 0; i < kWriterRowsPerWarp; ++i) {
     if (row0 + i >= p.num_rows) return;
     dsv41_encode<kBits>(p, r[i], lane);
     dsv41_store<kBits>(p, row0 + i, lane, r[i]);
   }
 }
 
-// Appends of at most kDsv41AppendScanRows rows: a row yields if an earlier row targets its slot.
+// Appends of at most kWriterAppendScanRows rows: a row yields if an earlier row targets its slot.
 // The block stages the (validated) slots up to its last row in shared memory once.
 template <int kBits>
-__global__ void __launch_bounds__(kDsv41WriterThreads) dsv41_append_scan_kernel(const __grid_constant__ Dsv41WriterParams p) {
-  __shared__ int slots[kDsv41AppendScanRows];
+__global__ void __launch_bounds__(kWriterThreads) dsv41_append_scan_kernel(const __grid_constant__ Dsv41WriterParams p) {
+  __shared__ int slots[kWriterAppendScanRows];
   const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kDsv41WarpsPerBlock + threadIdx.x / 32;  // one row per warp
+  const int row = blockIdx.x * kWriterWarpsPerBlock + threadIdx.x / 32;  // one row per warp
   if (lane == 0) dsv41_prefetch_row(p, row);
   pdl_wait();
   pdl_launch_dependents();
   const bool live = row < p.num_rows;
   Dsv41Row r;
   if (live) r = dsv41_load(p, row, lane);  // in flight during the staging
-  const int staged = min(p.num_rows, (blockIdx.x + 1) * kDsv41WarpsPerBlock);
+  const int staged = min(p.num_rows, (blockIdx.x + 1) * kWriterWarpsPerBlock);
 #pragma unroll
-  for (int k = 0; k < kDsv41AppendScanRows / kDsv41WriterThreads; ++k) {
-    const int j = k * kDsv41WriterThreads + threadIdx.x;
+  for (int k = 0; k < kWriterAppendScanRows / kWriterThreads; ++k) {
+    const int j = k * kWriterThreads + threadIdx.x;
     if (j < staged) slots[j] = dsv41_slot(p, j);
   }
   __syncthreads();
@@ -162,9 +163,9 @@ __global__ void __launch_bounds__(kDsv41WriterThreads) dsv41_append_scan_kernel(
 
 // One thread per row: the lowest row of each target slot ends up in the slot's claim word.
 template <int kBits>
-__global__ void __launch_bounds__(kDsv41ClaimThreads) dsv41_append_claim_kernel(const __grid_constant__ Dsv41WriterParams p) {
+__global__ void __launch_bounds__(kWriterClaimThreads) dsv41_append_claim_kernel(const __grid_constant__ Dsv41WriterParams p) {
   const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kDsv41ClaimThreads + threadIdx.x;
+  const int row = blockIdx.x * kWriterClaimThreads + threadIdx.x;
   // After the wait, so that the write kernel, starting now, reads complete inputs: it loads and
   // encodes its rows, then waits for this whole grid before it reads a claim word.
   pdl_wait();
@@ -190,20 +191,20 @@ __global__ void __launch_bounds__(kDsv41ClaimThreads) dsv41_append_claim_kernel(
 // After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
 // before it waits for the claims; then lane i reads row i's claim word, all in one round trip.
 template <int kBits>
-__global__ void __launch_bounds__(kDsv41WriterThreads) dsv41_append_write_kernel(const __grid_constant__ Dsv41WriterParams p) {
+__global__ void __launch_bounds__(kWriterThreads) dsv41_append_write_kernel(const __grid_constant__ Dsv41WriterParams p) {
   pdl_launch_dependents();
   const int lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * kDsv41WarpsPerBlock + threadIdx.x / 32) * kDsv41RowsPerWarp;
-  int slot = -1;  // lanes below kDsv41RowsPerWarp: the target of row row0 + lane, -1 when skipped
-  if (lane < kDsv41RowsPerWarp && row0 + lane < p.num_rows) slot = dsv41_slot(p, row0 + lane);
-  Dsv41Row r[kDsv41RowsPerWarp];
+  const int row0 = (blockIdx.x * kWriterWarpsPerBlock + threadIdx.x / 32) * kWriterRowsPerWarp;
+  int slot = -1;  // lanes below kWriterRowsPerWarp: the target of row row0 + lane, -1 when skipped
+  if (lane < kWriterRowsPerWarp && row0 + lane < p.num_rows) slot = dsv41_slot(p, row0 + lane);
+  Dsv41Row r[kWriterRowsPerWarp];
 #pragma unroll
-  for (int i = 0; i < kDsv41RowsPerWarp; ++i) {
+  for (int i = 0; i < kWriterRowsPerWarp; ++i) {
     if (row0 + i < p.num_rows) r[i] = dsv41_load(p, row0 + i, lane);
   }
   const unsigned live = __ballot_sync(0xffffffffu, slot >= 0);
 #pragma unroll
-  for (int i = 0; i < kDsv41RowsPerWarp; ++i) {
+  for (int i = 0; i < kWriterRowsPerWarp; ++i) {
     if ((live >> i) & 1u) dsv41_encode<kBits>(p, r[i], lane);
   }
   pdl_wait();  // the claims
@@ -213,7 +214,7 @@ __global__ void __launch_bounds__(kDsv41WriterThreads) dsv41_append_write_kernel
   }
   const unsigned write = __ballot_sync(0xffffffffu, owner);
 #pragma unroll
-  for (int i = 0; i < kDsv41RowsPerWarp; ++i) {
+  for (int i = 0; i < kWriterRowsPerWarp; ++i) {
     const int s = __shfl_sync(0xffffffffu, slot, i);
     if ((write >> i) & 1u) dsv41_store<kBits>(p, s, lane, r[i]);
   }

@@ -1,7 +1,8 @@
 #pragma once
 // Parameters of the DeepSeek-V4.1 cache writers (528 B FP8 main cache, 288 B FP4 extra cache);
-// shared by the host launcher and the kernels (no includes: the host includes it directly). The
-// record geometry is common/dsv41_format.cuh.
+// shared by the host launcher and the kernels. The record geometry is common/dsv41_format.cuh; lane
+// l of a writing warp encodes dims 16l .. 16l + 15 (FP8: half of a 32-value group, FP4: one 16-value
+// group), and the launch geometry is common/writer_geometry.cuh.
 
 namespace kiln {
 
@@ -21,25 +22,5 @@ struct Dsv41WriterParams {
 // Element widths, the kernels' template argument: 8 = the 528 B FP8 cache, 4 = the 288 B FP4 cache.
 inline constexpr int kDsv41Fp8Bits = 8;
 inline constexpr int kDsv41Fp4Bits = 4;
-
-// A warp writes one token row at a time; lane l encodes dims 16l .. 16l + 15 (FP8: half of a
-// 32-value group, FP4: one 16-value group). Pack and the append write kernel give each warp
-// kDsv41RowsPerWarp rows; the one-launch append gives it one.
-inline constexpr int kDsv41WarpsPerBlock = 8;
-inline constexpr int kDsv41WriterThreads = 32 * kDsv41WarpsPerBlock;
-inline constexpr int kDsv41RowsPerWarp = 2;
-
-// Appends of at most this many rows resolve duplicate slots in one launch (each row compares its
-// slot with the slots of the rows before it, staged in shared memory); larger ones claim first.
-inline constexpr int kDsv41AppendScanRows = 1024;
-inline constexpr int kDsv41ClaimThreads = 256;
-
-// Rows whose source lines a kernel warms in L2 before it waits for the previous kernel.
-inline constexpr int kDsv41PrefetchRows = 16384;
-
-// Entry points of an append module, in KernelSource order.
-inline constexpr int kDsv41AppendScanEntry = 0;
-inline constexpr int kDsv41AppendClaimEntry = 1;
-inline constexpr int kDsv41AppendWriteEntry = 2;
 
 }  // namespace kiln

@@ -14,6 +14,7 @@
 #include "common/nvfp4_encode.cuh"
 #include "common/nvfp4_format.cuh"
 #include "common/pdl.cuh"
+#include "common/writer_geometry.cuh"
 #include "nvfp4_writer/params.cuh"
 
 namespace kiln {
@@ -28,7 +29,7 @@ namespace kiln {
 // nothing reaches registers or L1 until the previous kernel's writes are visible. In a chain of
 // writer calls this overlaps the next call's source reads with the current call's tail.
 __device__ __forceinline__ void nvfp4_prefetch_row(const Nvfp4WriterParams& p, int row) {
-  if (row >= kNvfp4PrefetchRows || row >= p.num_rows) return;
+  if (row >= kWriterPrefetchRows || row >= p.num_rows) return;
   const u16* src = static_cast<const u16*>(p.src) + row * p.src_row_stride;
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], 1024;" ::"l"(src) : "memory");
 }
@@ -80,42 +81,42 @@ __device__ __forceinline__ void nvfp4_writer_store(const Nvfp4WriterParams& p, i
 
 // Row i -> slot i. Each warp loads its rows before encoding any, so their reads overlap.
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+__global__ void __launch_bounds__(kWriterThreads) nvfp4_pack_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   const int lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
-  if (lane < kNvfp4RowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
+  const int row0 = (blockIdx.x * kWriterWarpsPerBlock + threadIdx.x / 32) * kWriterRowsPerWarp;
+  if (lane < kWriterRowsPerWarp) nvfp4_prefetch_row(p, row0 + lane);
   pdl_wait();
   pdl_launch_dependents();
-  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+  Nvfp4WriterRow r[kWriterRowsPerWarp];
 #pragma unroll
-  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+  for (int i = 0; i < kWriterRowsPerWarp; ++i) {
     if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
   }
 #pragma unroll
-  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+  for (int i = 0; i < kWriterRowsPerWarp; ++i) {
     if (row0 + i >= p.num_rows) return;
     nvfp4_writer_encode(r[i], lane);
     nvfp4_writer_store<kPageSize>(p, row0 + i, lane, r[i]);
   }
 }
 
-// Appends of at most kNvfp4AppendScanRows rows: a row yields if an earlier row targets its slot.
+// Appends of at most kWriterAppendScanRows rows: a row yields if an earlier row targets its slot.
 // The block stages the slots up to its last row in shared memory once.
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(const __grid_constant__ Nvfp4WriterParams p) {
-  __shared__ int slots[kNvfp4AppendScanRows];
+__global__ void __launch_bounds__(kWriterThreads) nvfp4_append_scan_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+  __shared__ int slots[kWriterAppendScanRows];
   const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32;  // one row per warp
+  const int row = blockIdx.x * kWriterWarpsPerBlock + threadIdx.x / 32;  // one row per warp
   if (lane == 0) nvfp4_prefetch_row(p, row);
   pdl_wait();
   pdl_launch_dependents();
   const bool live = row < p.num_rows;
   Nvfp4WriterRow r;
   if (live) r = nvfp4_writer_load(p, row, lane);  // in flight during the staging
-  const int staged = min(p.num_rows, (blockIdx.x + 1) * kNvfp4WarpsPerBlock);
+  const int staged = min(p.num_rows, (blockIdx.x + 1) * kWriterWarpsPerBlock);
 #pragma unroll
-  for (int k = 0; k < kNvfp4AppendScanRows / kNvfp4WriterThreads; ++k) {
-    const int j = k * kNvfp4WriterThreads + threadIdx.x;
+  for (int k = 0; k < kWriterAppendScanRows / kWriterThreads; ++k) {
+    const int j = k * kWriterThreads + threadIdx.x;
     if (j < staged) slots[j] = p.slot_mapping[j];
   }
   __syncthreads();
@@ -131,13 +132,13 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_scan_kernel(
 
 // One thread per row: the lowest row of each target slot ends up in the slot's padding word.
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+__global__ void __launch_bounds__(kWriterClaimThreads) nvfp4_append_claim_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kNvfp4ClaimThreads + threadIdx.x;
+  const int row = blockIdx.x * kWriterClaimThreads + threadIdx.x;
   // The owner word this row will probably claim: the slot read here (from L2, past L1) may still
   // change before the wait, so it only picks a line to warm. (Warming the write kernel's rows here
   // too delays this grid's completion, which the write kernel waits for.)
-  if (row < p.num_rows && row < kNvfp4PrefetchRows) {
+  if (row < p.num_rows && row < kWriterPrefetchRows) {
     int guess;
     asm volatile("ld.global.cg.b32 %0, [%1];" : "=r"(guess) : "l"(p.slot_mapping + row));
     if (guess >= 0 && guess < p.num_slots) asm volatile("prefetch.global.L2 [%0];" ::"l"(nvfp4_scale_record<kPageSize>(p, guess)) : "memory");
@@ -165,23 +166,23 @@ __global__ void __launch_bounds__(kNvfp4ClaimThreads) nvfp4_append_claim_kernel(
 // After the claim kernel: only each slot's owner writes. Each warp loads and encodes its rows
 // before it waits for the claims; then lane i reads row i's owner word, all in one round trip.
 template <int kPageSize>
-__global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
+__global__ void __launch_bounds__(kWriterThreads) nvfp4_append_write_kernel(const __grid_constant__ Nvfp4WriterParams p) {
   pdl_launch_dependents();
   const int lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * kNvfp4WarpsPerBlock + threadIdx.x / 32) * kNvfp4RowsPerWarp;
-  int slot = -1;  // lanes below kNvfp4RowsPerWarp: the target of row row0 + lane, -1 when skipped
-  if (lane < kNvfp4RowsPerWarp && row0 + lane < p.num_rows) {
+  const int row0 = (blockIdx.x * kWriterWarpsPerBlock + threadIdx.x / 32) * kWriterRowsPerWarp;
+  int slot = -1;  // lanes below kWriterRowsPerWarp: the target of row row0 + lane, -1 when skipped
+  if (lane < kWriterRowsPerWarp && row0 + lane < p.num_rows) {
     const int s = p.slot_mapping[row0 + lane];
     if (s >= 0 && s < p.num_slots) slot = s;
   }
-  Nvfp4WriterRow r[kNvfp4RowsPerWarp];
+  Nvfp4WriterRow r[kWriterRowsPerWarp];
 #pragma unroll
-  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+  for (int i = 0; i < kWriterRowsPerWarp; ++i) {
     if (row0 + i < p.num_rows) r[i] = nvfp4_writer_load(p, row0 + i, lane);
   }
   const unsigned live = __ballot_sync(0xffffffffu, slot >= 0);
 #pragma unroll
-  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+  for (int i = 0; i < kWriterRowsPerWarp; ++i) {
     if ((live >> i) & 1u) nvfp4_writer_encode(r[i], lane);
   }
   pdl_wait();  // the claims
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(kNvfp4WriterThreads) nvfp4_append_write_kernel
   }
   const unsigned write = __ballot_sync(0xffffffffu, owner);
 #pragma unroll
-  for (int i = 0; i < kNvfp4RowsPerWarp; ++i) {
+  for (int i = 0; i < kWriterRowsPerWarp; ++i) {
     const int s = __shfl_sync(0xffffffffu, slot, i);
     if ((write >> i) & 1u) nvfp4_writer_store<kPageSize>(p, s, lane, r[i]);
   }

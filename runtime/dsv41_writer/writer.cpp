@@ -5,12 +5,14 @@
 #include <climits>
 
 #include "kiln/kernel_templates/common/dsv41_format.cuh"
+#include "kiln/kernel_templates/common/writer_geometry.cuh"
 #include "kiln/kernel_templates/dsv41_writer/params.cuh"
 #include "kiln/runtime/paged_cache_view.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/policy_schema.h"
 #include "kiln/runtime/stream_device.h"
 #include "kiln/runtime/validation.h"
+#include "kiln/runtime/writer_launch.h"
 
 namespace kiln::dsv41 {
 
@@ -21,7 +23,7 @@ constexpr std::string_view kLatent = "latent_kv";
 
 int bits_of(CacheFormat f) { return f == CacheFormat::kFp8 ? kDsv41Fp8Bits : kDsv41Fp4Bits; }
 
-// pack: one entry. append: the scan, claim and write kernels (kDsv41Append*Entry order).
+// pack: one entry. append: the scan, claim and write kernels (kWriterAppend*Entry order).
 KernelSource render(const WriterPolicy& p) {
   const int bits = bits_of(p.format);
   if (p.op == WriterOp::kPack) return KernelSource{"#include \"dsv41_writer/kernel.cuh\"\n", {fmt::format("kiln::dsv41_pack_kernel<{}>", bits)}};
@@ -99,30 +101,6 @@ PagedCacheGeometry check_cache(CacheFormat format, const TensorView& cache) {
   return g;
 }
 
-LaunchConfig row_warps(int rows, int rows_per_warp) {
-  const int per_block = kDsv41WarpsPerBlock * rows_per_warp;
-  LaunchConfig config;
-  config.grid[0] = static_cast<unsigned>((rows + per_block - 1) / per_block);
-  config.block[0] = kDsv41WriterThreads;
-  config.pdl = true;  // the kernels wait for the previous kernel before reading anything
-  return config;
-}
-
-// Up to kDsv41AppendScanRows rows: one launch. More: the claim kernel, then the write kernel, which
-// reads and encodes its rows while the claims run (programmatic dependent launch).
-void launch_append(const KernelHandle& handle, const Dsv41WriterParams& params, CUstream stream) {
-  if (params.num_rows <= kDsv41AppendScanRows) {
-    launch(handle, row_warps(params.num_rows, 1), params, stream, kDsv41AppendScanEntry);
-    return;
-  }
-  LaunchConfig claim;
-  claim.grid[0] = static_cast<unsigned>((params.num_rows + kDsv41ClaimThreads - 1) / kDsv41ClaimThreads);
-  claim.block[0] = kDsv41ClaimThreads;
-  claim.pdl = true;
-  launch(handle, claim, params, stream, kDsv41AppendClaimEntry);
-  launch(handle, row_warps(params.num_rows, kDsv41RowsPerWarp), params, stream, kDsv41AppendWriteEntry);
-}
-
 }  // namespace
 
 void WriterPolicy::validate() const { schema().validate(*this); }
@@ -160,7 +138,7 @@ void pack(CacheFormat format, const TensorView& latent_kv, const TensorView& cac
   const int rows = static_cast<int>(l.pages * l.page_size);
   const Dsv41WriterParams params{latent_kv.data, kLatentDims, cache.data, g.page_stride, nullptr, rows,
                                  static_cast<int>(g.page_size), rows, latent_kv.dtype == DType::kF16 ? 1 : 0, 0};
-  launch(acquire(service, WriterPolicy{format, WriterOp::kPack}, stream, on.device()), row_warps(rows, kDsv41RowsPerWarp), params, stream);
+  launch(acquire(service, WriterPolicy{format, WriterOp::kPack}, stream, on.device()), writer_row_warps(rows, kWriterRowsPerWarp), params, stream);
 }
 
 void append(CacheFormat format, const TensorView& latent_kv, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,
@@ -204,7 +182,7 @@ void append(CacheFormat format, const TensorView& latent_kv, const TensorView& s
                                  static_cast<int>(n),
                                  latent_kv.dtype == DType::kF16 ? 1 : 0,
                                  slot_mapping.dtype == DType::kI64 ? 1 : 0};
-  launch_append(acquire(service, WriterPolicy{format, WriterOp::kAppend}, stream, on.device()), params, stream);
+  launch_writer_append(acquire(service, WriterPolicy{format, WriterOp::kAppend}, stream, on.device()), &params, params.num_rows, stream);
 }
 
 void warm(const WriterPolicy& policy, const std::vector<int>& devices, KernelService& service) { warm_policy(service, policy, devices); }

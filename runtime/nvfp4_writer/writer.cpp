@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include "kiln/kernel_templates/common/nvfp4_format.cuh"
+#include "kiln/kernel_templates/common/writer_geometry.cuh"
 #include "kiln/kernel_templates/nvfp4_writer/params.cuh"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/nvfp4_cache_view.h"
 #include "kiln/runtime/policy_schema.h"
 #include "kiln/runtime/stream_device.h"
 #include "kiln/runtime/validation.h"
+#include "kiln/runtime/writer_launch.h"
 
 namespace kiln::nvfp4 {
 
@@ -16,7 +18,7 @@ namespace {
 
 constexpr int kMaxPageSize = 1024;
 
-// pack: one entry. append: the scan, claim and write kernels (kNvfp4Append*Entry order).
+// pack: one entry. append: the scan, claim and write kernels (kWriterAppend*Entry order).
 KernelSource render(const WriterPolicy& p) {
   if (p.op == WriterOp::kPack) return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n", {fmt::format("kiln::nvfp4_pack_kernel<{}>", p.page_size)}};
   return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n",
@@ -48,30 +50,6 @@ void check_rows(const TensorView& rows, std::string_view arg, int rank) {
   check::aligned(rows, arg, 16);
 }
 
-LaunchConfig row_warps(int rows, int rows_per_warp) {
-  const int per_block = kNvfp4WarpsPerBlock * rows_per_warp;
-  LaunchConfig config;
-  config.grid[0] = static_cast<unsigned>((rows + per_block - 1) / per_block);
-  config.block[0] = kNvfp4WriterThreads;
-  config.pdl = true;  // the kernels wait for the previous kernel before reading anything
-  return config;
-}
-
-// Up to kNvfp4AppendScanRows rows: one launch. More: the claim kernel, then the write kernel, which
-// reads and encodes its rows while the claims run (programmatic dependent launch).
-void launch_append(const KernelHandle& handle, const Nvfp4WriterParams& params, CUstream stream) {
-  if (params.num_rows <= kNvfp4AppendScanRows) {
-    launch(handle, row_warps(params.num_rows, 1), params, stream, kNvfp4AppendScanEntry);
-    return;
-  }
-  LaunchConfig claim;
-  claim.grid[0] = static_cast<unsigned>((params.num_rows + kNvfp4ClaimThreads - 1) / kNvfp4ClaimThreads);
-  claim.block[0] = kNvfp4ClaimThreads;
-  claim.pdl = true;
-  launch(handle, claim, params, stream, kNvfp4AppendClaimEntry);
-  launch(handle, row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream, kNvfp4AppendWriteEntry);
-}
-
 }  // namespace
 
 void WriterPolicy::validate() const { schema().validate(*this); }
@@ -99,7 +77,7 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream, Ke
   on.check(cache, "cache");
   const Nvfp4WriterParams params{latent.data, latent.stride(1), cache.data, g.page_stride, nullptr, rows,
                                  static_cast<int>(rows)};
-  launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream, on.device()), row_warps(params.num_rows, kNvfp4RowsPerWarp), params, stream);
+  launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream, on.device()), writer_row_warps(params.num_rows, kWriterRowsPerWarp), params, stream);
 }
 
 void append(const TensorView& rows, const TensorView& slot_mapping, const TensorView& cache, CUstream stream,
@@ -124,7 +102,7 @@ void append(const TensorView& rows, const TensorView& slot_mapping, const Tensor
   const Nvfp4WriterParams params{rows.data, rows.stride(0), cache.data, g.page_stride,
                                  static_cast<const int*>(slot_mapping.data), g.pages * g.page_size,
                                  static_cast<int>(rows.size(0))};
-  launch_append(acquire(service, WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, stream, on.device()), params, stream);
+  launch_writer_append(acquire(service, WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, stream, on.device()), &params, params.num_rows, stream);
 }
 
 void warm(const WriterPolicy& policy, const std::vector<int>& devices, KernelService& service) {

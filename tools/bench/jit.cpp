@@ -19,6 +19,7 @@
 
 #include "kiln/jit/compiler.h"
 #include "kiln/jit/error.h"
+#include "kiln/kernel_templates/common/writer_geometry.cuh"
 #include "kiln/kernel_templates/mla_decode/params.cuh"
 #include "kiln/kernel_templates/nvfp4_writer/params.cuh"
 #include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
@@ -312,10 +313,10 @@ json launch_overheads(const std::string& base) {
     const TensorView v_cache = TensorView::contiguous(ptr(cache), DType::kU8, {1, 64, 384});
     Nvfp4WriterParams params{ptr(rows), 512, ptr(cache), 64 * 384, reinterpret_cast<const int*>(ptr(slots)), 64, 1};
     LaunchConfig lc;
-    lc.block[0] = kNvfp4WriterThreads;
+    lc.block[0] = kWriterThreads;
     CUlaunchConfig bc = driver_launch_config(lc, stream);
     void* args[] = {&params};
-    const CUfunction fn = acquire(service, policy, stream, 0).entry(kNvfp4AppendScanEntry).function;
+    const CUfunction fn = acquire(service, policy, stream, 0).entry(kWriterAppendScanEntry).function;
     out["writer_append"] = launch_overhead(
         stream, [&] { d.cuLaunchKernelEx(&bc, fn, args, nullptr); },
         [&] { nvfp4::append(v_rows, v_slots, v_cache, stream, service); }, "writer");
