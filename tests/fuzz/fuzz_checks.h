@@ -19,6 +19,7 @@
 #include "kiln/cache/cache_entry.h"
 #include "kiln/cache/remote_value.h"
 #include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
 #include "kiln/jit/semantic_key.h"
 #include "kiln/runtime/families.h"
 #include "kiln/runtime/manifest.h"
@@ -130,6 +131,11 @@ inline void check_semantic_key_input(const std::uint8_t* data, std::size_t size)
     const SemanticKey k = SemanticKey::parse(text);
     expect(k.str() == text, "parse accepted a key that is not in canonical form");
     expect(SemanticKey(k.family(), k.policy(), k.arch()) == k, "a parsed key does not rebuild from its parts");
+    // A valid key's companions are valid keys of its arch, without companions of their own.
+    for (const SemanticKey& c : companion_keys(k)) {
+      expect(SemanticKey::parse(c.str()) == c && c.arch() == k.arch() && companion_keys(c).empty(),
+             "companion " + c.str() + " of " + k.str() + " is not a plain key of the same arch");
+    }
   } catch (const Error& e) {
     expect_policy_code(e, "SemanticKey::parse");
   }
