@@ -10,6 +10,12 @@ they were measured. Prints one line per matched config, the geometric mean over 
 group, and for dense reports the same again against the faster of FlashMLA and FlashAttention-3.
 A dense report that times the grid in several precision modes is compared mode by mode;
 --precision keeps only the rows whose "precision" field equals MODE.
+
+    python3 tools/bench/compare.py REPORT.json --baseline BASE.json
+
+compares two kiln reports instead (a before/after of one change, ideally timed in one session,
+interleaved): ratio = BASE time / REPORT time per config present in both, so above 1 means REPORT
+is faster; the same lines, geometric means and groups.
 """
 import argparse
 import csv
@@ -67,31 +73,37 @@ def summary(label, pairs, groups):
             print("  %-10s n=%3d  geomean %.3f  min %.3f" % (name, len(sel), geomean(sel), min(sel)))
 
 
-def compare(rows, csv_out=None):
-    """Prints the matched rows and the group ratios of one report's rows (one precision mode)."""
+def report_key(r):
+    """A report row's config: (T, H, main_topk, extra_topk) for sparse rows, (B, SQ, H, L) for dense."""
+    if "topk" in r:
+        return (r["T"], r["H"], r["topk"], r.get("extra_topk", 0))
+    return (r["B"], r["SQ"], r["H"], r["L"])
+
+
+def compare(rows, csv_out=None, baseline=None):
+    """Prints the matched rows and the group ratios of one report's rows (one precision mode), against
+    the anchors, or against `baseline` ({config: us per call} of another report) when given."""
     sparse = "topk" in rows[0]
-    if sparse:
-        columns = ("T", "H", "main_topk", "extra_topk")
-        anchor = read_anchor("flashmla_h200_sparse.csv", sparse_key, lambda row: row["fmt"] == "model1")
-        groups = SPARSE_GROUPS
-        key_of = lambda r: (r["T"], r["H"], r["topk"], r.get("extra_topk", 0))
-        second = {}
+    columns = ("T", "H", "main_topk", "extra_topk") if sparse else ("B", "SQ", "H", "L")
+    groups = SPARSE_GROUPS if sparse else DENSE_GROUPS
+    second = {}
+    if baseline is not None:
+        anchor, anchor_name = baseline, "baseline"
+    elif sparse:
+        anchor, anchor_name = read_anchor("flashmla_h200_sparse.csv", sparse_key, lambda row: row["fmt"] == "model1"), "FlashMLA"
     else:
-        columns = ("B", "SQ", "H", "L")
-        anchor = read_anchor("flashmla_h200_dense.csv", dense_key)
-        groups = DENSE_GROUPS
-        key_of = lambda r: (r["B"], r["SQ"], r["H"], r["L"])
+        anchor, anchor_name = read_anchor("flashmla_h200_dense.csv", dense_key), "FlashMLA"
         second = read_anchor("fa3_h200_dense.csv", dense_key)
 
-    matched = sorted((key_of(r), r["us_per_call"], anchor[key_of(r)]) for r in rows if key_of(r) in anchor)
+    matched = sorted((report_key(r), r["us_per_call"], anchor[report_key(r)]) for r in rows if report_key(r) in anchor)
     if not matched:
-        sys.exit("compare.py: no config of this report is in the anchor grid")
+        sys.exit("compare.py: no config of this report is in the %s" % ("baseline report" if baseline is not None else "anchor grid"))
 
-    print("  ".join(columns) + "  kiln_us  flashmla_us  ratio")
+    print("  ".join(columns) + "  kiln_us  %s_us  ratio" % anchor_name.lower())
     for key, kiln_us, anchor_us in matched:
         print("%s  %.1f  %.1f  %.2f" % ("  ".join(str(v) for v in key), kiln_us, anchor_us, anchor_us / kiln_us))
     print()
-    summary("against FlashMLA", [(k, a / t) for k, t, a in matched], groups)
+    summary("against " + anchor_name, [(k, a / t) for k, t, a in matched], groups)
     best = [(k, min(a, second[k]) / t) for k, t, a in matched if k in second]
     if best:
         summary("against the faster of FlashMLA and FA3", best, groups)
@@ -99,7 +111,7 @@ def compare(rows, csv_out=None):
     if csv_out:
         with open(csv_out, "w", newline="") as f:
             out = csv.writer(f)
-            out.writerow(list(columns) + ["kiln_us", "flashmla_us", "ratio"])
+            out.writerow(list(columns) + ["kiln_us", anchor_name.lower() + "_us", "ratio"])
             for key, kiln_us, anchor_us in matched:
                 out.writerow(list(key) + [kiln_us, anchor_us, round(anchor_us / kiln_us, 4)])
 
@@ -109,10 +121,15 @@ def main():
     parser.add_argument("report", help="JSON written by kiln bench mla|sparse|sparse_dsv41 --out")
     parser.add_argument("--precision", help="dense reports: keep the rows of this precision mode only")
     parser.add_argument("--csv", help="also write the matched rows to this CSV file (with one precision mode)")
+    parser.add_argument("--baseline", help="another kiln report of the same bench: ratios to it instead of the anchors")
     args = parser.parse_args()
 
     with open(args.report) as f:
         rows = json.load(f)["results"]
+    base_rows = None
+    if args.baseline:
+        with open(args.baseline) as f:
+            base_rows = json.load(f)["results"]
     if args.precision:
         rows = [r for r in rows if r.get("precision") == args.precision]
     if not rows:
@@ -126,7 +143,10 @@ def main():
     for i, mode in enumerate(modes):
         if len(modes) > 1:
             print("%s== precision %s" % ("\n" if i else "", mode))
-        compare([r for r in rows if r.get("precision") == mode], args.csv)
+        baseline = None
+        if base_rows is not None:
+            baseline = {report_key(r): r["us_per_call"] for r in base_rows if r.get("precision") == mode}
+        compare([r for r in rows if r.get("precision") == mode], args.csv, baseline)
 
 
 if __name__ == "__main__":

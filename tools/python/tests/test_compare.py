@@ -1,0 +1,56 @@
+"""tools/bench/compare.py: a kiln report against the anchors, and against another report (--baseline)."""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+COMPARE = pathlib.Path(__file__).resolve().parents[2] / "bench" / "compare.py"
+
+
+def run(*args):
+    r = subprocess.run([sys.executable, str(COMPARE), *map(str, args)], capture_output=True, text=True)
+    return r.returncode, r.stdout, r.stderr
+
+
+def write(path, rows):
+    path.write_text(json.dumps({"results": rows}))
+    return path
+
+
+def dense(b, sq, h, l, us, precision="exact"):
+    return {"B": b, "SQ": sq, "H": h, "L": l, "us_per_call": us, "precision": precision}
+
+
+def test_baseline_ratios_per_config_and_mode(tmp_path):
+    new = write(tmp_path / "new.json", [dense(1, 1, 16, 1024, 10.0), dense(8, 1, 128, 4096, 20.0),
+                                       dense(1, 1, 16, 1024, 5.0, "bf16"), dense(64, 2, 64, 16384, 1.0)])
+    base = write(tmp_path / "base.json", [dense(1, 1, 16, 1024, 20.0), dense(8, 1, 128, 4096, 10.0),
+                                         dense(1, 1, 16, 1024, 20.0, "bf16")])
+    rc, out, err = run(new, "--baseline", base)
+    assert rc == 0, err
+    exact, bf16 = out.split("== precision bf16")
+    # base / new per config: 2.0 and 0.5 (geomean 1.0); the config missing from the baseline is left out.
+    assert "against baseline: 2 configs  geomean 1.000  min 0.500  max 2.000" in exact
+    assert "1  1  16  1024  10.0  20.0  2.00" in exact
+    assert "64  2  64  16384" not in exact
+    assert "against baseline: 1 configs  geomean 4.000" in bf16  # modes are matched with their own rows
+    assert "FlashMLA" not in out
+
+
+def test_sparse_rows_and_no_overlap(tmp_path):
+    row = {"T": 1, "H": 64, "topk": 512, "extra_topk": 0, "us_per_call": 8.0}
+    new = write(tmp_path / "new.json", [row])
+    base = write(tmp_path / "base.json", [dict(row, us_per_call=12.0)])
+    rc, out, _ = run(new, "--baseline", base)
+    assert rc == 0 and "against baseline: 1 configs  geomean 1.500" in out and "T=1" in out
+    other = write(tmp_path / "other.json", [dict(row, T=8)])
+    rc, _, err = run(new, "--baseline", other)
+    assert rc != 0 and "no config of this report is in the baseline report" in err
+
+
+def test_anchors_still_the_default(tmp_path):
+    rc, out, err = run(write(tmp_path / "new.json", [dense(1, 1, 16, 1024, 11.0)]))
+    assert rc == 0, err
+    assert "against FlashMLA: 1 configs" in out and "flashmla_us" in out
