@@ -124,9 +124,9 @@ std::vector<PrebuildOutcome> prebuild(
   return outcomes;
 }
 
-json prebuild_report(KernelService& service, const std::vector<SemanticKey>& keys,
-                     const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push,
-                     const std::vector<SkippedEntry>& skipped) {
+json prebuild_report(KernelService& service, const ManifestSelection& selection,
+                     const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push) {
+  const std::vector<SemanticKey>& keys = selection.keys;
   std::size_t compiled = 0, hits = 0, failed = 0, remote_hits = 0, uploaded = 0, present = 0, push_failed = 0;
   json list = json::array();
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -149,11 +149,11 @@ json prebuild_report(KernelService& service, const std::vector<SemanticKey>& key
   }
   json skipped_list = json::array();
   std::size_t skipped_keys = 0;
-  for (const SkippedEntry& s : skipped) {
+  for (const SkippedEntry& s : selection.skipped) {
     skipped_list.push_back({{"entry", s.entry}, {"family", s.family}, {"archs", s.archs}, {"keys", s.keys}});
     skipped_keys += s.keys;
   }
-  json report = {{"keys", list},     {"compiled", compiled}, {"hits", hits},   {"remote_hits", remote_hits},
+  json report = {{"keys", list},     {"companions", selection.companions}, {"compiled", compiled}, {"hits", hits},   {"remote_hits", remote_hits},
                  {"failed", failed}, {"skipped", skipped_list}, {"skipped_keys", skipped_keys},
                  {"wall_ms", wall_ms},   {"jobs", jobs},
                  {"cache_dir", service.config().cache_dir.string()}, {"writable", service.store().writable()}};

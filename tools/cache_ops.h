@@ -40,12 +40,13 @@ std::vector<PrebuildOutcome> prebuild(
     const std::function<void(std::size_t, std::size_t, const SemanticKey&, const PrebuildOutcome&)>& progress = {},
     bool push = false);
 
-// {"keys": [{"key", "outcome", "ms"[, "source"][, "error"][, "pushed"[, "push_error"]]}], "compiled", "hits",
-//  "remote_hits", "failed", "skipped": [{"entry", "family", "archs", "keys"}], "skipped_keys", "wall_ms",
-//  "jobs", "cache_dir", "writable"[, "remote": counters][, "push": {"uploaded", "present", "failed"}]}
-nlohmann::json prebuild_report(KernelService& service, const std::vector<SemanticKey>& keys,
-                               const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push = false,
-                               const std::vector<SkippedEntry>& skipped = {});
+// The report of a prebuild of `selection.keys` (outcomes parallel to them):
+// {"keys": [{"key", "outcome", "ms"[, "source"][, "error"][, "pushed"[, "push_error"]]}], "companions",
+//  "compiled", "hits", "remote_hits", "failed", "skipped": [{"entry", "family", "archs", "keys"}],
+//  "skipped_keys", "wall_ms", "jobs", "cache_dir", "writable"[, "remote": counters]
+//  [, "push": {"uploaded", "present", "failed"}]}
+nlohmann::json prebuild_report(KernelService& service, const ManifestSelection& selection,
+                               const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push = false);
 
 // {"layers": [{"root", "layer", "present", "entries", "bytes"}], "quarantined", "temp_files", "writable",
 //  "remote": null or {"endpoint", "reachable"[, "problem"], "entries", "locks", "counters"}}

@@ -67,7 +67,7 @@ int run_prebuild(const CommonOptions& common, const std::string& manifest, const
   };
   const std::vector<PrebuildOutcome> outcomes = prebuild(service, keys, jobs, print, push);
   const double wall = ms_since(start);
-  const json report = prebuild_report(service, keys, outcomes, wall, jobs, push, selection.skipped);
+  const json report = prebuild_report(service, selection, outcomes, wall, jobs, push);
   if (common.json) std::printf("%s\n", report.dump(2).c_str());
   const std::string remote_hits =
       service.remote() ? fmt::format(" ({} from the remote cache)", report["remote_hits"].get<std::size_t>()) : "";

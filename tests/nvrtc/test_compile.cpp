@@ -414,6 +414,7 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
   CHECK(first["hits"] == n - distinct);
   CHECK(first["failed"] == 0);
   CHECK(first["keys"].size() == n);
+  CHECK(first["companions"] == companions.size());
   CHECK(outcomes(first).count("compiled") == distinct);
   std::set<std::string> listed;
   for (const json& item : first["keys"]) {

@@ -84,7 +84,8 @@ def prebuild(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str
     """Compile every key of a manifest and their companions into the cache without a GPU, like
     ``kiln prebuild --json``.
 
-    Returns ``{"keys": [{"key", "outcome", "ms"[, "error"]}], "compiled", "hits", "failed",
+    Returns ``{"keys": [{"key", "outcome", "ms"[, "error"]}], "companions" (how many of the keys are
+    companions of the others), "compiled", "hits", "failed",
     "skipped": [{"entry", "family", "archs", "keys"}], "skipped_keys", "wall_ms", "jobs", "cache_dir",
     "writable"}``; a failed key is reported there, not raised. With ``archs``, the manifest entries
     that allow none of them are listed under ``skipped``, not compiled. A cache directory that cannot

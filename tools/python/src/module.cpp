@@ -502,7 +502,7 @@ NB_MODULE(_native, m) {
     const auto start = std::chrono::steady_clock::now();
     const auto outcomes = tools::prebuild(service, selection.keys, jobs);
     const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    return tools::prebuild_report(service, selection.keys, outcomes, wall, jobs, false, selection.skipped).dump();
+    return tools::prebuild_report(service, selection, outcomes, wall, jobs).dump();
   }, "manifest"_a, "archs"_a.none(), "jobs"_a, "cache_dir"_a.none());
   m.def("store_stats", [](std::optional<std::string> cache_dir) {
     std::unique_ptr<KernelService> owned;

@@ -58,7 +58,7 @@ def test_manifest_errors(tmp_path):
 
 def test_prebuild_then_hits_and_stats(manifest, cache_dir):
     first = kiln.prebuild(manifest, jobs=2, cache_dir=cache_dir)
-    assert (first["compiled"], first["hits"], first["failed"]) == (2, 0, 0)
+    assert (first["compiled"], first["hits"], first["failed"], first["companions"]) == (2, 0, 0, 0)
     assert first["cache_dir"] == str(cache_dir) and first["writable"]
     assert {k["outcome"] for k in first["keys"]} == {"compiled"}
     second = kiln.prebuild(manifest, cache_dir=cache_dir)
