@@ -46,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
@@ -588,30 +589,14 @@ json fault_phase(const Options& o, const fs::path& work, RedisServer& server, co
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "fleet_supervisor: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--worker") o.worker = value();
-    else if (a == "--report") o.report = value();
-    else if (a == "--hosts") o.hosts = std::stoi(value());
-    else if (a == "--threads") o.threads = std::stoi(value());
-    else if (a == "--kills") o.kills = std::stoi(value());
-    else if (a == "--keep") o.keep = true;
-    else {
-      std::fprintf(stderr, "fleet_supervisor: unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
-  if (o.worker.empty()) {
-    std::fprintf(stderr, "fleet_supervisor: --worker is required\n");
-    return 2;
-  }
+  CLI::App app{"fleet_supervisor: the remote tier under SIGKILLs and Redis faults"};
+  app.add_option("--worker", o.worker, "the fleet_worker binary")->required();
+  app.add_option("--report", o.report, "write the figures here as JSON");
+  app.add_option("--hosts", o.hosts, "hosts in the kill phase")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "threads per host")->check(CLI::PositiveNumber);
+  app.add_option("--kills", o.kills, "SIGKILLs in the kill phase")->check(CLI::NonNegativeNumber);
+  app.add_flag("--keep", o.keep, "keep the work directory");
+  CLI11_PARSE(app, argc, argv);
   if (RedisServer::binary().empty()) {
     std::printf("SKIPPED: fleet test not run: redis-server is not on PATH and KILN_REDIS_SERVER is not set "
                 "(Debian: apt-get install redis-server)\n");

@@ -47,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "kiln/jit/build_request.h"
@@ -661,40 +662,19 @@ void phase_full_disk(const Options& o, const fs::path& base, Figures& fig) {
                              {"workers_hit_full", saw_full}, {"entries_checked", v.checked}, {"seconds", seconds_since(start)}};
 }
 
-Options parse_options(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "stress_supervisor: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--worker") o.worker = value();
-    else if (a == "--kiln") o.kiln = value();
-    else if (a == "--report") o.report = value();
-    else if (a == "--seconds") o.seconds = std::stod(value());
-    else if (a == "--processes") o.processes = std::stoi(value());
-    else if (a == "--threads") o.threads = std::stoi(value());
-    else if (a == "--keep") o.keep = true;
-    else {
-      std::fprintf(stderr, "stress_supervisor: unknown option %s\n", a.c_str());
-      std::exit(2);
-    }
-  }
-  if (o.worker.empty() || o.kiln.empty()) {
-    std::fprintf(stderr, "usage: stress_supervisor --worker PATH --kiln PATH [--seconds S] [--processes N]\n");
-    std::exit(2);
-  }
-  return o;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse_options(argc, argv);
+  Options o;
+  CLI::App app{"stress_supervisor: the cache under SIGKILLs, a read-only and a full cache directory"};
+  app.add_option("--worker", o.worker, "the stress_warm binary")->required();
+  app.add_option("--kiln", o.kiln, "the kiln CLI (kiln verify)")->required();
+  app.add_option("--report", o.report, "write the figures here as JSON");
+  app.add_option("--seconds", o.seconds, "length of the kill phase")->check(CLI::PositiveNumber);
+  app.add_option("--processes", o.processes, "worker processes at once")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "threads per worker")->check(CLI::PositiveNumber);
+  app.add_flag("--keep", o.keep, "keep the work directory");
+  CLI11_PARSE(app, argc, argv);
   kiln::register_builtin_families();
   std::string tmpl = (fs::temp_directory_path() / "kiln_stress.XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) {
