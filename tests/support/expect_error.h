@@ -35,4 +35,14 @@ inline void expect_error(const std::function<void()>& f, const std::string& arg,
   }
 }
 
+// A device-independent rule of a launcher test's call (`plan()`: the plan-only entry, `run()`: the
+// engine API): both reject it as expect_error says, before any driver call (without a driver the
+// engine API would otherwise throw kDriver).
+template <class Call>
+void expect_rejected(const Call& c, const std::string& arg, std::initializer_list<std::string> parts = {},
+                     ErrorCode code = ErrorCode::kInvalidArgument) {
+  expect_error([&] { c.plan(); }, arg, parts, code);
+  expect_error([&] { c.run(); }, arg, parts, code);
+}
+
 }  // namespace kiln::testing

@@ -85,14 +85,7 @@ struct Call {
 };
 
 using kiln::testing::expect_error;  // (call, argument, message parts, code)
-
-// A device-independent rule: both the pure planner entry and the engine API reject the call before
-// any driver call (without a driver the engine API would otherwise throw kDriver).
-void expect_rejected(const Call& c, const std::string& arg, std::initializer_list<std::string> parts = {},
-                     ErrorCode code = ErrorCode::kInvalidArgument) {
-  expect_error([&] { c.plan(); }, arg, parts, code);
-  expect_error([&] { c.run(); }, arg, parts, code);
-}
+using kiln::testing::expect_rejected;
 
 }  // namespace
 
