@@ -221,10 +221,31 @@ const KernelHandle& KernelService::warm(const SemanticKey& key, int device) {
                               arch, arch),
                   {.key = key.str()});
     }
-    const Artifact artifact = build(key);
-    // Companions first: if one fails, this key's module is not loaded either (a retry loads it once).
-    std::vector<const KernelHandle*> companions;
-    for (const SemanticKey& companion : companion_keys(key)) companions.push_back(&warm(companion, device));
+    // The companions are warmed while this key builds, on threads of their own, so a cold warm takes
+    // the longest of the compiles rather than their sum. All of them before this key's load: if one
+    // fails, this key's module is not loaded either (a retry loads it once).
+    const std::vector<SemanticKey> companion_list = companion_keys(key);
+    std::vector<const KernelHandle*> companions(companion_list.size());
+    Artifact artifact;
+    if (companion_list.empty()) {
+      artifact = build(key);
+    } else {
+      std::atomic<std::size_t> next{0};
+      std::mutex error_mutex;
+      std::exception_ptr first_error;
+      run_workers(1 + companion_list.size(), [&] {
+        for (std::size_t i = next++; i <= companion_list.size(); i = next++) {
+          try {
+            if (i == 0) artifact = build(key);
+            else companions[i - 1] = &warm(companion_list[i - 1], device);
+          } catch (...) {
+            std::lock_guard<std::mutex> lock(error_mutex);
+            if (!first_error) first_error = std::current_exception();
+          }
+        }
+      });
+      if (first_error) std::rethrow_exception(first_error);
+    }
     slot->owned = load(key, *artifact.entry, device);
     slot->owned->companions = std::move(companions);
     slot->ready.store(slot->owned.get(), std::memory_order_release);
