@@ -10,6 +10,7 @@
 
 #include "kiln/jit/build_request.h"
 #include "kiln/jit/error.h"
+#include "kiln/jit/family.h"
 #include "kiln/runtime/driver.h"
 #include "kiln/runtime/families.h"
 #include "kiln/runtime/kernel_service.h"
@@ -168,6 +169,10 @@ int run_inspect(const CommonOptions& common, const std::string& text) {
   json out = {{"cache_key", cache_key->hex()},          {"key", hit->entry.semantic_key},
               {"layer", tier_name(hit->tier)},           {"file", hit->file.string()},
               {"cubin_bytes", hit->entry.cubin.size()}, {"metadata", hit->entry.metadata}};
+  // The modules a launch of this key also runs (they are entries of their own).
+  json companions = json::array();
+  for (const SemanticKey& c : companion_keys(SemanticKey::parse(hit->entry.semantic_key))) companions.push_back(c.str());
+  out["companions"] = companions;
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

@@ -477,6 +477,16 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
   const json info = json::parse(inspect.out);
   CHECK(info["key"] == writer_key->str());
   CHECK(info["cache_key"] == request.cache_key.hex());
+  CHECK(info["companions"] == json::array());
+  // An MLA key's entry names its combine module, itself an entry of the cache.
+  const auto mla_key = std::find_if(manifest_keys.begin(), manifest_keys.end(),
+                                    [](const SemanticKey& k) { return k.family() == "mla_decode"; });
+  REQUIRE(mla_key != manifest_keys.end());
+  const json mla_info = json::parse(run_cli({"inspect", mla_key->str(), "--cache", cache.string()}, dir.path(), "inspect_mla").out);
+  REQUIRE(mla_info["companions"].size() == 1);
+  CHECK(mla_info["companions"][0] == kiln::companion_keys(*mla_key).at(0).str());
+  CHECK(run_cli({"inspect", mla_info["companions"][0].get<std::string>(), "--cache", cache.string()}, dir.path(), "inspect_combine")
+            .exit_code == 0);
 }
 
 TEST_CASE("cli: 8 concurrent kiln prebuild processes compile a key once", "[nvrtc][concurrency]") {
