@@ -124,6 +124,14 @@ std::vector<PrebuildOutcome> prebuild(
   return outcomes;
 }
 
+void print_prebuild_progress(std::size_t done, std::size_t total, const SemanticKey& key, const PrebuildOutcome& out) {
+  std::fprintf(stderr, "[%zu/%zu] %-8s %s (%s%s%s, %.0f ms)\n", done, total, out.status.c_str(), key.str().c_str(),
+               out.status == "failed" ? "error" : out.detail.c_str(), out.pushed.empty() ? "" : ", push ", out.pushed.c_str(),
+               out.ms);
+  if (out.status == "failed") std::fprintf(stderr, "    %s\n", out.detail.c_str());
+  if (out.pushed == "failed") std::fprintf(stderr, "    push failed: %s\n", out.push_problem.c_str());
+}
+
 json prebuild_report(KernelService& service, const ManifestSelection& selection,
                      const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push) {
   const std::vector<SemanticKey>& keys = selection.keys;

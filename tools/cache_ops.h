@@ -40,6 +40,10 @@ std::vector<PrebuildOutcome> prebuild(
     const std::function<void(std::size_t, std::size_t, const SemanticKey&, const PrebuildOutcome&)>& progress = {},
     bool push = false);
 
+// One progress line per finished key on stderr, "[done/total] outcome key (source, ms)", and the
+// error under a failed one: what `kiln prebuild` prints (a `progress` for prebuild()).
+void print_prebuild_progress(std::size_t done, std::size_t total, const SemanticKey& key, const PrebuildOutcome& out);
+
 // The report of a prebuild of `selection.keys` (outcomes parallel to them):
 // {"keys": [{"key", "outcome", "ms"[, "source"][, "error"][, "pushed"[, "push_error"]]}], "companions",
 //  "compiled", "hits", "remote_hits", "failed", "skipped": [{"entry", "family", "archs", "keys"}],

@@ -59,14 +59,7 @@ int run_prebuild(const CommonOptions& common, const std::string& manifest, const
                  s.keys == 1 ? "" : "s", fmt::format("{}", fmt::join(s.archs, ", ")).c_str());
   }
   const auto start = Clock::now();
-  const auto print = [](std::size_t done, std::size_t total, const SemanticKey& key, const PrebuildOutcome& out) {
-    std::fprintf(stderr, "[%zu/%zu] %-8s %s (%s%s%s, %.0f ms)\n", done, total, out.status.c_str(), key.str().c_str(),
-                 out.status == "failed" ? "error" : out.detail.c_str(), out.pushed.empty() ? "" : ", push ",
-                 out.pushed.c_str(), out.ms);
-    if (out.status == "failed") std::fprintf(stderr, "    %s\n", out.detail.c_str());
-    if (out.pushed == "failed") std::fprintf(stderr, "    push failed: %s\n", out.push_problem.c_str());
-  };
-  const std::vector<PrebuildOutcome> outcomes = prebuild(service, keys, jobs, print, push);
+  const std::vector<PrebuildOutcome> outcomes = prebuild(service, keys, jobs, print_prebuild_progress, push);
   const double wall = ms_since(start);
   const json report = prebuild_report(service, selection, outcomes, wall, jobs, push);
   if (common.json) std::printf("%s\n", report.dump(2).c_str());

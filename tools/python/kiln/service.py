@@ -80,9 +80,11 @@ def manifest_keys(manifest: Union[str, os.PathLike, None] = None, *, archs: Unio
 
 
 def prebuild(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str, Sequence[str], None] = None,
-             jobs: Optional[int] = None, cache_dir: Union[str, os.PathLike, None] = None) -> Dict[str, Any]:
+             jobs: Optional[int] = None, cache_dir: Union[str, os.PathLike, None] = None,
+             progress: bool = False) -> Dict[str, Any]:
     """Compile every key of a manifest and their companions into the cache without a GPU, like
-    ``kiln prebuild --json``.
+    ``kiln prebuild --json``; with ``progress``, a line per finished key goes to stderr as the CLI
+    prints it (the default manifest takes about a minute on two cores).
 
     Returns ``{"keys": [{"key", "outcome", "ms"[, "error"]}], "companions" (how many of the keys are
     companions of the others), "compiled", "hits", "failed",
@@ -93,7 +95,7 @@ def prebuild(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str
     taking entries during the run (a full disk) gives ``"writable": False``."""
     jobs = (os.cpu_count() or 1) if jobs is None else int(jobs)
     return json.loads(_native.prebuild(_path(manifest, "manifest") or "", _archs(archs), jobs,
-                                       _path(cache_dir, "cache_dir")))
+                                       _path(cache_dir, "cache_dir"), bool(progress)))
 
 
 def stats(cache_dir: Union[str, os.PathLike, None] = None) -> Dict[str, Any]:

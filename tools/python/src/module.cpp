@@ -494,16 +494,17 @@ NB_MODULE(_native, m) {
     for (const SemanticKey& k : tools::manifest_keys(manifest, archs)) out.push_back(k.str());
     return out;
   }, "manifest"_a, "archs"_a.none());
-  m.def("prebuild", [](const std::string& manifest, std::optional<std::string> archs, int jobs, std::optional<std::string> cache_dir) {
+  m.def("prebuild", [](const std::string& manifest, std::optional<std::string> archs, int jobs, std::optional<std::string> cache_dir,
+                       bool progress) {
     const ManifestSelection selection = tools::manifest_selection(manifest, archs);
     nb::gil_scoped_release release;
     std::unique_ptr<KernelService> owned;
     KernelService& service = service_for(cache_dir, owned);
     const auto start = std::chrono::steady_clock::now();
-    const auto outcomes = tools::prebuild(service, selection.keys, jobs);
+    const auto outcomes = tools::prebuild(service, selection.keys, jobs, progress ? tools::print_prebuild_progress : nullptr);
     const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     return tools::prebuild_report(service, selection, outcomes, wall, jobs).dump();
-  }, "manifest"_a, "archs"_a.none(), "jobs"_a, "cache_dir"_a.none());
+  }, "manifest"_a, "archs"_a.none(), "jobs"_a, "cache_dir"_a.none(), "progress"_a);
   m.def("store_stats", [](std::optional<std::string> cache_dir) {
     std::unique_ptr<KernelService> owned;
     return tools::store_stats(service_for(cache_dir, owned)).dump();

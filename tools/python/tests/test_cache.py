@@ -56,13 +56,17 @@ def test_manifest_errors(tmp_path):
         kiln.manifest_keys(archs="sm_00")
 
 
-def test_prebuild_then_hits_and_stats(manifest, cache_dir):
+def test_prebuild_then_hits_and_stats(manifest, cache_dir, capfd):
     first = kiln.prebuild(manifest, jobs=2, cache_dir=cache_dir)
     assert (first["compiled"], first["hits"], first["failed"], first["companions"]) == (2, 0, 0, 0)
     assert first["cache_dir"] == str(cache_dir) and first["writable"]
     assert {k["outcome"] for k in first["keys"]} == {"compiled"}
-    second = kiln.prebuild(manifest, cache_dir=cache_dir)
+    assert capfd.readouterr().err == ""  # quiet unless asked
+    second = kiln.prebuild(manifest, cache_dir=cache_dir, progress=True)
     assert (second["compiled"], second["hits"]) == (0, 2)
+    lines = capfd.readouterr().err.splitlines()  # the CLI's progress lines, one per key
+    assert sorted(line.split()[0] for line in lines) == ["[1/2]", "[2/2]"]
+    assert all(line.split()[1] == "hit" and line.split()[2] in {k["key"] for k in first["keys"]} for line in lines)
     stats = kiln.stats(cache_dir)
     writable = [layer for layer in stats["layers"] if layer["layer"] == "writable"]
     assert writable[0]["entries"] == 2 and writable[0]["bytes"] > 0
