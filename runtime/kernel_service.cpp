@@ -267,7 +267,7 @@ void KernelService::enter_fast_path(std::uint64_t fingerprint, int device, const
   }
 }
 
-void KernelService::warm(const std::vector<SemanticKey>& keys, const std::vector<int>& devices) {
+void KernelService::warm(const std::vector<SemanticKey>& keys, const std::vector<int>& devices, const WarmProgress& progress) {
   std::vector<std::pair<const SemanticKey*, int>> work;
   for (int device : devices) {
     for (const auto& key : keys) work.emplace_back(&key, device);
@@ -276,18 +276,29 @@ void KernelService::warm(const std::vector<SemanticKey>& keys, const std::vector
   // remote tier, each process compiles different keys) instead of queueing on the same ones.
   std::shuffle(work.begin(), work.end(), std::minstd_rand(static_cast<unsigned>(::getpid())));
   std::atomic<std::size_t> next{0};
-  std::mutex error_mutex;
+  std::mutex done_mutex;  // first_error, done and the progress calls
   std::exception_ptr first_error;
+  std::size_t done = 0;
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   const std::size_t threads = std::min<std::size_t>(work.size(), config_.threads > 0 ? config_.threads : hw);
   run_workers(threads, [&] {
     for (std::size_t i = next++; i < work.size(); i = next++) {
+      const auto start = std::chrono::steady_clock::now();
+      std::string problem;
+      std::exception_ptr error;
       try {
         warm(*work[i].first, work[i].second);
+      } catch (const std::exception& e) {
+        problem = e.what();
+        error = std::current_exception();
       } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
+        problem = "an exception that is not a std::exception";
+        error = std::current_exception();
       }
+      std::lock_guard<std::mutex> lock(done_mutex);
+      if (error && !first_error) first_error = error;
+      ++done;
+      if (progress) progress(done, work.size(), *work[i].first, work[i].second, ms_since(start), problem);
     }
   });
   if (first_error) std::rethrow_exception(first_error);

@@ -71,7 +71,11 @@ class KernelService {
   const KernelHandle& warm(const SemanticKey& key, int device, std::uint64_t fingerprint);
 
   // Warms every key on every device over a thread pool; rethrows the first failure after all finish.
-  void warm(const std::vector<SemanticKey>& keys, const std::vector<int>& devices);
+  // `progress` (optional; must not throw) is called under a lock as each (key, device) finishes:
+  // done, total, key, device, ms, and the error's message ("" when it warmed).
+  using WarmProgress =
+      std::function<void(std::size_t, std::size_t, const SemanticKey&, int, double, const std::string&)>;
+  void warm(const std::vector<SemanticKey>& keys, const std::vector<int>& devices, const WarmProgress& progress = {});
 
   // The hot path. `fingerprint` identifies the key cheaply (a family hashes its POD policy and arch);
   // on a miss `make_key` builds the full key. `device` is the stream's (launchers know it already). If the kernel is not warm and `stream` is capturing,

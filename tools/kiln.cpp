@@ -112,7 +112,12 @@ int run_warm(const CommonOptions& common, const std::string& manifest, std::vect
       if (k.arch() == arch) mine.push_back(k);
     }
     skipped += keys.size() - mine.size();
-    service.warm(mine, {device});
+    service.warm(mine, {device}, [](std::size_t done, std::size_t total, const SemanticKey& key, int dev, double ms,
+                                    const std::string& problem) {
+      std::fprintf(stderr, "[%zu/%zu] %-6s %s on device %d (%.0f ms)\n", done, total, problem.empty() ? "warm" : "failed",
+                   key.str().c_str(), dev, ms);
+      if (!problem.empty()) std::fprintf(stderr, "    %s\n", problem.c_str());
+    });
     warmed += mine.size();
     std::fprintf(stderr, "device %d (%s): %zu keys warm\n", device, arch.c_str(), mine.size());
   }

@@ -564,4 +564,25 @@ TEST_CASE("driver: without a GPU driver, warm fails with a clear kDriver error",
   CHECK_THAT(e.what(), Contains(kiln::Driver::get().reason()));
   // Building (no GPU) still works on such a machine; nothing was compiled by the failed warm.
   CHECK(kiln::KernelService::global().counters().compiles == 0);
+
+  // Warming a list reports every (key, device) as it finishes, failures with their message, then
+  // throws the first failure.
+  kiln::KernelService service(config_for(dir.path() / "list"));
+  const std::vector<SemanticKey> keys = {writer("pack", 32, "sm_90a"), writer("append", 32, "sm_90a")};
+  std::vector<std::size_t> done;
+  std::set<std::string> reported;
+  const kiln::Error list_error = expect_error([&] {
+    service.warm(keys, {0, 1}, [&](std::size_t n, std::size_t total, const SemanticKey& key, int device, double ms,
+                                   const std::string& problem) {
+      CHECK(total == 4);
+      CHECK(ms >= 0);
+      CHECK_THAT(problem, Contains("driver"));
+      done.push_back(n);
+      reported.insert(key.str() + "@" + std::to_string(device));
+    });
+  });
+  CHECK(list_error.code() == ErrorCode::kDriver);
+  CHECK(done == std::vector<std::size_t>{1, 2, 3, 4});
+  CHECK(reported.size() == 4);
+  CHECK(service.counters().compiles == 0);
 }
