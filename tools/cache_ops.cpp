@@ -161,10 +161,18 @@ json prebuild_report(KernelService& service, const ManifestSelection& selection,
     skipped_list.push_back({{"entry", s.entry}, {"family", s.family}, {"archs", s.archs}, {"keys", s.keys}});
     skipped_keys += s.keys;
   }
-  json report = {{"keys", list},     {"companions", selection.companions}, {"compiled", compiled}, {"hits", hits},   {"remote_hits", remote_hits},
-                 {"failed", failed}, {"skipped", skipped_list}, {"skipped_keys", skipped_keys},
-                 {"wall_ms", wall_ms},   {"jobs", jobs},
-                 {"cache_dir", service.config().cache_dir.string()}, {"writable", service.store().writable()}};
+  json report = {{"keys", list},
+                 {"companions", selection.companions},
+                 {"compiled", compiled},
+                 {"hits", hits},
+                 {"remote_hits", remote_hits},
+                 {"failed", failed},
+                 {"skipped", skipped_list},
+                 {"skipped_keys", skipped_keys},
+                 {"wall_ms", wall_ms},
+                 {"jobs", jobs},
+                 {"cache_dir", service.config().cache_dir.string()},
+                 {"writable", service.store().writable()}};
   if (RemoteStore* remote = service.remote()) report["remote"] = remote->counters().to_json();
   if (push) report["push"] = {{"uploaded", uploaded}, {"present", present}, {"failed", push_failed}};
   return report;
