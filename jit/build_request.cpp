@@ -8,7 +8,7 @@ namespace kiln {
 
 BuildRequest make_build_request(const SemanticKey& key) {
   KernelSource source = find_family(key.family()).render(key.policy());
-  const std::vector<std::string>& options = Compiler::canonical_options();
+  const std::vector<std::string> options = Compiler::canonical_options(key.arch());
   const NvrtcVersion nvrtc = Compiler::nvrtc_version();
   const CacheKey cache_key = compute_cache_key({.source = source.source,
                                                 .name_expressions = source.name_expressions,

@@ -27,7 +27,7 @@ struct CacheKeyInputs {
   std::string_view template_bundle;      // bytes of every embedded template, in a fixed order
   int nvrtc_major = 0;
   int nvrtc_minor = 0;
-  const std::vector<std::string>& options;  // canonical NVRTC options (arch excluded)
+  const std::vector<std::string>& options;  // canonical NVRTC options for the arch (the arch itself excluded)
   std::string_view arch;                 // exact arch, e.g. "sm_90a"
 };
 

@@ -43,7 +43,7 @@ NvrtcVersion Compiler::nvrtc_version() {
   return v;
 }
 
-const std::vector<std::string>& Compiler::canonical_options() {
+std::vector<std::string> Compiler::canonical_options(std::string_view arch) {
   // --no-cache: where a driver is installed, NVRTC would also keep every cubin in the driver's compute
   //   cache (~/.nv/ComputeCache) and serve repeats from there: a second cache beside kiln's, which
   //   spends hashing and writes on every compile and makes a "cold" compile a hit.
@@ -58,11 +58,13 @@ const std::vector<std::string>& Compiler::canonical_options() {
   //   family) on threads of their own, so where cores are free a key's ptxas time is that of its
   //   largest kernel; the same machine code and attributes (only the order of the ELF symbol table
   //   moves). A fixed count keeps the options, and so the cubin bytes, the same on every machine.
-  //   NVVM's own --split-compile is left off: it changes sm_120a machine code.
-  static const std::vector<std::string> kOptions = {
-      "-std=c++17", "-DKILN_NVRTC=1", "--no-cache", "-minimal", "--time=-", "--frandom-seed=0",
-      "--ptxas-options=--split-compile=4"};
-  return kOptions;
+  // --split-compile=4 (sm_90a only): NVVM optimises the module's entry points on threads of their own
+  //   too (the writers' append modules hold three); sm_90a cubins are byte-identical with and without
+  //   it (and on one CPU or several), while sm_120a machine code changes, so that arch goes without.
+  std::vector<std::string> options = {"-std=c++17", "-DKILN_NVRTC=1", "--no-cache", "-minimal", "--time=-",
+                                      "--frandom-seed=0", "--ptxas-options=--split-compile=4"};
+  if (arch == "sm_90a") options.emplace_back("--split-compile=4");
+  return options;
 }
 
 CompilePhases Compiler::take_phases(std::string& log) {
@@ -127,7 +129,7 @@ CompileResult Compiler::compile(const KernelSource& source, const std::string& a
     check(nvrtcAddNameExpression(raw, name.c_str()), "nvrtcAddNameExpression", key_for_errors);
   }
 
-  std::vector<std::string> options = canonical_options();
+  std::vector<std::string> options = canonical_options(arch);
   options.push_back("--gpu-architecture=" + arch);
   std::vector<const char*> argv;
   for (const auto& o : options) argv.push_back(o.c_str());

@@ -2,6 +2,7 @@
 // KernelSource + arch -> cubin bytes through NVRTC, with in-memory headers and name expressions.
 // Never touches disk.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/jit/kernel_source.h"
@@ -34,10 +35,10 @@ class Compiler {
  public:
   static NvrtcVersion nvrtc_version();
 
-  // Every option a compile passes, arch excluded (the arch is added as --gpu-architecture=<arch>).
+  // Every option a compile for `arch` passes but the arch itself (added as --gpu-architecture=<arch>).
   // Deterministic by construction: no line info, no debug, no paths. All of them are hashed into the
   // cache key, including those that do not change the cubin.
-  static const std::vector<std::string>& canonical_options();
+  static std::vector<std::string> canonical_options(std::string_view arch);
 
   // Reads NVRTC's timing table (--time=-) out of `log` and removes it; other lines stay.
   static CompilePhases take_phases(std::string& log);

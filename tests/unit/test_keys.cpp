@@ -460,6 +460,10 @@ TEST_CASE("compiler: NVRTC's timing table is read out of the log and removed fro
   CHECK(no_table == before);
 
   // Every option a compile passes is hashed into the cache key (make_build_request uses this list).
-  const auto& options = kiln::Compiler::canonical_options();
-  for (const char* o : {"--no-cache", "--time=-", "--frandom-seed=0", "--ptxas-options=--split-compile=4"}) CHECK(std::find(options.begin(), options.end(), o) != options.end());
+  for (const char* arch : {"sm_90a", "sm_120a"}) {
+    const auto options = kiln::Compiler::canonical_options(arch);
+    for (const char* o : {"--no-cache", "--time=-", "--frandom-seed=0", "--ptxas-options=--split-compile=4"}) CHECK(std::find(options.begin(), options.end(), o) != options.end());
+    // NVVM's split compilation leaves sm_90a machine code as it is and changes sm_120a's.
+    CHECK((std::find(options.begin(), options.end(), "--split-compile=4") != options.end()) == (std::string(arch) == "sm_90a"));
+  }
 }
