@@ -124,6 +124,28 @@ std::vector<PrebuildOutcome> prebuild(
   return outcomes;
 }
 
+std::vector<std::size_t> warm_on_devices(KernelService& service, const std::vector<SemanticKey>& keys,
+                                         const std::vector<int>& devices, const KernelService::WarmProgress& progress) {
+  std::vector<std::size_t> warmed;
+  for (int device : devices) {
+    const std::string& arch = service.device_arch(device);
+    std::vector<SemanticKey> mine;
+    for (const SemanticKey& k : keys) {
+      if (k.arch() == arch) mine.push_back(k);
+    }
+    service.warm(mine, {device}, progress);
+    warmed.push_back(mine.size());
+  }
+  return warmed;
+}
+
+void print_warm_progress(std::size_t done, std::size_t total, const SemanticKey& key, int device, double ms,
+                         const std::string& problem) {
+  std::fprintf(stderr, "[%zu/%zu] %-6s %s on device %d (%.0f ms)\n", done, total, problem.empty() ? "warm" : "failed",
+               key.str().c_str(), device, ms);
+  if (!problem.empty()) std::fprintf(stderr, "    %s\n", problem.c_str());
+}
+
 void print_prebuild_progress(std::size_t done, std::size_t total, const SemanticKey& key, const PrebuildOutcome& out) {
   std::fprintf(stderr, "[%zu/%zu] %-8s %s (%s%s%s, %.0f ms)\n", done, total, out.status.c_str(), key.str().c_str(),
                out.status == "failed" ? "error" : out.detail.c_str(), out.pushed.empty() ? "" : ", push ", out.pushed.c_str(),

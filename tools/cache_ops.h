@@ -40,6 +40,17 @@ std::vector<PrebuildOutcome> prebuild(
     const std::function<void(std::size_t, std::size_t, const SemanticKey&, const PrebuildOutcome&)>& progress = {},
     bool push = false);
 
+// Warms each key on every device of `devices` whose arch it targets, one device at a time (its keys over
+// the service's thread pool); returns how many keys each device warmed, in the order of `devices`.
+// `progress` as KernelService::warm's. Throws the first failure after a device's keys all finish.
+std::vector<std::size_t> warm_on_devices(KernelService& service, const std::vector<SemanticKey>& keys,
+                                         const std::vector<int>& devices, const KernelService::WarmProgress& progress = {});
+
+// "[done/total] warm|failed key on device D (ms)" on stderr, and the error under a failed one: what
+// `kiln warm` prints (a `progress` for warm_on_devices()).
+void print_warm_progress(std::size_t done, std::size_t total, const SemanticKey& key, int device, double ms,
+                         const std::string& problem);
+
 // One progress line per finished key on stderr, "[done/total] outcome key (source, ms)", and the
 // error under a failed one: what `kiln prebuild` prints (a `progress` for prebuild()).
 void print_prebuild_progress(std::size_t done, std::size_t total, const SemanticKey& key, const PrebuildOutcome& out);

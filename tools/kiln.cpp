@@ -104,23 +104,13 @@ int run_warm(const CommonOptions& common, const std::string& manifest, std::vect
   const std::vector<SemanticKey> keys = manifest_keys(manifest, std::nullopt);
   KernelService service(make_config(common));
   const auto start = Clock::now();
-  std::size_t warmed = 0, skipped = 0;
-  for (int device : devices) {
-    const std::string arch = service.device_arch(device);
-    std::vector<SemanticKey> mine;
-    for (const auto& k : keys) {
-      if (k.arch() == arch) mine.push_back(k);
-    }
-    skipped += keys.size() - mine.size();
-    service.warm(mine, {device}, [](std::size_t done, std::size_t total, const SemanticKey& key, int dev, double ms,
-                                    const std::string& problem) {
-      std::fprintf(stderr, "[%zu/%zu] %-6s %s on device %d (%.0f ms)\n", done, total, problem.empty() ? "warm" : "failed",
-                   key.str().c_str(), dev, ms);
-      if (!problem.empty()) std::fprintf(stderr, "    %s\n", problem.c_str());
-    });
-    warmed += mine.size();
-    std::fprintf(stderr, "device %d (%s): %zu keys warm\n", device, arch.c_str(), mine.size());
+  const std::vector<std::size_t> per_device = warm_on_devices(service, keys, devices, print_warm_progress);
+  std::size_t warmed = 0;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    std::fprintf(stderr, "device %d (%s): %zu keys warm\n", devices[i], service.device_arch(devices[i]).c_str(), per_device[i]);
+    warmed += per_device[i];
   }
+  const std::size_t skipped = keys.size() * devices.size() - warmed;
   const ServiceCounters c = service.counters();
   json report = {{"warmed", warmed}, {"skipped_other_arch", skipped}, {"wall_ms", ms_since(start)},
                  {"remote_hits", c.remote_hits}, {"counters", c.to_json()}};

@@ -60,15 +60,17 @@ def warm_dsv41_writer(*, formats: Sequence[str] = ("fp8", "fp4"), ops: Sequence[
             _native.warm_dsv41_writer(fmt, op, _devices(devices))
 
 
-def warm_keys(keys: Sequence[str], devices: Devices = None) -> int:
+def warm_keys(keys: Sequence[str], devices: Devices = None, *, progress: bool = False) -> int:
     """Warm printable semantic keys (as in a manifest) on each device whose arch they target;
-    returns the number of (key, device) pairs warmed."""
-    return _native.warm_keys(list(_words(keys)), _devices(devices))
+    returns the number of (key, device) pairs warmed. With ``progress``, a line per key and device
+    goes to stderr as ``kiln warm`` prints it."""
+    return _native.warm_keys(list(_words(keys)), _devices(devices), bool(progress))
 
 
-def warm_manifest(manifest: Union[str, os.PathLike, None] = None, devices: Devices = None) -> int:
+def warm_manifest(manifest: Union[str, os.PathLike, None] = None, devices: Devices = None, *,
+                  progress: bool = False) -> int:
     """Warm every key of a manifest file (default: kiln's embedded manifest), like ``kiln warm``."""
-    return warm_keys(manifest_keys(manifest), devices)
+    return warm_keys(manifest_keys(manifest), devices, progress=progress)
 
 
 def manifest_keys(manifest: Union[str, os.PathLike, None] = None, *, archs: Union[str, Sequence[str], None] = None) -> List[str]:

@@ -470,24 +470,18 @@ NB_MODULE(_native, m) {
     nb::gil_scoped_release release;
     dsv41::warm({f, op == "pack" ? dsv41::WriterOp::kPack : dsv41::WriterOp::kAppend}, list);
   }, "format"_a, "op"_a, "devices"_a.none());
-  m.def("warm_keys", [](const std::vector<std::string>& keys, std::optional<std::vector<int>> devices) {
+  m.def("warm_keys", [](const std::vector<std::string>& keys, std::optional<std::vector<int>> devices, bool progress) {
     std::vector<SemanticKey> parsed;
     for (const std::string& k : keys) parsed.push_back(SemanticKey::parse(k));
     const std::vector<int> list = device_list(devices);
     nb::gil_scoped_release release;
-    KernelService& service = KernelService::global();
     std::size_t warmed = 0;
-    for (int device : list) {
-      const std::string arch = service.device_arch(device);
-      std::vector<SemanticKey> mine;
-      for (const SemanticKey& key : parsed) {
-        if (key.arch() == arch) mine.push_back(key);
-      }
-      service.warm(mine, {device});
-      warmed += mine.size();
+    for (std::size_t n : tools::warm_on_devices(KernelService::global(), parsed, list,
+                                                progress ? tools::print_warm_progress : KernelService::WarmProgress{})) {
+      warmed += n;
     }
     return warmed;
-  }, "keys"_a, "devices"_a.none());
+  }, "keys"_a, "devices"_a.none(), "progress"_a);
 
   m.def("manifest_keys", [](const std::string& manifest, std::optional<std::string> archs) {
     std::vector<std::string> out;
