@@ -227,25 +227,10 @@ const KernelHandle& KernelService::warm(const SemanticKey& key, int device) {
     const std::vector<SemanticKey> companion_list = companion_keys(key);
     std::vector<const KernelHandle*> companions(companion_list.size());
     Artifact artifact;
-    if (companion_list.empty()) {
-      artifact = build(key);
-    } else {
-      std::atomic<std::size_t> next{0};
-      std::mutex error_mutex;
-      std::exception_ptr first_error;
-      run_workers(1 + companion_list.size(), [&] {
-        for (std::size_t i = next++; i <= companion_list.size(); i = next++) {
-          try {
-            if (i == 0) artifact = build(key);
-            else companions[i - 1] = &warm(companion_list[i - 1], device);
-          } catch (...) {
-            std::lock_guard<std::mutex> lock(error_mutex);
-            if (!first_error) first_error = std::current_exception();
-          }
-        }
-      });
-      if (first_error) std::rethrow_exception(first_error);
-    }
+    run_items(1 + companion_list.size(), 1 + companion_list.size(), [&](std::size_t i) {
+      if (i == 0) artifact = build(key);
+      else companions[i - 1] = &warm(companion_list[i - 1], device);
+    });
     slot->owned = load(key, *artifact.entry, device);
     slot->owned->companions = std::move(companions);
     slot->ready.store(slot->owned.get(), std::memory_order_release);
@@ -275,33 +260,29 @@ void KernelService::warm(const std::vector<SemanticKey>& keys, const std::vector
   // Per-process order: a fleet starting together then spreads its compiles over the keys (with a
   // remote tier, each process compiles different keys) instead of queueing on the same ones.
   std::shuffle(work.begin(), work.end(), std::minstd_rand(static_cast<unsigned>(::getpid())));
-  std::atomic<std::size_t> next{0};
-  std::mutex done_mutex;  // first_error, done and the progress calls
-  std::exception_ptr first_error;
+  std::mutex progress_mutex;
   std::size_t done = 0;
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t threads = std::min<std::size_t>(work.size(), config_.threads > 0 ? config_.threads : hw);
-  run_workers(threads, [&] {
-    for (std::size_t i = next++; i < work.size(); i = next++) {
-      const auto start = std::chrono::steady_clock::now();
-      std::string problem;
-      std::exception_ptr error;
-      try {
-        warm(*work[i].first, work[i].second);
-      } catch (const std::exception& e) {
-        problem = e.what();
-        error = std::current_exception();
-      } catch (...) {
-        problem = "an exception that is not a std::exception";
-        error = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lock(done_mutex);
-      if (error && !first_error) first_error = error;
+  run_items(work.size(), config_.threads > 0 ? config_.threads : hw, [&](std::size_t i) {
+    const auto start = std::chrono::steady_clock::now();
+    std::string problem;
+    std::exception_ptr error;
+    try {
+      warm(*work[i].first, work[i].second);
+    } catch (const std::exception& e) {
+      problem = e.what();
+      error = std::current_exception();
+    } catch (...) {
+      problem = "an exception that is not a std::exception";
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(progress_mutex);
       ++done;
       if (progress) progress(done, work.size(), *work[i].first, work[i].second, ms_since(start), problem);
     }
+    if (error) std::rethrow_exception(error);  // run_items rethrows the first once every item has run
   });
-  if (first_error) std::rethrow_exception(first_error);
 }
 
 const KernelHandle* KernelService::find_loaded(const SemanticKey& key, int device) {

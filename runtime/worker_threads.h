@@ -1,5 +1,5 @@
 #pragma once
-// Running a work-pulling function on several threads, without aborting when threads run out.
+// Running numbered items on several threads, without aborting when threads run out.
 #include <cstddef>
 #include <functional>
 #include <thread>
@@ -8,12 +8,14 @@ namespace kiln {
 
 using ThreadStarter = std::function<std::thread(const std::function<void()>&)>;
 
-// Runs `worker` on `count` threads and waits for them. Each worker pulls items until none are left,
-// so fewer threads only take longer: when the system refuses a thread (a container's pid limit, no
-// memory for its stack) the threads already started finish the work, or the calling thread does it
-// alone if none started. A std::thread that failed to start would otherwise leave the started ones
-// joinable on unwind, and the process would end in std::terminate. `start` replaces std::thread's
-// constructor in tests.
-void run_workers(std::size_t count, const std::function<void()>& worker, const ThreadStarter& start = {});
+// Runs item(0) .. item(count - 1), each once, on up to `threads` threads that pull them in index
+// order, and waits for them; with one thread (or one item) the calling thread runs them itself. An
+// exception ends its item only: the first one is rethrown once every item has run. When the system
+// refuses a thread (a container's pid limit, no memory for its stack), the threads already started
+// do the rest, or the calling thread alone if none started: a std::thread that failed to start would
+// otherwise leave the started ones joinable on unwind, and the process would end in std::terminate.
+// `start` replaces std::thread's constructor in tests.
+void run_items(std::size_t count, std::size_t threads, const std::function<void(std::size_t)>& item,
+               const ThreadStarter& start = {});
 
 }  // namespace kiln

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <random>
@@ -91,36 +90,32 @@ std::vector<PrebuildOutcome> prebuild(
     firsts.insert(firsts.end(), repeats.begin(), repeats.end());
     order = std::move(firsts);
   }
-  std::atomic<std::size_t> next{0};
   std::size_t done = 0;
   std::mutex progress_mutex;
-  const auto worker = [&] {
-    for (std::size_t n = next++; n < keys.size(); n = next++) {
-      const std::size_t i = order[n];
-      const auto start = std::chrono::steady_clock::now();
-      PrebuildOutcome& out = outcomes[i];
-      try {
-        const Artifact a = service.build(keys[i]);
-        out.status = a.source == ArtifactSource::kCompiled ? "compiled" : "hit";
-        out.detail = std::string(artifact_source_name(a.source));
-        if (push) {
-          switch (remote->push(*a.entry, &out.push_problem)) {
-            case RemoteStore::PushResult::kUploaded: out.pushed = "uploaded"; break;
-            case RemoteStore::PushResult::kPresent: out.pushed = "present"; break;
-            case RemoteStore::PushResult::kFailed: out.pushed = "failed"; break;
-          }
+  run_items(keys.size(), static_cast<std::size_t>(jobs), [&](std::size_t n) {
+    const std::size_t i = order[n];
+    const auto start = std::chrono::steady_clock::now();
+    PrebuildOutcome& out = outcomes[i];
+    try {
+      const Artifact a = service.build(keys[i]);
+      out.status = a.source == ArtifactSource::kCompiled ? "compiled" : "hit";
+      out.detail = std::string(artifact_source_name(a.source));
+      if (push) {
+        switch (remote->push(*a.entry, &out.push_problem)) {
+          case RemoteStore::PushResult::kUploaded: out.pushed = "uploaded"; break;
+          case RemoteStore::PushResult::kPresent: out.pushed = "present"; break;
+          case RemoteStore::PushResult::kFailed: out.pushed = "failed"; break;
         }
-      } catch (const std::exception& e) {  // kiln::Error, or e.g. bad_alloc: the key fails, not the process
-        out.status = "failed";
-        out.detail = e.what();
       }
-      out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      std::lock_guard<std::mutex> lock(progress_mutex);
-      ++done;
-      if (progress) progress(done, keys.size(), keys[i], out);
+    } catch (const std::exception& e) {  // kiln::Error, or e.g. bad_alloc: the key fails, not the process
+      out.status = "failed";
+      out.detail = e.what();
     }
-  };
-  run_workers(std::min<std::size_t>(static_cast<std::size_t>(jobs), keys.size()), worker);
+    out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    ++done;
+    if (progress) progress(done, keys.size(), keys[i], out);
+  });
   return outcomes;
 }
 
