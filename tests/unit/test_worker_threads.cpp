@@ -78,7 +78,7 @@ TEST_CASE("run_items: with no thread granted, or one asked for, the caller does 
   }
 }
 
-TEST_CASE("run_items: a failing item ends only itself; the first failure is rethrown after all ran", "[unit]") {
+TEST_CASE("run_items: a failing item ends only itself and the first failure is rethrown after all ran", "[unit]") {
   for (const std::size_t threads : {std::size_t{1}, std::size_t{4}}) {
     INFO("threads " << threads);
     Work work;
