@@ -30,6 +30,13 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const void* map, int c0, in
       : "memory");
 }
 
+// Brings the tensor map at `map` into the descriptor cache ahead of the first copy that uses it. The
+// map is a kernel parameter, not data an earlier grid writes, so this may precede the grid dependency
+// wait.
+__device__ __forceinline__ void tma_prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
 #endif  // __CUDACC__
 
 }  // namespace kiln

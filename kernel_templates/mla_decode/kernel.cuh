@@ -49,7 +49,9 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
   // the wait. The combine may be scheduled as soon as every CTA of this grid has started; it waits
   // for this grid's completion before it reads anything.
   pdl_launch_dependents();
-  pdl_wait();
+  // The seesaw kernel sets up its barriers (and its cluster pair) first: that touches shared memory only.
+  constexpr bool kSeesaw = kV.kv_rows == 0 && kV.wgmma && !kFp8;
+  if constexpr (!kSeesaw) pdl_wait();
   extern __shared__ __align__(16) unsigned char smem[];
   const int part = blockIdx.x;
   const int row0 = blockIdx.y * kRows;
@@ -111,11 +113,15 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
     long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);
     constexpr int kTmaCtas = mla_kv_tma_ctas(kV, kFp8, kHeads, kMaxSeqLenQ, kPacked, kPageSize);
-    if (threadIdx.x == 0) mla_seesaw_init_barriers<kTmaCtas>(base);
+    if (threadIdx.x == 0) {
+      mla_seesaw_init_barriers<kTmaCtas>(base);
+      if constexpr (kTmaCtas > 0) tma_prefetch_map(&p.kv_map);
+    }
     // In a cluster pair the peer CTA multicasts into this CTA's stages and arrives on its barriers:
     // both CTAs' barriers exist before either starts.
     if constexpr (kTmaCtas == 2) cluster_sync();
     else __syncthreads();
+    pdl_wait();
     MlaWgState st{0u, 0u};
     // Pieces of whole tile pairs: the two warpgroups take a pair's tiles. (A cluster pair sees the
     // same pieces: fixed query lengths give both row tiles rows in every request.)
