@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
   // the wait. The combine may be scheduled as soon as every CTA of this grid has started; it waits
   // for this grid's completion before it reads anything.
   pdl_launch_dependents();
-  // The seesaw kernel sets up its barriers (and its cluster pair) first: that touches shared memory only.
+  // The seesaw kernel waits after its set-up instead (barriers, the cluster pair's handshake, the
+  // tensor-map prefetch): none of it reads what an earlier kernel writes.
   constexpr bool kSeesaw = kV.kv_rows == 0 && kV.wgmma && !kFp8;
   if constexpr (!kSeesaw) pdl_wait();
   extern __shared__ __align__(16) unsigned char smem[];
