@@ -17,15 +17,20 @@ using nlohmann::json;
 
 namespace {
 
-// NVRTC's table of one compile: whole milliseconds of wall time per phase, which add up to at most
-// the whole build's time (plus the table's rounding).
-void check_phases(const json& phases, double total_ms) {
+// NVRTC's phase times (whole milliseconds of wall time) and the process's CPU time.
+void check_phases(const json& phases) {
   INFO(phases.dump());
   for (const char* phase : {"front_end_ms", "nvvm_ms", "ptxas_ms", "cpu_ms"}) REQUIRE(phases.at(phase).is_number());
   CHECK(phases["front_end_ms"].get<double>() >= 0);
   CHECK(phases["nvvm_ms"].get<double>() > 0);
   CHECK(phases["ptxas_ms"].get<double>() > 0);
   CHECK(phases["cpu_ms"].get<double>() > 0);
+}
+
+// The phases of one compile add up to at most the whole build's time (plus the table's rounding).
+// Not so for medians over several compiles, taken phase by phase.
+void check_one_compile(const json& phases, double total_ms) {
+  check_phases(phases);
   const double sum = phases["front_end_ms"].get<double>() + phases["nvvm_ms"].get<double>() + phases["ptxas_ms"].get<double>();
   CHECK(sum <= total_ms + 3.0);
 }
@@ -44,7 +49,7 @@ void check_repeated(const json& entry, const std::string& family) {
   }
   CHECK(at_most >= 2);
   CHECK(at_least >= 2);
-  check_phases(entry.at("median_phases"), median);
+  check_phases(entry.at("median_phases"));
 }
 
 }  // namespace
@@ -76,7 +81,7 @@ TEST_CASE("cli: kiln bench jit reports every compile's NVRTC phases per key and 
   const json& writer = families.at("nvfp4_writer");
   CHECK(writer.at("keys_compiled") == 1);
   CHECK(writer.at("keys_sharing_a_cubin") == 0);
-  check_phases(writer.at("median_phases"), writer.at("median_ms").get<double>());
+  check_one_compile(writer.at("median_phases"), writer.at("median_ms").get<double>());  // one key
   if (gpu) {
     CHECK(writer.at("median_load_ms").is_number());
   } else {
@@ -85,7 +90,7 @@ TEST_CASE("cli: kiln bench jit reports every compile's NVRTC phases per key and 
   const json& keys = manifest_compiles.at("per_key");
   REQUIRE(keys.size() == 1);
   CHECK(keys[0].at("key").get<std::string>().rfind("nvfp4_writer:sm_90a:op=pack,page_size=64:", 0) == 0);
-  check_phases(keys[0], keys[0].at("ms").get<double>());
+  check_one_compile(keys[0], keys[0].at("ms").get<double>());
 
   check_repeated(results.at("cold_compile_mla"), "mla_decode");
   check_repeated(results.at("cold_compile_sparse"), "sparse_nvfp4");
