@@ -16,6 +16,12 @@ A dense report that times the grid in several precision modes is compared mode b
 compares two kiln reports instead (a before/after of one change, ideally timed in one session,
 interleaved): ratio = BASE time / REPORT time per config present in both, so above 1 means REPORT
 is faster; the same lines, geometric means and groups.
+
+    python3 tools/bench/compare.py NEW1.json NEW2.json --baseline BASE1.json BASE2.json
+
+takes several runs on either side (of one binary, e.g. a grid timed twice, alternating with the
+other binary) and uses each config's fastest time: a run's slow outliers (power state, another
+process) then weigh on neither side. Every run must time the same configs.
 """
 import argparse
 import csv
@@ -116,20 +122,37 @@ def compare(rows, csv_out=None, baseline=None):
                 out.writerow(list(key) + [kiln_us, anchor_us, round(anchor_us / kiln_us, 4)])
 
 
+def fastest_rows(paths):
+    """The first report's rows, each with the fastest us_per_call any of the reports has for its config
+    and precision mode; exits when the reports do not time the same configs."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f)["results"])
+    ident = lambda r: (r.get("precision"), report_key(r))
+    first = {ident(r) for r in runs[0]}
+    for path, run_rows in zip(paths[1:], runs[1:]):
+        if {ident(r) for r in run_rows} != first:
+            sys.exit("compare.py: %s does not time the same configs as %s" % (path, paths[0]))
+    best = {}
+    for run_rows in runs:
+        for r in run_rows:
+            best[ident(r)] = min(best.get(ident(r), r["us_per_call"]), r["us_per_call"])
+    return [dict(r, us_per_call=best[ident(r)]) for r in runs[0]]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("report", help="JSON written by kiln bench mla|sparse|sparse_dsv41 --out")
+    parser.add_argument("report", nargs="+",
+                        help="JSON written by kiln bench mla|sparse|sparse_dsv41 --out; several runs: each config's fastest")
     parser.add_argument("--precision", help="dense reports: keep the rows of this precision mode only")
     parser.add_argument("--csv", help="also write the matched rows to this CSV file (with one precision mode)")
-    parser.add_argument("--baseline", help="another kiln report of the same bench: ratios to it instead of the anchors")
+    parser.add_argument("--baseline", nargs="+",
+                        help="another kiln report of the same bench (or several runs of it): ratios to it instead of the anchors")
     args = parser.parse_args()
 
-    with open(args.report) as f:
-        rows = json.load(f)["results"]
-    base_rows = None
-    if args.baseline:
-        with open(args.baseline) as f:
-            base_rows = json.load(f)["results"]
+    rows = fastest_rows(args.report)
+    base_rows = fastest_rows(args.baseline) if args.baseline else None
     if args.precision:
         rows = [r for r in rows if r.get("precision") == args.precision]
     if not rows:

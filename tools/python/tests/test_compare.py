@@ -54,3 +54,23 @@ def test_anchors_still_the_default(tmp_path):
     rc, out, err = run(write(tmp_path / "new.json", [dense(1, 1, 16, 1024, 11.0)]))
     assert rc == 0, err
     assert "against FlashMLA: 1 configs" in out and "flashmla_us" in out
+
+
+def test_several_runs_take_each_configs_fastest(tmp_path):
+    new1 = write(tmp_path / "new1.json", [dense(1, 1, 16, 1024, 10.0), dense(8, 1, 128, 4096, 30.0)])
+    new2 = write(tmp_path / "new2.json", [dense(1, 1, 16, 1024, 12.0), dense(8, 1, 128, 4096, 20.0)])
+    base1 = write(tmp_path / "base1.json", [dense(1, 1, 16, 1024, 40.0), dense(8, 1, 128, 4096, 20.0)])
+    base2 = write(tmp_path / "base2.json", [dense(1, 1, 16, 1024, 20.0), dense(8, 1, 128, 4096, 25.0)])
+    rc, out, err = run(new1, new2, "--baseline", base1, base2)
+    assert rc == 0, err
+    # fastest of each side: new 10 and 20, baseline 20 and 20 -> ratios 2.0 and 1.0
+    assert "1  1  16  1024  10.0  20.0  2.00" in out
+    assert "8  1  128  4096  20.0  20.0  1.00" in out
+    assert "against baseline: 2 configs  geomean 1.414  min 1.000  max 2.000" in out
+
+
+def test_runs_of_different_configs_are_refused(tmp_path):
+    one = write(tmp_path / "one.json", [dense(1, 1, 16, 1024, 10.0)])
+    two = write(tmp_path / "two.json", [dense(8, 1, 16, 1024, 10.0)])
+    rc, _, err = run(one, two)
+    assert rc != 0 and "does not time the same configs" in err
