@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -76,7 +77,7 @@ std::vector<PrebuildOutcome> prebuild(
   // Keys that render the same kernel share one cache entry: the first of each compiles it, and the
   // others go last, so that no worker sits waiting on the entry's lock while another compiles it.
   {
-    std::set<std::string> seen;
+    std::map<std::string, std::size_t> first_of;  // cache key -> the key that builds it
     std::vector<std::size_t> firsts, repeats;
     for (const std::size_t i : order) {
       std::string cache_key;
@@ -85,7 +86,13 @@ std::vector<PrebuildOutcome> prebuild(
       } catch (const Error&) {
         cache_key = keys[i].str();  // the build reports the problem
       }
-      (seen.insert(cache_key).second ? firsts : repeats).push_back(i);
+      const auto [it, added] = first_of.emplace(cache_key, i);
+      if (added) {
+        firsts.push_back(i);
+      } else {
+        outcomes[i].shares = keys[it->second].str();
+        repeats.push_back(i);
+      }
     }
     firsts.insert(firsts.end(), repeats.begin(), repeats.end());
     order = std::move(firsts);
@@ -142,9 +149,9 @@ void print_warm_progress(std::size_t done, std::size_t total, const SemanticKey&
 }
 
 void print_prebuild_progress(std::size_t done, std::size_t total, const SemanticKey& key, const PrebuildOutcome& out) {
-  std::fprintf(stderr, "[%zu/%zu] %-8s %s (%s%s%s, %.0f ms)\n", done, total, out.status.c_str(), key.str().c_str(),
-               out.status == "failed" ? "error" : out.detail.c_str(), out.pushed.empty() ? "" : ", push ", out.pushed.c_str(),
-               out.ms);
+  std::fprintf(stderr, "[%zu/%zu] %-8s %s (%s%s%s%s, %.0f ms)\n", done, total, out.status.c_str(), key.str().c_str(),
+               out.status == "failed" ? "error" : out.detail.c_str(), out.shares.empty() ? "" : ", a shared module",
+               out.pushed.empty() ? "" : ", push ", out.pushed.c_str(), out.ms);
   if (out.status == "failed") std::fprintf(stderr, "    %s\n", out.detail.c_str());
   if (out.pushed == "failed") std::fprintf(stderr, "    push failed: %s\n", out.push_problem.c_str());
 }
@@ -152,7 +159,7 @@ void print_prebuild_progress(std::size_t done, std::size_t total, const Semantic
 json prebuild_report(KernelService& service, const ManifestSelection& selection,
                      const std::vector<PrebuildOutcome>& outcomes, double wall_ms, int jobs, bool push) {
   const std::vector<SemanticKey>& keys = selection.keys;
-  std::size_t compiled = 0, hits = 0, failed = 0, remote_hits = 0, uploaded = 0, present = 0, push_failed = 0;
+  std::size_t compiled = 0, hits = 0, failed = 0, remote_hits = 0, uploaded = 0, present = 0, push_failed = 0, modules = 0;
   json list = json::array();
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const PrebuildOutcome& o = outcomes[i];
@@ -160,9 +167,11 @@ json prebuild_report(KernelService& service, const ManifestSelection& selection,
     hits += o.status == "hit";
     failed += o.status == "failed";
     remote_hits += o.status == "hit" && o.detail == artifact_source_name(ArtifactSource::kRemote);
+    modules += o.shares.empty();
     json item = {{"key", keys[i].str()}, {"outcome", o.status}, {"ms", o.ms}};
     if (o.status == "failed") item["error"] = o.detail;
     else item["source"] = o.detail;
+    if (!o.shares.empty()) item["shares"] = o.shares;
     if (push) {
       item["pushed"] = o.pushed;
       if (o.pushed == "failed") item["push_error"] = o.push_problem;
@@ -180,6 +189,7 @@ json prebuild_report(KernelService& service, const ManifestSelection& selection,
   }
   json report = {{"keys", list},
                  {"companions", selection.companions},
+                 {"modules", modules},
                  {"compiled", compiled},
                  {"hits", hits},
                  {"remote_hits", remote_hits},

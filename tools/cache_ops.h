@@ -26,6 +26,7 @@ struct PrebuildOutcome {
   std::string detail;        // where the hit came from, or the error
   std::string pushed;        // with push: uploaded | present | failed
   std::string push_problem;  // why the push failed
+  std::string shares;        // a key of this run whose module this key's is (one compile for both), or empty
   double ms = 0;
 };
 

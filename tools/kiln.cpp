@@ -71,8 +71,9 @@ int run_prebuild(const CommonOptions& common, const std::string& manifest, const
                                               report["skipped_keys"].get<std::size_t>(), selection.skipped.size());
   const std::string companions =
       selection.companions == 0 ? "" : fmt::format(" ({} of them companion modules of the others)", selection.companions);
-  std::fprintf(stderr, "prebuild: %zu keys%s: %zu compiled, %zu hit%s, %zu failed%s in %.1f s (-j %d, cache %s)\n",
-               keys.size(), companions.c_str(), report["compiled"].get<std::size_t>(), report["hits"].get<std::size_t>(), remote_hits.c_str(),
+  std::fprintf(stderr, "prebuild: %zu keys%s in %zu modules: %zu compiled, %zu hit%s, %zu failed%s in %.1f s (-j %d, cache %s)\n",
+               keys.size(), companions.c_str(), report["modules"].get<std::size_t>(), report["compiled"].get<std::size_t>(),
+               report["hits"].get<std::size_t>(), remote_hits.c_str(),
                report["failed"].get<std::size_t>(), skipped.c_str(), wall / 1000.0, jobs, service.config().cache_dir.c_str());
   std::size_t push_failed = 0;
   if (push) {
@@ -154,12 +155,16 @@ int run_inspect(const CommonOptions& common, const std::string& text) {
                 fmt::format("no cache entry for {}; run `kiln prebuild` (or check --cache / KILN_CACHE_PATH)", text),
                 {.key = cache_key->hex()});
   }
-  json out = {{"cache_key", cache_key->hex()},          {"key", hit->entry.semantic_key},
+  // Keys whose kernels compile to the same module share its entry, which records the key it was
+  // compiled for: a semantic key asked for is shown as itself, with that key beside it.
+  if (semantic.empty()) semantic = hit->entry.semantic_key;
+  json out = {{"cache_key", cache_key->hex()},          {"key", semantic},
               {"layer", tier_name(hit->tier)},           {"file", hit->file.string()},
               {"cubin_bytes", hit->entry.cubin.size()}, {"metadata", hit->entry.metadata}};
+  if (semantic != hit->entry.semantic_key) out["compiled_for"] = hit->entry.semantic_key;
   // The modules a launch of this key also runs (they are entries of their own).
   json companions = json::array();
-  for (const SemanticKey& c : companion_keys(SemanticKey::parse(hit->entry.semantic_key))) companions.push_back(c.str());
+  for (const SemanticKey& c : companion_keys(SemanticKey::parse(semantic))) companions.push_back(c.str());
   out["companions"] = companions;
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

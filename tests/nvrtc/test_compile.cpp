@@ -401,8 +401,9 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
     }
   }
 
-  // Keys that render one kernel (a causal MLA key with one query row and its dense twin) share a
-  // cache entry: the first compiles it, the other hits.
+  // Keys that render one kernel (a causal MLA key with one query row and its dense twin, sparse keys
+  // that differ only in split) share a cache entry: the first compiles it, the others hit, and the
+  // report names the key whose module each shares.
   std::map<std::string, std::set<std::string>> keys_by_entry;  // cache key -> semantic keys
   for (const auto& k : manifest_keys) keys_by_entry[kiln::make_build_request(k).cache_key.hex()].insert(k.str());
   const std::size_t distinct = keys_by_entry.size();
@@ -411,22 +412,32 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
   const CliResult first_run = run_cli({"prebuild", "--cache", cache.string(), "-j", "2", "--json"}, dir.path(), "first");
   const json first = prebuild_report(first_run);
   CHECK(first["compiled"] == distinct);
+  CHECK(first["modules"] == distinct);
   CHECK(first["hits"] == n - distinct);
   CHECK(first["failed"] == 0);
   CHECK(first["keys"].size() == n);
   CHECK(first["companions"] == companions.size());
   CHECK(outcomes(first).count("compiled") == distinct);
   std::set<std::string> listed;
+  std::size_t sharing = 0;
   for (const json& item : first["keys"]) {
     const std::string key = item["key"].get<std::string>();
     listed.insert(key);
     const SemanticKey parsed = SemanticKey::parse(key);  // printable keys parse back
     CHECK_THAT(key, StartsWith(parsed.family() + ":" + parsed.arch() + ":"));
     if (item["outcome"] == "failed") FAIL_CHECK(key << ": " << item.dump());  // names the key that failed
+    if (item.contains("shares")) {  // a hit on a module another key of the run compiled
+      CHECK(item["outcome"] == "hit");
+      const SemanticKey owner = SemanticKey::parse(item["shares"].get<std::string>());
+      CHECK(kiln::make_build_request(owner).cache_key == kiln::make_build_request(parsed).cache_key);
+      ++sharing;
+    }
   }
+  CHECK(sharing == n - distinct);
   CHECK(listed == expected);
-  CHECK_THAT(first_run.err, Contains(fmt::format("prebuild: {} keys ({} of them companion modules of the others): {} compiled, {} hit, 0 failed",
-                                                 n, companions.size(), distinct, n - distinct)));  // the summary
+  CHECK_THAT(first_run.err, Contains(fmt::format("prebuild: {} keys ({} of them companion modules of the others) in {} modules: {} "
+                                                 "compiled, {} hit, 0 failed",
+                                                 n, companions.size(), distinct, distinct, n - distinct)));  // the summary
 
   const json second = prebuild_report(run_cli({"prebuild", "--cache", cache.string(), "-j", "2", "--json"}, dir.path(), "second"));
   CHECK(second["compiled"] == 0);
@@ -487,6 +498,21 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
   CHECK(mla_info["companions"][0] == kiln::companion_keys(*mla_key).at(0).str());
   CHECK(run_cli({"inspect", mla_info["companions"][0].get<std::string>(), "--cache", cache.string()}, dir.path(), "inspect_combine")
             .exit_code == 0);
+  // A key whose module another key compiled is shown as itself, with its own companions, beside the
+  // key the entry was compiled for.
+  const auto shared_item = std::find_if(first["keys"].begin(), first["keys"].end(), [](const json& item) {
+    return item.contains("shares") && SemanticKey::parse(item["key"].get<std::string>()).family() == "mla_decode";
+  });
+  REQUIRE(shared_item != first["keys"].end());
+  const SemanticKey shared = SemanticKey::parse((*shared_item)["key"].get<std::string>());
+  const json shared_info = json::parse(run_cli({"inspect", shared.str(), "--cache", cache.string()}, dir.path(), "inspect_shared").out);
+  CHECK(shared_info["key"] == shared.str());
+  CHECK(shared_info["compiled_for"] == (*shared_item)["shares"]);
+  CHECK(shared_info["companions"] == json::array({kiln::companion_keys(shared).at(0).str()}));
+  const json by_hex = json::parse(run_cli({"inspect", shared_info["cache_key"].get<std::string>(), "--cache", cache.string()},
+                                          dir.path(), "inspect_hex").out);
+  CHECK(by_hex["key"] == (*shared_item)["shares"]);
+  CHECK_FALSE(by_hex.contains("compiled_for"));
 }
 
 TEST_CASE("cli: 8 concurrent kiln prebuild processes compile a key once", "[nvrtc][concurrency]") {
