@@ -143,11 +143,10 @@ int run_ls(const CommonOptions& common) {
 int run_inspect(const CommonOptions& common, const std::string& text) {
   KernelService service(make_config(common));
   std::optional<CacheKey> cache_key = CacheKey::parse_hex(text);
-  std::string semantic;
+  std::optional<SemanticKey> asked;
   if (!cache_key) {
-    const SemanticKey key = SemanticKey::parse(text);
-    cache_key = make_build_request(key).cache_key;
-    semantic = key.str();
+    asked = SemanticKey::parse(text);
+    cache_key = make_build_request(*asked).cache_key;
   }
   const auto hit = service.store().lookup(*cache_key);
   if (!hit) {
@@ -157,14 +156,14 @@ int run_inspect(const CommonOptions& common, const std::string& text) {
   }
   // Keys whose kernels compile to the same module share its entry, which records the key it was
   // compiled for: a semantic key asked for is shown as itself, with that key beside it.
-  if (semantic.empty()) semantic = hit->entry.semantic_key;
-  json out = {{"cache_key", cache_key->hex()},          {"key", semantic},
+  const SemanticKey shown = asked ? *asked : SemanticKey::parse(hit->entry.semantic_key);
+  json out = {{"cache_key", cache_key->hex()},          {"key", shown.str()},
               {"layer", tier_name(hit->tier)},           {"file", hit->file.string()},
               {"cubin_bytes", hit->entry.cubin.size()}, {"metadata", hit->entry.metadata}};
-  if (semantic != hit->entry.semantic_key) out["compiled_for"] = hit->entry.semantic_key;
+  if (shown.str() != hit->entry.semantic_key) out["compiled_for"] = hit->entry.semantic_key;
   // The modules a launch of this key also runs (they are entries of their own).
   json companions = json::array();
-  for (const SemanticKey& c : companion_keys(SemanticKey::parse(semantic))) companions.push_back(c.str());
+  for (const SemanticKey& c : companion_keys(shown)) companions.push_back(c.str());
   out["companions"] = companions;
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
