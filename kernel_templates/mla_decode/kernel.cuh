@@ -28,18 +28,18 @@ constexpr bool kMlaSm90a = true;
 constexpr bool kMlaSm90a = false;
 #endif
 
-template <int kHeads, int kMaxSeqLenQ, bool kFp8, int kKernel, int kPrecision>
-constexpr MlaVariant kMlaCompiledVariant =
-    mla_variant(kKernel, kHeads, kMaxSeqLenQ, kFp8, mla_split_p(kFp8, kPrecision), kMlaSm90a);
+template <int kRowClass, bool kFp8, int kKernel, int kPrecision>
+constexpr MlaVariant kMlaCompiledVariant = mla_variant(kKernel, kRowClass, 1, kFp8, mla_split_p(kFp8, kPrecision), kMlaSm90a);
 
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kPacked, bool kFp8, bool kCausal, int kKernel, int kPrecision>
-__global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel, kPrecision>, kFp8), 1)
+// kRowClass: mla_row_class(kernel, H, SQ, fp8); H and SQ come in the parameters.
+template <int kRowClass, int kPageSize, bool kPacked, bool kFp8, bool kCausal, int kKernel, int kPrecision>
+__global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kRowClass, kFp8, kKernel, kPrecision>, kFp8), 1)
     mla_decode_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
-  constexpr MlaVariant kV = kMlaCompiledVariant<kHeads, kMaxSeqLenQ, kFp8, kKernel, kPrecision>;
+  constexpr MlaVariant kV = kMlaCompiledVariant<kRowClass, kFp8, kKernel, kPrecision>;
   constexpr int kThreads = mla_variant_threads(kV, kFp8);
   constexpr int kRows = mla_variant_rows(kV);
-  static_assert(kMaxSeqLenQ >= 1 && kMaxSeqLenQ <= kMlaMaxSeqLenQ, "kMaxSeqLenQ must be in 1..64");
+  static_assert(kRowClass == mla_row_class(kKernel, kRowClass, 1, kFp8), "kRowClass must be an mla_row_class value");
   static_assert(kPrecision == kMlaPrecisionExact || (kPrecision == kMlaPrecisionBf16 && !kFp8),
                 "kPrecision must be kMlaPrecisionExact, or kMlaPrecisionBf16 with bf16 pages");
   constexpr bool kSplitP = mla_split_p(kFp8, kPrecision);
@@ -79,10 +79,10 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     }
     __syncthreads();
     MlaWgState st{0u, 0u};
-    mla_for_each_piece<kThreads, kMlaKvTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+    mla_for_each_piece<kThreads, kMlaKvTileTokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
-      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-      mla_kv_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kV.kv_rows, kV.kv_warpgroups, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+      if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
+      mla_kv_piece<kPageSize, kCausal, kV.kv_rows, kV.kv_warpgroups, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
     });
   } else if constexpr (kV.wgmma && kFp8) {
     static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
@@ -96,16 +96,16 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     // own register budget: the producer's loads and widening need few, the consumers' O needs 128.
     if (threadIdx.x >= kMlaWgThreads) {
       setmaxnreg_dec<kMlaWgFp8ProducerRegs>();
-      mla_for_each_piece<kThreads, kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
-        if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-        mla_wgmma_fp8_producer<kHeads, kPageSize, kCausal>(p, base, pc, row0, st);
+      mla_for_each_piece<kThreads, kMlaWgTileTokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+        if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
+        mla_wgmma_fp8_producer<kPageSize, kCausal>(p, base, pc, row0, st);
       });
     } else {
       setmaxnreg_inc<kMlaWgFp8ConsumerRegs>();
-      mla_for_each_piece<kThreads, kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+      mla_for_each_piece<kThreads, kMlaWgTileTokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
         record(pc);
-        if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-        mla_wgmma_fp8_consumer<kHeads, kMaxSeqLenQ, kCausal>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+        if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
+        mla_wgmma_fp8_consumer<kCausal>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
       });
     }
   } else if constexpr (kSeesaw) {
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     const u32 raw = smem_addr(smem);
     const u32 base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
     long long* scratch = reinterpret_cast<long long*>(smem + (base - raw) + kMlaWgSchedOffset);
-    constexpr int kTmaCtas = mla_kv_tma_ctas(kV, kFp8, kHeads, kMaxSeqLenQ, kPacked, kPageSize);
+    constexpr int kTmaCtas = mla_kv_tma_ctas(kV, kFp8, kRowClass, 1, kPacked, kPageSize);
     if (threadIdx.x == 0) {
       mla_seesaw_init_barriers<kTmaCtas>(base);
       if constexpr (kTmaCtas > 0) tma_prefetch_map(&p.kv_map);
@@ -126,21 +126,21 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kHeads
     MlaWgState st{0u, 0u};
     // Pieces of whole tile pairs: the two warpgroups take a pair's tiles. (A cluster pair sees the
     // same pieces: fixed query lengths give both row tiles rows in every request.)
-    mla_for_each_piece<kThreads, 2 * kMlaWgTileTokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+    mla_for_each_piece<kThreads, 2 * kMlaWgTileTokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
-      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-      mla_seesaw_piece<kHeads, kPageSize, kMaxSeqLenQ, kCausal, kTmaCtas, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+      if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
+      mla_seesaw_piece<kPageSize, kCausal, kTmaCtas, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
     });
     // The peer's last releases arrive on this CTA's barriers: it stays until both are done.
     if constexpr (kTmaCtas == 2) cluster_sync();
   } else {
     constexpr MlaSmemLayout kLayout = mla_smem_layout(kV.tile, kFp8);
     long long* scratch = reinterpret_cast<long long*>(smem + kLayout.sched_offset);
-    mla_for_each_piece<kThreads, kV.tile.tile_tokens, kMaxSeqLenQ, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
+    mla_for_each_piece<kThreads, kV.tile.tile_tokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
-      if (row0 >= pc.r.q_len * kHeads || (!pc.whole && p.o_partial == nullptr)) return;  // as above
+      if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as above
       __syncthreads();                          // the previous piece is done with shared memory
-      mla_mma_piece<kHeads, kPageSize, kMaxSeqLenQ, kFp8, kCausal, kV.tile.row_groups, kV.tile.col_groups,
+      mla_mma_piece<kPageSize, kFp8, kCausal, kV.tile.row_groups, kV.tile.col_groups,
                     kV.tile.tile_tokens, kV.tile.stages, kSplitP>(p, smem, pc, row0, pc.whole ? -1 : pc.b + part);
     });
   }

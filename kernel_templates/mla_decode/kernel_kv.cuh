@@ -105,13 +105,13 @@ __device__ __forceinline__ void mla_kv_pv(float (&o)[kMb][kStacked ? kN : kN / 2
 // Rows [row0, row0 + kN) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
 // `base`: the 1024-byte-aligned shared-memory base. Warpgroup 0 loads, computes S and the softmax;
 // with two warpgroups (kN = 32) each adds P V over half of V's column blocks.
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, int kN, int kWgs, bool kSplitP>
+template <int kPageSize, bool kCausal, int kN, int kWgs, bool kSplitP>
 __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                              int slot, MlaWgState& st) {
   static_assert(kN == 16 || kN == 32, "the KV-on-M kernel takes 16 or 32 query rows");
   static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
   constexpr MlaKvSmem kL = mla_kv_smem(kN);
-  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
+  const int max_rows = mla_max_rows(p.heads, p.max_seq_len_q);
   constexpr int kRowBytes = kMlaDimQk * 2;
   constexpr int kRegs = kN / 2;  // accumulator registers of S^T (m64nNk16)
   constexpr int kCols = kN / 4;  // distinct columns per thread: k = 2 n + e -> column 8 n + 2 c4 + e
@@ -134,7 +134,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   const int tok_lo = 16 * warp + g;  // tile tokens of this thread: tok_lo and tok_lo + 8
   const int mb0 = wg * kMb;
 
-  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kN, kMlaKvTileTokens>(piece, row0);
+  const MlaPieceRows pv = mla_piece_rows<kCausal, kN, kMlaKvTileTokens>(piece, row0, p.heads);
 
   const u32 q_smem = base + kL.q_offset;
   const u32 stage_smem = base + kL.stage_offset;
@@ -189,7 +189,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
     };
     if (wg == 0) {
       const unsigned char* q_rows =
-          static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
+          static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * p.heads + row0) * kRowBytes;
 
       // Q: kN rows x 576 columns (72 chunks a row), rows past the request zero-filled.
       for (int idx = wt; idx < kN * 72; idx += kMlaKvThreads) {
@@ -211,7 +211,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       int lim[kCols];  // last visible token of each of this thread's columns
 #pragma unroll
       for (int k = 0; k < kCols; ++k) {
-        lim[k] = mla_causal_limit<kHeads, kCausal>(pv, row0 + 8 * (k >> 1) + 2 * c4 + (k & 1));
+        lim[k] = mla_causal_limit<kCausal>(pv, row0 + 8 * (k >> 1) + 2 * c4 + (k & 1));
       }
       const float scale = p.scale_log2;
       // P^T stores: column c (row of P^T), tokens tok_lo / tok_lo + 8 = chunks 2 w / 2 w + 1, element g.
@@ -374,14 +374,14 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
     // Output columns 64 mb + tok_lo and 64 mb + tok_lo + 8 (the M rows of O^T).
     if (slot < 0) {
       const float inv = lt[k] > 0.f ? p.out_scale / lt[k] : 0.f;  // nothing visible -> zeros
-      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(pv.tok0) * kHeads + row) * kMlaDimV + 64 * mb0 + tok_lo;
+      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(pv.tok0) * p.heads + row) * kMlaDimV + 64 * mb0 + tok_lo;
 #pragma unroll
       for (int mb = 0; mb < kMb; ++mb) {
         out[64 * mb] = float_to_bf16(o_sum(o[mb], k, 0) * inv);
         out[64 * mb + 8] = float_to_bf16(o_sum(o[mb], k, 1) * inv);
       }
     } else {
-      const long long idx = static_cast<long long>(slot) * kMaxRows + row;
+      const long long idx = static_cast<long long>(slot) * max_rows + row;
       if (lt[k] > 0.f) {
         const float inv = 1.f / lt[k];
         float* op = static_cast<float*>(p.o_partial) + idx * kMlaDimV + 64 * mb0 + tok_lo;

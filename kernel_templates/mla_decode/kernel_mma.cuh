@@ -55,7 +55,7 @@ __device__ __forceinline__ u32 pack_p(float lo, float hi) {
 
 // Rows [row0, row0 + 16 * kRowGroups) of `piece`; slot < 0: the piece is the whole request, write
 // `out`; else write the normalised partial O and its LSE to `slot`.
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kFp8, bool kCausal, int kRowGroups, int kColGroups,
+template <int kPageSize, bool kFp8, bool kCausal, int kRowGroups, int kColGroups,
           int kTileTokens, int kStages, bool kSplitP>
 __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned char* smem, const MlaPiece& piece,
                                               int row0, int slot) {
@@ -64,7 +64,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   constexpr MlaSmemLayout kLayout = mla_smem_layout(kCfg, kFp8);
   constexpr int kThreads = mla_threads(kCfg);
   constexpr int kRows = mla_tile_rows(kCfg);
-  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
+  const int max_rows = mla_max_rows(p.heads, p.max_seq_len_q);
   constexpr int kWarpTokens = kTileTokens / kColGroups;  // S columns per warp
   constexpr int kNT = kWarpTokens / 8;                   // S n8 tiles per warp
   constexpr int kWarpCols = kMlaDimV / kColGroups;       // O columns per warp
@@ -80,8 +80,6 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   // With one S tile per warp a single accumulator chain would serialise 36 dependent MMAs.
   constexpr int kKSplit = kNT == 1 ? 4 : (kNT == 2 ? 2 : 1);
 
-  static_assert(kHeads >= 1 && kHeads <= 128, "kHeads must be in 1..128");
-  static_assert(kMaxSeqLenQ >= 1 && kMaxSeqLenQ <= kMlaMaxSeqLenQ, "kMaxSeqLenQ must be in 1..64");
   static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
   static_assert(kWarpTokens % 8 == 0 && kTileTokens % 16 == 0, "token slice per warp must be whole n8 tiles");
   static_assert(kOT % 2 == 0, "output slice per warp must be whole n16 pairs");
@@ -98,7 +96,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   const int cg = warp % kColGroups;
   const int g = lane >> 2;
   const int q4 = lane & 3;
-  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kRows, kTileTokens>(piece, row0);
+  const MlaPieceRows pv = mla_piece_rows<kCausal, kRows, kTileTokens>(piece, row0, p.heads);
 
   const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
   const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
@@ -129,7 +127,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   };
 
   const unsigned char* q_rows =
-      static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
+      static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * p.heads + row0) * kRowBytes;
   if (pv.n_tiles > 0) {
     if constexpr (!kFp8) {
 #pragma unroll
@@ -181,8 +179,8 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   const u32 red_sum = sbase + kLayout.red_sum_offset;
   const int row_lo = rg * 16 + g;  // tile-local rows of this thread: row_lo and row_lo + 8
 
-  const int lim_lo = mla_causal_limit<kHeads, kCausal>(pv, row0 + row_lo);
-  const int lim_hi = mla_causal_limit<kHeads, kCausal>(pv, row0 + row_lo + 8);
+  const int lim_lo = mla_causal_limit<kCausal>(pv, row0 + row_lo);
+  const int lim_hi = mla_causal_limit<kCausal>(pv, row0 + row_lo + 8);
   const float scale = p.scale_log2;
 
   float o[kOT][4];
@@ -360,13 +358,13 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
     const float m = half ? m_hi : m_lo;
     if (slot < 0) {
       const float inv = lt > 0.f ? p.out_scale / lt : 0.f;  // nothing visible -> zeros
-      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(pv.tok0) * kHeads + row) * kMlaDimV + col0;
+      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(pv.tok0) * p.heads + row) * kMlaDimV + col0;
 #pragma unroll
       for (int n = 0; n < kOT; ++n) {
         *reinterpret_cast<u32*>(out + n * 8) = pack_bf16x2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
       }
     } else {
-      const long long idx = static_cast<long long>(slot) * kMaxRows + row;
+      const long long idx = static_cast<long long>(slot) * max_rows + row;
       if (lt > 0.f) {
         const float inv = 1.f / lt;
         float* op = static_cast<float*>(p.o_partial) + idx * kMlaDimV + col0;

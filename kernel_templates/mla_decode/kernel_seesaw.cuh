@@ -367,7 +367,7 @@ __device__ __forceinline__ void mla_seesaw_init_barriers(u32 base) {
 // Rows [row0, row0 + 64) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
 // kTmaCtas: 0 loads with cp.async, 1 with TMA, 2 with TMA in a cluster pair (row tiles 2c and 2c + 1)
 // that shares every KV tile.
-template <int kHeads, int kPageSize, int kMaxSeqLenQ, bool kCausal, int kTmaCtas, bool kSplitP>
+template <int kPageSize, bool kCausal, int kTmaCtas, bool kSplitP>
 __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                                  int slot, MlaWgState& st) {
   constexpr int kRowBytes = kMlaDimQk * 2;
@@ -386,8 +386,8 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
   // A cluster pair walks the same tiles: with kCausal both cut the range where the pair's last row does.
   constexpr int kPairRows = kMlaKvTmaCluster * kMlaWgRows;
   const MlaPieceRows pv = kTmaCtas == 2
-                              ? mla_piece_rows<kHeads, kCausal, kPairRows, kMlaWgTileTokens>(piece, row0 - row0 % kPairRows)
-                              : mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
+                              ? mla_piece_rows<kCausal, kPairRows, kMlaWgTileTokens>(piece, row0 - row0 % kPairRows, p.heads)
+                              : mla_piece_rows<kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, p.heads);
   const int n_pairs = (pv.n_tiles + 1) / 2;
 
   const u32 q_smem = base + kMlaWgQOffset;
@@ -410,7 +410,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
   if (n_pairs > 0) {
     const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
     const unsigned char* q_rows =
-        static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * kHeads + row0) * kRowBytes;
+        static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * p.heads + row0) * kRowBytes;
     using Loads = typename MlaSeesawLoads<kTmaCtas, kPageSize, kSplitP>::type;
     Loads loads = [&]() {
       if constexpr (kTmaCtas > 0) {
@@ -439,8 +439,8 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
       }
     }
 
-    const int lim_lo = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_lo);
-    const int lim_hi = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_hi);
+    const int lim_lo = mla_causal_limit<kCausal>(pv, row0 + r_lo);
+    const int lim_hi = mla_causal_limit<kCausal>(pv, row0 + r_hi);
     const float scale = p.scale_log2;
     const u32 p_row_lo = r_lo * 128 + 4 * c4;
     const u32 p_row_hi = r_hi * 128 + 4 * c4;
@@ -556,7 +556,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
     st.tiles += static_cast<u32>(n_pairs);
   }
 
-  mla_wg_epilogue<kHeads, kMaxSeqLenQ>(p, o, m_lo, m_hi, l_lo, l_hi, red, wg, c4, r_lo, r_hi, row0, pv.rows_b, pv.tok0, slot);
+  mla_wg_epilogue(p, o, m_lo, m_hi, l_lo, l_hi, red, wg, c4, r_lo, r_hi, row0, pv.rows_b, pv.tok0, slot);
 }
 
 }  // namespace mla_detail

@@ -93,7 +93,7 @@ __device__ __forceinline__ void mla_fp8_store_f16(u32 tile, int row0, int chunk0
 }
 
 // The producer warpgroup's share of rows [row0, row0 + 64) of `piece`.
-template <int kHeads, int kPageSize, bool kCausal>
+template <int kPageSize, bool kCausal>
 __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p, u32 base, const MlaPiece& piece,
                                                        int row0, MlaWgState& st) {
   static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
@@ -105,7 +105,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
 
   // Every thread is done with the previous piece's Q and stages.
   named_barrier_sync(kMlaBarPiece, kMlaWgFp8Threads);
-  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
+  const MlaPieceRows pv = mla_piece_rows<kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, p.heads);
   if (pv.n_tiles == 0) return;
   const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
   const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
@@ -168,7 +168,7 @@ __device__ __forceinline__ void mla_fp8_store_p(const float (&s)[16], float muse
 }
 
 // The consumer warpgroups' share: slot < 0 writes `out`, else the partial O and LSE at `slot`.
-template <int kHeads, int kMaxSeqLenQ, bool kCausal>
+template <bool kCausal>
 __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p, u32 base, const MlaPiece& piece,
                                                        int row0, int slot, MlaWgState& st) {
   const int tid = threadIdx.x;
@@ -189,10 +189,10 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
 
   // Every thread is done with the previous piece's Q, stages, P and row sums.
   named_barrier_sync(kMlaBarPiece, kMlaWgFp8Threads);
-  const MlaPieceRows pv = mla_piece_rows<kHeads, kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0);
+  const MlaPieceRows pv = mla_piece_rows<kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, p.heads);
   if (pv.n_tiles > 0) {
-    const int lim_lo = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_lo);
-    const int lim_hi = mla_causal_limit<kHeads, kCausal>(pv, row0 + r_hi);
+    const int lim_lo = mla_causal_limit<kCausal>(pv, row0 + r_lo);
+    const int lim_hi = mla_causal_limit<kCausal>(pv, row0 + r_hi);
     const float scale = p.scale_log2;
     // P stores: row r, tokens 32 wg + 8 n + 2 c4 (+1): chunk 4 wg + n of the 64-token row.
     const u32 p_row_lo = r_lo * 128 + 4 * c4;
@@ -205,7 +205,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       const int qr = 8 * (tid >> 5) + (lane & 7);
       const bool valid = row0 + qr < pv.rows_b;
       const unsigned char* src = static_cast<const unsigned char*>(p.q) +
-                                 (static_cast<long long>(pv.tok0) * kHeads + row0 + qr) * kMlaDimQk + (lane >> 3) * 16;
+                                 (static_cast<long long>(pv.tok0) * p.heads + row0 + qr) * kMlaDimQk + (lane >> 3) * 16;
       U32x4 v[1][9];
 #pragma unroll
       for (int k = 0; k < 9; ++k) v[0][k] = ldg128_if(src + 64 * k, valid);
@@ -262,7 +262,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       ++st.tiles;
     }
   }
-  mla_wg_epilogue<kHeads, kMaxSeqLenQ>(p, o, m_lo, m_hi, l_lo, l_hi, sm.red, wg, c4, r_lo, r_hi, row0, pv.rows_b,
+  mla_wg_epilogue(p, o, m_lo, m_hi, l_lo, l_hi, sm.red, wg, c4, r_lo, r_hi, row0, pv.rows_b,
                                        pv.tok0, slot);
 }
 

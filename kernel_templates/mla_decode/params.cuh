@@ -91,6 +91,8 @@ struct MlaDecodeParams {
   void* split_meta;          // int32 [B][2]: first part, number of pieces; null when no request can split
   long long block_table_stride;  // elements between block-table rows
   int batch;
+  int heads;                 // H: the decode kernel takes it here, not as a template argument (mla_row_class)
+  int max_seq_len_q;         // SQ: each request's query rows in fixed mode, their bound when packed
   int num_parts;             // grid x; 1 = every request in one piece: `out` written directly
   int piece_cost;            // scheduling units charged per piece (see "Scheduling")
   float scale_log2;          // bmm1_scale * log2(e)
@@ -267,6 +269,21 @@ KILN_MLA_HD constexpr int mla_kv_tma_ctas(MlaVariant v, bool fp8, int heads, int
   if (row_tiles == 1) return 1;
   return !packed && row_tiles % 2 == 0 ? 2 : 0;
 }
+
+// The decode kernel's machine code depends on H x SQ only through the variant and the TMA cluster
+// (mla_variant, mla_kv_rows and mla_kv_tma_ctas: up to 16 or 32 rows, one 64-row tile, an even or an
+// odd number of them), and not at all for e4m3 pages or the mma.sync kernel; H and SQ themselves are
+// run-time values (MlaDecodeParams), used per piece and in the epilogue, never per tile. So the
+// kernel is instantiated for the smallest row count of that class, and keys of one class (H 64 / SQ 2
+// and H 128 / SQ 1, say) compile to one module.
+KILN_MLA_HD constexpr int mla_row_class(int kernel, int heads, int max_seq_len_q, bool fp8) {
+  const int rows = mla_max_rows(heads, max_seq_len_q);
+  if (fp8 || kernel == kMlaKernelMmaSync) return kMlaWgRows;
+  if (rows <= kMlaKvMaxRows) return mla_kv_rows(heads, max_seq_len_q);
+  const int row_tiles = (rows + kMlaWgRows - 1) / kMlaWgRows;
+  return row_tiles == 1 ? kMlaWgRows : (row_tiles % 2 == 0 ? 2 : 3) * kMlaWgRows;
+}
+
 // CTAs per cluster of the paired kernels (along grid y, the row tiles).
 constexpr int kMlaKvTmaCluster = 2;
 

@@ -25,15 +25,15 @@ __device__ __forceinline__ int load_i32(const void* base, long long index) {
   return __ldg(static_cast<const int*>(base) + index);
 }
 
-template <int kBlockTokens, int kMaxSeqLenQ, bool kPacked>
+template <int kBlockTokens, bool kPacked>
 __device__ __forceinline__ MlaRequest mla_request(const MlaDecodeParams& p, int b) {
   MlaRequest r;
   if constexpr (kPacked) {
     r.tok0 = load_i32(p.qo_indptr, b);
     r.q_len = load_i32(p.qo_indptr, b + 1) - r.tok0;
   } else {
-    r.tok0 = b * kMaxSeqLenQ;
-    r.q_len = kMaxSeqLenQ;
+    r.tok0 = b * p.max_seq_len_q;
+    r.q_len = p.max_seq_len_q;
   }
   r.seq_len = load_i32(p.seq_lens, b);
   // A request with rows always gets a block, even at a (contract-breaking) length <= 0: its rows
@@ -160,7 +160,7 @@ __device__ __forceinline__ void mla_part_range(const MlaDecodeParams& p, int par
   c.hi = c.lo + c.width;
 }
 
-template <int kThreads, int kBlockTokens, int kMaxSeqLenQ, bool kPacked>
+template <int kThreads, int kBlockTokens, bool kPacked>
 __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p, int part, long long* scratch) {
   static_assert(kThreads % 32 == 0 && 2 * (kThreads / 32) + 2 <= kMlaSchedScratchBytes / 8, "scheduler scratch too small");
   MlaPartCursor c;
@@ -179,7 +179,7 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
     // largest request, and the part's first request found by the thread that holds it.
     long long cost = 0, blocks = 0;
     if (tid < p.batch) {
-      const MlaRequest r = mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, tid);
+      const MlaRequest r = mla_request<kBlockTokens, kPacked>(p, tid);
       cost = mla_cost(r, p.piece_cost);
       blocks = r.blocks;
     }
@@ -204,7 +204,7 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
   }
   long long mine = 0, my_blocks = 0;
   for (int b = tid; b < p.batch; b += kThreads) {
-    const MlaRequest r = mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, b);
+    const MlaRequest r = mla_request<kBlockTokens, kPacked>(p, b);
     mine += mla_cost(r, p.piece_cost);
     my_blocks = r.blocks > my_blocks ? r.blocks : my_blocks;
   }
@@ -218,7 +218,7 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
   long long carry = 0;
   for (int base = 0; base < p.batch; base += kThreads) {
     const int b = base + tid;
-    const long long cost = b < p.batch ? mla_cost(mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, b), p.piece_cost) : 0;
+    const long long cost = b < p.batch ? mla_cost(mla_request<kBlockTokens, kPacked>(p, b), p.piece_cost) : 0;
     long long chunk_total;
     const long long start = carry + block_exclusive_scan<kThreads>(cost, scratch, chunk_total);
     if (b < p.batch && cost > 0 && start + cost > c.lo) atomicMin(reinterpret_cast<unsigned long long*>(found),
@@ -251,24 +251,25 @@ struct MlaPiece {
 // kTileTokens-token tiles those rows see; t1 is cut at the last token the last row sees (with
 // kCausal no row of the tile sees past it).
 struct MlaPieceRows {
-  int b, tok0, q_len, rows_b, seq_len;
+  int b, tok0, q_len, heads, rows_b, seq_len;
   int t0, t1;  // tokens [t0, t1)
   int n_tiles;
 };
 
-template <int kHeads, bool kCausal, int kRows, int kTileTokens>
-__device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaPiece& piece, int row0) {
+template <bool kCausal, int kRows, int kTileTokens>
+__device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaPiece& piece, int row0, int heads) {
   MlaPieceRows v;
   v.b = piece.b;
   v.tok0 = piece.r.tok0;
   v.q_len = piece.r.q_len;
-  v.rows_b = v.q_len * kHeads;
+  v.heads = heads;
+  v.rows_b = v.q_len * heads;
   v.seq_len = piece.r.seq_len;
   v.t0 = piece.t0;
   v.t1 = piece.t1;
   if constexpr (kCausal) {
     const int last_row = (row0 + kRows < v.rows_b ? row0 + kRows : v.rows_b) - 1;
-    const int vis_end = v.seq_len - v.q_len + last_row / kHeads + 1;
+    const int vis_end = v.seq_len - v.q_len + last_row / heads + 1;
     if (vis_end < v.t1) v.t1 = vis_end > v.t0 ? vis_end : v.t0;
   }
   v.n_tiles = (v.t1 - v.t0 + kTileTokens - 1) / kTileTokens;
@@ -276,20 +277,20 @@ __device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaPiece& piece, in
 }
 
 // The last token row `row` of the request may see; no limit without kCausal.
-template <int kHeads, bool kCausal>
+template <bool kCausal>
 __device__ __forceinline__ int mla_causal_limit(const MlaPieceRows& v, int row) {
-  if constexpr (kCausal) return v.seq_len - v.q_len + row / kHeads;
+  if constexpr (kCausal) return v.seq_len - v.q_len + row / v.heads;
   return 0x7fffffff;
 }
 
 // Calls fn(piece) for each piece of `part`, in request order. Every thread of the CTA runs the same
 // sequence (the lengths are re-read per request, from L1 after the first thread).
-template <int kThreads, int kBlockTokens, int kMaxSeqLenQ, bool kPacked, typename Fn>
+template <int kThreads, int kBlockTokens, bool kPacked, typename Fn>
 __device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int part, long long* scratch, Fn&& fn) {
-  const MlaPartCursor c = mla_part_begin<kThreads, kBlockTokens, kMaxSeqLenQ, kPacked>(p, part, scratch);
+  const MlaPartCursor c = mla_part_begin<kThreads, kBlockTokens, kPacked>(p, part, scratch);
   long long start = c.start;
   for (int b = c.b; b < p.batch; ++b) {
-    const MlaRequest r = mla_request<kBlockTokens, kMaxSeqLenQ, kPacked>(p, b);
+    const MlaRequest r = mla_request<kBlockTokens, kPacked>(p, b);
     if (r.blocks == 0) continue;  // no query rows, no units
     const long long first_unit = start + p.piece_cost;
     if (first_unit >= c.hi) break;

@@ -166,11 +166,10 @@ __device__ __forceinline__ void mla_wg_rescale(float (&o)[128], float& l_lo, flo
 // LSE at `slot`. Every `red` read of the last tile happened before the P barrier (kMlaBarP), which
 // both warpgroups have passed; both read `red` here before the next piece's first write (kMlaBarPiece
 // at its start).
-template <int kHeads, int kMaxSeqLenQ>
 __device__ __forceinline__ void mla_wg_epilogue(const MlaDecodeParams& p, const float (&o)[128], float m_lo, float m_hi,
                                                 float l_lo, float l_hi, u32 red, int wg, int c4, int r_lo, int r_hi,
                                                 int row0, int rows_b, int tok0, int slot) {
-  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
+  const int max_rows = mla_max_rows(p.heads, p.max_seq_len_q);
   l_lo = quad_sum(l_lo);
   l_hi = quad_sum(l_hi);
   if (c4 == 0) {
@@ -190,14 +189,14 @@ __device__ __forceinline__ void mla_wg_epilogue(const MlaDecodeParams& p, const 
     const float m = half ? m_hi : m_lo;
     if (slot < 0) {
       const float inv = lt > 0.f ? p.out_scale / lt : 0.f;  // nothing visible -> zeros
-      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + (live ? row : 0)) * kMlaDimV + 256 * wg;
+      u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * p.heads + (live ? row : 0)) * kMlaDimV + 256 * wg;
 #pragma unroll
       for (int n = 0; n < 32; n += 2) {
         st_acc_row_pairs(out, o, n, half, c4, inv, live);
       }
     } else {
       if (!live) continue;
-      const long long idx = static_cast<long long>(slot) * kMaxRows + row;
+      const long long idx = static_cast<long long>(slot) * max_rows + row;
       if (lt > 0.f) {
         const float inv = 1.f / lt;
         float* op = static_cast<float*>(p.o_partial) + idx * kMlaDimV + col0;

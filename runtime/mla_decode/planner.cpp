@@ -129,16 +129,17 @@ MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& devic
 std::string decode_kernel_name(const MlaDecodePolicy& policy) {
   policy.validate();
   auto b = [](bool v) { return v ? std::string("true") : std::string("false"); };
-  return "kiln::mla_decode_kernel<" + std::to_string(policy.heads) + ", " + std::to_string(policy.page_size) + ", " +
-         std::to_string(policy.max_seq_len_q) + ", " + b(policy.packed) + ", " + b(policy.fp8()) + ", " +
-         b(policy.causal()) + ", " + std::to_string(static_cast<int>(policy.kernel)) + ", " +
-         std::to_string(static_cast<int>(policy.precision)) + ">";
+  return "kiln::mla_decode_kernel<" + std::to_string(mla_row_class(static_cast<int>(policy.kernel), policy.heads, policy.max_seq_len_q, policy.fp8())) + ", " +
+         std::to_string(policy.page_size) + ", " + b(policy.packed) + ", " + b(policy.fp8()) + ", " + b(policy.causal()) +
+         ", " + std::to_string(static_cast<int>(policy.kernel)) + ", " + std::to_string(static_cast<int>(policy.precision)) +
+         ">";
 }
 
 std::string combine_kernel_name(const MlaCombinePolicy& policy, bool wide) {
   policy.validate();
-  return std::string(wide ? "kiln::mla_combine_wide_kernel<" : "kiln::mla_combine_kernel<") + std::to_string(policy.heads) +
-         ", " + std::to_string(policy.max_seq_len_q) + ", " + (policy.packed ? "true" : "false") + ">";
+  std::string name = wide ? "kiln::mla_combine_wide_kernel<" : "kiln::mla_combine_kernel<";
+  name += policy.packed ? "true>" : "false>";
+  return name;
 }
 
 }  // namespace kiln::mla

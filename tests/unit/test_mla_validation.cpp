@@ -690,8 +690,27 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   CHECK_THAT(src.source, Catch::Contains("mla_decode/kernel.cuh"));
   REQUIRE(src.name_expressions.size() == 1);
   CHECK(src.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(p));
-  CHECK_THAT(src.name_expressions[0], Catch::StartsWith("kiln::mla_decode_kernel<64, 64, 2, false, true, false,"));
-  // The combine is the companion key's module: heads, max_seq_len_q and packed, nothing else.
+  // H and SQ are run-time values. e4m3 pages compile one kernel for every row count; bf16 pages one
+  // per row class (mla_row_class), here 128 rows: two 64-row tiles, a cluster pair.
+  CHECK_THAT(src.name_expressions[0], Catch::StartsWith("kiln::mla_decode_kernel<64, 64, false, true, false,"));
+  const auto name = [&](const kiln::mla::MlaDecodePolicy& q) { return f.render(q.key("sm_90a").policy()).name_expressions; };
+  kiln::mla::MlaDecodePolicy other = p;
+  other.heads = 16;
+  other.max_seq_len_q = 1;
+  CHECK(name(other) == src.name_expressions);
+  kiln::mla::MlaDecodePolicy bf16 = p;
+  bf16.dtype = DType::kBf16;
+  CHECK_THAT(name(bf16)[0], Catch::StartsWith("kiln::mla_decode_kernel<128, 64, false, false, false,"));
+  other = bf16;
+  other.heads = 128;
+  other.max_seq_len_q = 1;
+  CHECK(name(other) == name(bf16));
+  other.max_seq_len_q = 2;  // 256 rows: four tiles, still paired
+  CHECK(name(other) == name(bf16));
+  other.heads = 96;  // 192 rows: three tiles, no pairs
+  CHECK(name(other) != name(bf16));
+  // The combine is the companion key's module, named by packed only (heads and max_seq_len_q are
+  // run-time values), so every companion of one packing shares it.
   const kiln::mla::MlaCombinePolicy cp{p.heads, p.max_seq_len_q, p.packed};
   const std::vector<kiln::SemanticKey> companions = kiln::companion_keys(key);
   REQUIRE(companions.size() == 1);
@@ -703,8 +722,8 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   REQUIRE(combine.name_expressions.size() == 2);
   CHECK(combine.name_expressions[kiln::kMlaCombineEntry] == kiln::mla::combine_kernel_name(cp));
   CHECK(combine.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(cp, true));
-  CHECK(combine.name_expressions[0] == "kiln::mla_combine_kernel<64, 2, false>");
-  CHECK(combine.name_expressions[1] == "kiln::mla_combine_wide_kernel<64, 2, false>");
+  CHECK(combine.name_expressions[0] == "kiln::mla_combine_kernel<false>");
+  CHECK(combine.name_expressions[1] == "kiln::mla_combine_wide_kernel<false>");
   try {
     kiln::mla::MlaCombinePolicy{0, 1, false}.validate();
     FAIL("heads 0 accepted");
@@ -745,6 +764,44 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   CHECK_THAT(kiln::mla::decode_kernel_name(q), Catch::EndsWith(", 3, 1>"));
   CHECK_THAT(kiln::mla::decode_kernel_name(p), Catch::EndsWith(", 0>"));
   CHECK(kiln::companion_keys(q.key("sm_90a")) == kiln::companion_keys(p.key("sm_90a")));
+}
+
+// The decode kernel is instantiated for mla_row_class(H, SQ) rows and takes H and SQ at run time, so
+// everything compiled into it from the row count must be the same for the class as for (H, SQ).
+TEST_CASE("mla row class: the same variant and TMA cluster as the heads and query rows it stands for", "[unit]") {
+  int classes_seen = 0;
+  for (int heads = 1; heads <= 128; ++heads) {
+    for (int sq = 1; sq <= kiln::kMlaMaxSeqLenQ; ++sq) {
+      for (int kernel = kiln::kMlaKernelAuto; kernel <= kiln::kMlaKernelWgmmaKv; ++kernel) {
+        for (int bits = 0; bits < 16; ++bits) {
+          const bool fp8 = bits & 1, split_p = bits & 2, sm90a = bits & 4, packed = bits & 8;
+          if (fp8 && kernel == kiln::kMlaKernelWgmmaKv) continue;  // a policy the family refuses
+          const int cls = kiln::mla_row_class(kernel, heads, sq, fp8);
+          INFO("H " << heads << ", SQ " << sq << ", kernel " << kernel << ", bits " << bits << ", class " << cls);
+          REQUIRE(kiln::mla_row_class(kernel, cls, 1, fp8) == cls);
+          classes_seen |= 1 << (cls / 16);
+          const kiln::MlaVariant a = kiln::mla_variant(kernel, heads, sq, fp8, split_p, sm90a);
+          const kiln::MlaVariant b = kiln::mla_variant(kernel, cls, 1, fp8, split_p, sm90a);
+          REQUIRE(a.wgmma == b.wgmma);
+          REQUIRE(a.kv_rows == b.kv_rows);
+          REQUIRE(a.kv_warpgroups == b.kv_warpgroups);
+          REQUIRE(a.tile.row_groups == b.tile.row_groups);
+          REQUIRE(a.tile.col_groups == b.tile.col_groups);
+          REQUIRE(a.tile.tile_tokens == b.tile.tile_tokens);
+          REQUIRE(a.tile.stages == b.tile.stages);
+          for (int page : {1, 8, 16, 64}) {
+            REQUIRE(kiln::mla_kv_tma_ctas(a, fp8, heads, sq, packed, page) ==
+                    kiln::mla_kv_tma_ctas(b, fp8, cls, 1, packed, page));
+          }
+        }
+      }
+    }
+  }
+  // 16, 32, 64, 128 (an even number of 64-row tiles) and 192 (an odd number above one)
+  CHECK(classes_seen == ((1 << 1) | (1 << 2) | (1 << 4) | (1 << 8) | (1 << 12)));
+  // e4m3 pages and the mma.sync kernel: one class for every row count
+  CHECK(kiln::mla_row_class(kiln::kMlaKernelAuto, 128, 2, true) == kiln::mla_row_class(kiln::kMlaKernelAuto, 1, 1, true));
+  CHECK(kiln::mla_row_class(kiln::kMlaKernelMmaSync, 128, 2, false) == kiln::mla_row_class(kiln::kMlaKernelMmaSync, 1, 1, false));
 }
 
 TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace bound", "[unit]") {
