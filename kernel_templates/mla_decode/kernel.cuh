@@ -31,8 +31,8 @@ constexpr bool kMlaSm90a = false;
 template <int kRowClass, bool kFp8, int kKernel, int kPrecision>
 constexpr MlaVariant kMlaCompiledVariant = mla_variant(kKernel, kRowClass, 1, kFp8, mla_split_p(kFp8, kPrecision), kMlaSm90a);
 
-// kRowClass: mla_row_class(kernel, H, SQ, fp8); H and SQ come in the parameters.
-template <int kRowClass, int kPageSize, bool kPacked, bool kFp8, bool kCausal, int kKernel, int kPrecision>
+// kRowClass: mla_row_class(kernel, H, SQ, fp8); H, SQ and the mask come in the parameters.
+template <int kRowClass, int kPageSize, bool kPacked, bool kFp8, int kKernel, int kPrecision>
 __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kRowClass, kFp8, kKernel, kPrecision>, kFp8), 1)
     mla_decode_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kRowCl
     mla_for_each_piece<kThreads, kMlaKvTileTokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
       if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-      mla_kv_piece<kPageSize, kCausal, kV.kv_rows, kV.kv_warpgroups, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+      mla_kv_piece<kPageSize, kV.kv_rows, kV.kv_warpgroups, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
     });
   } else if constexpr (kV.wgmma && kFp8) {
     static_assert(kV.wgmma && kMlaSm90a, "the wgmma MLA kernel needs sm_90a");
@@ -98,14 +98,14 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kRowCl
       setmaxnreg_dec<kMlaWgFp8ProducerRegs>();
       mla_for_each_piece<kThreads, kMlaWgTileTokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
         if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-        mla_wgmma_fp8_producer<kPageSize, kCausal>(p, base, pc, row0, st);
+        mla_wgmma_fp8_producer<kPageSize>(p, base, pc, row0, st);
       });
     } else {
       setmaxnreg_inc<kMlaWgFp8ConsumerRegs>();
       mla_for_each_piece<kThreads, kMlaWgTileTokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
         record(pc);
         if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-        mla_wgmma_fp8_consumer<kCausal>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+        mla_wgmma_fp8_consumer(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
       });
     }
   } else if constexpr (kSeesaw) {
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kRowCl
     mla_for_each_piece<kThreads, 2 * kMlaWgTileTokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
       record(pc);
       if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
-      mla_seesaw_piece<kPageSize, kCausal, kTmaCtas, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
+      mla_seesaw_piece<kPageSize, kTmaCtas, kSplitP>(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);
     });
     // The peer's last releases arrive on this CTA's barriers: it stays until both are done.
     if constexpr (kTmaCtas == 2) cluster_sync();
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kRowCl
       record(pc);
       if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as above
       __syncthreads();                          // the previous piece is done with shared memory
-      mla_mma_piece<kPageSize, kFp8, kCausal, kV.tile.row_groups, kV.tile.col_groups,
+      mla_mma_piece<kPageSize, kFp8, kV.tile.row_groups, kV.tile.col_groups,
                     kV.tile.tile_tokens, kV.tile.stages, kSplitP>(p, smem, pc, row0, pc.whole ? -1 : pc.b + part);
     });
   }

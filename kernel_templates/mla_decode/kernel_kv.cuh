@@ -105,7 +105,7 @@ __device__ __forceinline__ void mla_kv_pv(float (&o)[kMb][kStacked ? kN : kN / 2
 // Rows [row0, row0 + kN) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
 // `base`: the 1024-byte-aligned shared-memory base. Warpgroup 0 loads, computes S and the softmax;
 // with two warpgroups (kN = 32) each adds P V over half of V's column blocks.
-template <int kPageSize, bool kCausal, int kN, int kWgs, bool kSplitP>
+template <int kPageSize, int kN, int kWgs, bool kSplitP>
 __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                              int slot, MlaWgState& st) {
   static_assert(kN == 16 || kN == 32, "the KV-on-M kernel takes 16 or 32 query rows");
@@ -134,7 +134,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   const int tok_lo = 16 * warp + g;  // tile tokens of this thread: tok_lo and tok_lo + 8
   const int mb0 = wg * kMb;
 
-  const MlaPieceRows pv = mla_piece_rows<kCausal, kN, kMlaKvTileTokens>(piece, row0, p.heads);
+  const MlaPieceRows pv = mla_piece_rows<kN, kMlaKvTileTokens>(p, piece, row0);
 
   const u32 q_smem = base + kL.q_offset;
   const u32 stage_smem = base + kL.stage_offset;
@@ -208,10 +208,10 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
         load_tile(1, pages, (tile0 + 1u) & 1u);
       }
 
-      int lim[kCols];  // last visible token of each of this thread's columns
+      int last[kCols];  // last visible token of each of this thread's columns
 #pragma unroll
       for (int k = 0; k < kCols; ++k) {
-        lim[k] = mla_causal_limit<kCausal>(pv, row0 + 8 * (k >> 1) + 2 * c4 + (k & 1));
+        last[k] = mla_row_last(pv, row0 + 8 * (k >> 1) + 2 * c4 + (k & 1));
       }
       const float scale = p.scale_log2;
       // P^T stores: column c (row of P^T), tokens tok_lo / tok_lo + 8 = chunks 2 w / 2 w + 1, element g.
@@ -241,9 +241,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
         for (int i = 0; i < kRegs; ++i) {
           const int k = 2 * (i >> 2) + (i & 1);
           const int t = t_lo + 8 * ((i >> 1) & 1);
-          bool ok = t < pv.t1;
-          if constexpr (kCausal) ok = ok && t <= lim[k];
-          s[i] = ok ? s[i] * scale : neg_inf();
+          s[i] = t <= last[k] ? s[i] * scale : neg_inf();
           mx[k] = (i >> 1) & 1 ? fmaxf(mx[k], s[i]) : s[i];
         }
 #pragma unroll

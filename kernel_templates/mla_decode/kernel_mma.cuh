@@ -55,7 +55,7 @@ __device__ __forceinline__ u32 pack_p(float lo, float hi) {
 
 // Rows [row0, row0 + 16 * kRowGroups) of `piece`; slot < 0: the piece is the whole request, write
 // `out`; else write the normalised partial O and its LSE to `slot`.
-template <int kPageSize, bool kFp8, bool kCausal, int kRowGroups, int kColGroups,
+template <int kPageSize, bool kFp8, int kRowGroups, int kColGroups,
           int kTileTokens, int kStages, bool kSplitP>
 __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned char* smem, const MlaPiece& piece,
                                               int row0, int slot) {
@@ -96,7 +96,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   const int cg = warp % kColGroups;
   const int g = lane >> 2;
   const int q4 = lane & 3;
-  const MlaPieceRows pv = mla_piece_rows<kCausal, kRows, kTileTokens>(piece, row0, p.heads);
+  const MlaPieceRows pv = mla_piece_rows<kRows, kTileTokens>(p, piece, row0);
 
   const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
   const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
@@ -179,8 +179,8 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   const u32 red_sum = sbase + kLayout.red_sum_offset;
   const int row_lo = rg * 16 + g;  // tile-local rows of this thread: row_lo and row_lo + 8
 
-  const int lim_lo = mla_causal_limit<kCausal>(pv, row0 + row_lo);
-  const int lim_hi = mla_causal_limit<kCausal>(pv, row0 + row_lo + 8);
+  const int last_lo = mla_row_last(pv, row0 + row_lo);
+  const int last_hi = mla_row_last(pv, row0 + row_lo + 8);
   const float scale = p.scale_log2;
 
   float o[kOT][4];
@@ -259,9 +259,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int t = tile_t0 + j * 8 + (e & 1);
-        bool ok = t < pv.t1;
-        if constexpr (kCausal) ok = ok && t <= (e < 2 ? lim_lo : lim_hi);
-        const float x = ok ? s[j][e] * scale : neg_inf();
+        const float x = t <= (e < 2 ? last_lo : last_hi) ? s[j][e] * scale : neg_inf();
         s[j][e] = x;
         if (e < 2) mx_lo = fmaxf(mx_lo, x);
         else mx_hi = fmaxf(mx_hi, x);

@@ -281,14 +281,14 @@ __device__ __forceinline__ void mla_seesaw_p(const float (&s)[32], float muse_lo
 // it, P into registers and the shared tiles (mla_seesaw_p), and publish the new max at `slot` for
 // the other warpgroup. step_lo / step_hi get the rows' factors for O and l, sum_lo / sum_hi P's row
 // sums.
-template <bool kCausal, bool kSplitP>
-__device__ __forceinline__ void mla_seesaw_softmax(float (&s)[32], int tok_base, int t1, int lim_lo, int lim_hi, float scale,
+template <bool kSplitP>
+__device__ __forceinline__ void mla_seesaw_softmax(float (&s)[32], int tok_base, int last_lo, int last_hi, float scale,
                                                    float& m_lo, float& m_hi, u32 (&pa)[4][4], u32 p_smem, u32 lo_smem,
                                                    u32 p_row_lo, u32 p_row_hi, int g, int c4, int r_lo, int r_hi, u32 slot,
                                                    OnlineSoftmaxStep& step_lo, OnlineSoftmaxStep& step_hi, float& sum_lo,
                                                    float& sum_hi) {
   float mx_lo, mx_hi;
-  mla_wg_mask_max<kCausal>(s, tok_base, t1, lim_lo, lim_hi, scale, mx_lo, mx_hi);
+  mla_wg_mask_max(s, tok_base, last_lo, last_hi, scale, mx_lo, mx_hi);
   step_lo = online_softmax_step(m_lo, mx_lo);
   step_hi = online_softmax_step(m_hi, mx_hi);
   mla_seesaw_p<kSplitP>(s, step_lo.m_use, step_hi.m_use, pa, p_smem, lo_smem, p_row_lo, p_row_hi, g, sum_lo, sum_hi);
@@ -367,7 +367,7 @@ __device__ __forceinline__ void mla_seesaw_init_barriers(u32 base) {
 // Rows [row0, row0 + 64) of `piece`; slot < 0: write `out`, else the partial O and LSE at `slot`.
 // kTmaCtas: 0 loads with cp.async, 1 with TMA, 2 with TMA in a cluster pair (row tiles 2c and 2c + 1)
 // that shares every KV tile.
-template <int kPageSize, bool kCausal, int kTmaCtas, bool kSplitP>
+template <int kPageSize, int kTmaCtas, bool kSplitP>
 __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 base, const MlaPiece& piece, int row0,
                                                  int slot, MlaWgState& st) {
   constexpr int kRowBytes = kMlaDimQk * 2;
@@ -383,11 +383,11 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
   const int r_lo = 16 * warp + g;
   const int r_hi = r_lo + 8;
 
-  // A cluster pair walks the same tiles: with kCausal both cut the range where the pair's last row does.
+  // A cluster pair walks the same tiles: with the causal mask both cut the range where the pair's last row does.
   constexpr int kPairRows = kMlaKvTmaCluster * kMlaWgRows;
   const MlaPieceRows pv = kTmaCtas == 2
-                              ? mla_piece_rows<kCausal, kPairRows, kMlaWgTileTokens>(piece, row0 - row0 % kPairRows, p.heads)
-                              : mla_piece_rows<kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, p.heads);
+                              ? mla_piece_rows<kPairRows, kMlaWgTileTokens>(p, piece, row0 - row0 % kPairRows)
+                              : mla_piece_rows<kMlaWgRows, kMlaWgTileTokens>(p, piece, row0);
   const int n_pairs = (pv.n_tiles + 1) / 2;
 
   const u32 q_smem = base + kMlaWgQOffset;
@@ -439,8 +439,8 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
       }
     }
 
-    const int lim_lo = mla_causal_limit<kCausal>(pv, row0 + r_lo);
-    const int lim_hi = mla_causal_limit<kCausal>(pv, row0 + r_hi);
+    const int last_lo = mla_row_last(pv, row0 + r_lo);
+    const int last_hi = mla_row_last(pv, row0 + r_hi);
     const float scale = p.scale_log2;
     const u32 p_row_lo = r_lo * 128 + 4 * c4;
     const u32 p_row_hi = r_hi * 128 + 4 * c4;
@@ -489,7 +489,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         loads.prepare(2 * k + 2);  // the refill's block-table reads, off the issue path
         wgmma_wait<0>();
         wgmma_fence_operand(s);
-        mla_seesaw_softmax<kCausal, kSplitP>(s, pv.t0 + 2 * k * kMlaWgTileTokens + 2 * c4, pv.t1, lim_lo, lim_hi, scale, m_lo,
+        mla_seesaw_softmax<kSplitP>(s, pv.t0 + 2 * k * kMlaWgTileTokens + 2 * c4, last_lo, last_hi, scale, m_lo,
                                              m_hi, pa, own_p, own_lo, p_row_lo, p_row_hi, g, c4, r_lo, r_hi, m_slot0, step_lo,
                                              step_hi, sum_lo, sum_hi);
         named_barrier_sync(kMlaBarSeesawM0, kMlaWgThreads);
@@ -530,7 +530,7 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         wgmma_fence_operand(s);
         mla_wg_rescale(o, l_lo, l_hi, a_lo, a_hi, 0.f, 0.f);
         mla_seesaw_pv_ss<kSplitP>(o, dp_other, dlo_other, dv_other);
-        mla_seesaw_softmax<kCausal, kSplitP>(s, pv.t0 + (2 * k + 1) * kMlaWgTileTokens + 2 * c4, pv.t1, lim_lo, lim_hi, scale, m_lo,
+        mla_seesaw_softmax<kSplitP>(s, pv.t0 + (2 * k + 1) * kMlaWgTileTokens + 2 * c4, last_lo, last_hi, scale, m_lo,
                                              m_hi, pa, own_p, own_lo, p_row_lo, p_row_hi, g, c4, r_lo, r_hi, m_slot1, step_lo,
                                              step_hi, sum_lo, sum_hi);
         named_barrier_sync(kMlaBarSeesawM1, kMlaWgThreads);

@@ -93,7 +93,7 @@ __device__ __forceinline__ void mla_fp8_store_f16(u32 tile, int row0, int chunk0
 }
 
 // The producer warpgroup's share of rows [row0, row0 + 64) of `piece`.
-template <int kPageSize, bool kCausal>
+template <int kPageSize>
 __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p, u32 base, const MlaPiece& piece,
                                                        int row0, MlaWgState& st) {
   static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
@@ -105,7 +105,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_producer(const MlaDecodeParams& p,
 
   // Every thread is done with the previous piece's Q and stages.
   named_barrier_sync(kMlaBarPiece, kMlaWgFp8Threads);
-  const MlaPieceRows pv = mla_piece_rows<kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, p.heads);
+  const MlaPieceRows pv = mla_piece_rows<kMlaWgRows, kMlaWgTileTokens>(p, piece, row0);
   if (pv.n_tiles == 0) return;
   const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
   const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
@@ -168,7 +168,6 @@ __device__ __forceinline__ void mla_fp8_store_p(const float (&s)[16], float muse
 }
 
 // The consumer warpgroups' share: slot < 0 writes `out`, else the partial O and LSE at `slot`.
-template <bool kCausal>
 __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p, u32 base, const MlaPiece& piece,
                                                        int row0, int slot, MlaWgState& st) {
   const int tid = threadIdx.x;
@@ -189,10 +188,10 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
 
   // Every thread is done with the previous piece's Q, stages, P and row sums.
   named_barrier_sync(kMlaBarPiece, kMlaWgFp8Threads);
-  const MlaPieceRows pv = mla_piece_rows<kCausal, kMlaWgRows, kMlaWgTileTokens>(piece, row0, p.heads);
+  const MlaPieceRows pv = mla_piece_rows<kMlaWgRows, kMlaWgTileTokens>(p, piece, row0);
   if (pv.n_tiles > 0) {
-    const int lim_lo = mla_causal_limit<kCausal>(pv, row0 + r_lo);
-    const int lim_hi = mla_causal_limit<kCausal>(pv, row0 + r_hi);
+    const int last_lo = mla_row_last(pv, row0 + r_lo);
+    const int last_hi = mla_row_last(pv, row0 + r_hi);
     const float scale = p.scale_log2;
     // P stores: row r, tokens 32 wg + 8 n + 2 c4 (+1): chunk 4 wg + n of the 64-token row.
     const u32 p_row_lo = r_lo * 128 + 4 * c4;
@@ -239,7 +238,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
 
       // ---- mask, scale, row max across the two warpgroups ----
       float muse_lo, muse_hi, alpha_lo, alpha_hi;
-      mla_wg_row_max<kCausal>(s, pv.t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, pv.t1, lim_lo, lim_hi, scale, sm.red, wg,
+      mla_wg_row_max(s, pv.t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, last_lo, last_hi, scale, sm.red, wg,
                               r_lo, r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
       float sum_lo, sum_hi;

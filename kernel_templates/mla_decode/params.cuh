@@ -93,6 +93,7 @@ struct MlaDecodeParams {
   int batch;
   int heads;                 // H: the decode kernel takes it here, not as a template argument (mla_row_class)
   int max_seq_len_q;         // SQ: each request's query rows in fixed mode, their bound when packed
+  bool causal;               // row i * H + h sees keys up to seq_len - q_len + i (mla_row_last)
   int num_parts;             // grid x; 1 = every request in one piece: `out` written directly
   int piece_cost;            // scheduling units charged per piece (see "Scheduling")
   float scale_log2;          // bmm1_scale * log2(e)

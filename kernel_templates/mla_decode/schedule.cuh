@@ -248,39 +248,45 @@ struct MlaPiece {
 };
 
 // What a kernel reads of its piece for rows [row0, row0 + kRows): the request's fields and the
-// kTileTokens-token tiles those rows see; t1 is cut at the last token the last row sees (with
-// kCausal no row of the tile sees past it).
+// kTileTokens-token tiles those rows see; t1 is cut at the last token the last row sees (with a
+// causal mask no row of the tile sees past it).
 struct MlaPieceRows {
   int b, tok0, q_len, heads, rows_b, seq_len;
+  bool causal;
   int t0, t1;  // tokens [t0, t1)
   int n_tiles;
 };
 
-template <bool kCausal, int kRows, int kTileTokens>
-__device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaPiece& piece, int row0, int heads) {
+// The mask is a run-time flag (MlaDecodeParams::causal): it moves each row's last visible token
+// (mla_row_last), set once per piece, and never adds work per tile.
+template <int kRows, int kTileTokens>
+__device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaDecodeParams& p, const MlaPiece& piece, int row0) {
   MlaPieceRows v;
   v.b = piece.b;
   v.tok0 = piece.r.tok0;
   v.q_len = piece.r.q_len;
-  v.heads = heads;
-  v.rows_b = v.q_len * heads;
+  v.heads = p.heads;
+  v.rows_b = v.q_len * p.heads;
   v.seq_len = piece.r.seq_len;
+  v.causal = p.causal;
   v.t0 = piece.t0;
   v.t1 = piece.t1;
-  if constexpr (kCausal) {
+  if (v.causal) {
     const int last_row = (row0 + kRows < v.rows_b ? row0 + kRows : v.rows_b) - 1;
-    const int vis_end = v.seq_len - v.q_len + last_row / heads + 1;
+    const int vis_end = v.seq_len - v.q_len + last_row / v.heads + 1;
     if (vis_end < v.t1) v.t1 = vis_end > v.t0 ? vis_end : v.t0;
   }
   v.n_tiles = (v.t1 - v.t0 + kTileTokens - 1) / kTileTokens;
   return v;
 }
 
-// The last token row `row` of the request may see; no limit without kCausal.
-template <bool kCausal>
-__device__ __forceinline__ int mla_causal_limit(const MlaPieceRows& v, int row) {
-  if constexpr (kCausal) return v.seq_len - v.q_len + row / v.heads;
-  return 0x7fffffff;
+// The last token of the piece that row `row` of the request sees: the piece's end, and with the
+// causal mask the row's own limit. A token t is visible iff t <= this.
+__device__ __forceinline__ int mla_row_last(const MlaPieceRows& v, int row) {
+  const int last = v.t1 - 1;
+  if (!v.causal) return last;
+  const int lim = v.seq_len - v.q_len + row / v.heads;
+  return lim < last ? lim : last;
 }
 
 // Calls fn(piece) for each piece of `part`, in request order. Every thread of the CTA runs the same

@@ -105,18 +105,16 @@ struct MlaTileLoader {
 
 // Masks and scales kN of a warpgroup's S registers (register i: token tok_base + 8 (i / 4) + i % 2,
 // row r_hi when (i / 2) % 2 else r_lo) and returns each row's max over this thread's quad.
-template <bool kCausal, int kN>
-__device__ __forceinline__ void mla_wg_mask_max(float (&s)[kN], int tok_base, int t1, int lim_lo, int lim_hi,
-                                                float scale, float& mx_lo, float& mx_hi) {
+template <int kN>
+__device__ __forceinline__ void mla_wg_mask_max(float (&s)[kN], int tok_base, int last_lo, int last_hi, float scale,
+                                                float& mx_lo, float& mx_hi) {
   mx_lo = neg_inf();
   mx_hi = neg_inf();
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     const int t = tok_base + 8 * (i >> 2) + (i & 1);
     const bool hi = (i >> 1) & 1;
-    bool ok = t < t1;
-    if constexpr (kCausal) ok = ok && t <= (hi ? lim_hi : lim_lo);
-    const float x = ok ? s[i] * scale : neg_inf();
+    const float x = t <= (hi ? last_hi : last_lo) ? s[i] * scale : neg_inf();
     s[i] = x;
     if (hi) mx_hi = fmaxf(mx_hi, x);
     else mx_lo = fmaxf(mx_lo, x);
@@ -129,12 +127,11 @@ __device__ __forceinline__ void mla_wg_mask_max(float (&s)[kN], int tok_base, in
 // max over both warpgroups' tokens (through `red` and kMlaBarRowExchange) and moves the running max m.
 // muse: the max to subtract (0 while a row has seen nothing, so exp2 gives 0, not NaN); alpha: the
 // factor for O and l.
-template <bool kCausal>
-__device__ __forceinline__ void mla_wg_row_max(float (&s)[16], int tok_base, int t1, int lim_lo, int lim_hi, float scale,
+__device__ __forceinline__ void mla_wg_row_max(float (&s)[16], int tok_base, int last_lo, int last_hi, float scale,
                                                u32 red, int wg, int r_lo, int r_hi, int c4, float& m_lo, float& m_hi,
                                                float& muse_lo, float& muse_hi, float& alpha_lo, float& alpha_hi) {
   float mx_lo, mx_hi;
-  mla_wg_mask_max<kCausal>(s, tok_base, t1, lim_lo, lim_hi, scale, mx_lo, mx_hi);
+  mla_wg_mask_max(s, tok_base, last_lo, last_hi, scale, mx_lo, mx_hi);
   if (c4 == 0) {
     sts_f32(red + (wg * 64 + r_lo) * 4, mx_lo);
     sts_f32(red + (wg * 64 + r_hi) * 4, mx_hi);

@@ -12,12 +12,10 @@ namespace {
 // The decode kernel alone (kMlaDecodeEntry); its combine is the companion key's module.
 // The kernel variant is a pure function of the policy and the target arch (the device code picks it
 // from the arch it is compiled for), so it needs no field of its own in the semantic key.
-// With one query row per request the causal limit is the request's last key, which is where the
-// dense mask stops too: a causal key names the dense kernel, so both keys share one cubin (one
-// compile, one cache entry) and skip the limit arithmetic.
-KernelSource render(const MlaDecodePolicy& policy) {
-  MlaDecodePolicy p = policy;
-  if (p.max_seq_len_q == 1) p.mask = MaskType::kDense;
+// Heads, query rows and the mask are run-time values of the kernel (decode_kernel_name renders what
+// its machine code depends on), so keys that differ only in them share one cubin: one compile, one
+// cache entry.
+KernelSource render(const MlaDecodePolicy& p) {
   return KernelSource{"#include \"mla_decode/kernel.cuh\"\n", {decode_kernel_name(p)}};
 }
 

@@ -1,5 +1,7 @@
 #include "kiln/runtime/mla_decode/planner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 
@@ -128,11 +130,9 @@ MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& devic
 
 std::string decode_kernel_name(const MlaDecodePolicy& policy) {
   policy.validate();
-  auto b = [](bool v) { return v ? std::string("true") : std::string("false"); };
-  return "kiln::mla_decode_kernel<" + std::to_string(mla_row_class(static_cast<int>(policy.kernel), policy.heads, policy.max_seq_len_q, policy.fp8())) + ", " +
-         std::to_string(policy.page_size) + ", " + b(policy.packed) + ", " + b(policy.fp8()) + ", " + b(policy.causal()) +
-         ", " + std::to_string(static_cast<int>(policy.kernel)) + ", " + std::to_string(static_cast<int>(policy.precision)) +
-         ">";
+  const int row_class = mla_row_class(static_cast<int>(policy.kernel), policy.heads, policy.max_seq_len_q, policy.fp8());
+  return fmt::format("kiln::mla_decode_kernel<{}, {}, {}, {}, {}, {}>", row_class, policy.page_size, policy.packed,
+                     policy.fp8(), static_cast<int>(policy.kernel), static_cast<int>(policy.precision));
 }
 
 std::string combine_kernel_name(const MlaCombinePolicy& policy, bool wide) {

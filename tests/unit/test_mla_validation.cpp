@@ -692,7 +692,7 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   CHECK(src.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(p));
   // H and SQ are run-time values. e4m3 pages compile one kernel for every row count; bf16 pages one
   // per row class (mla_row_class), here 128 rows: two 64-row tiles, a cluster pair.
-  CHECK_THAT(src.name_expressions[0], Catch::StartsWith("kiln::mla_decode_kernel<64, 64, false, true, false,"));
+  CHECK_THAT(src.name_expressions[0], Catch::StartsWith("kiln::mla_decode_kernel<64, 64, false, true,"));
   const auto name = [&](const kiln::mla::MlaDecodePolicy& q) { return f.render(q.key("sm_90a").policy()).name_expressions; };
   kiln::mla::MlaDecodePolicy other = p;
   other.heads = 16;
@@ -700,7 +700,7 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   CHECK(name(other) == src.name_expressions);
   kiln::mla::MlaDecodePolicy bf16 = p;
   bf16.dtype = DType::kBf16;
-  CHECK_THAT(name(bf16)[0], Catch::StartsWith("kiln::mla_decode_kernel<128, 64, false, false, false,"));
+  CHECK_THAT(name(bf16)[0], Catch::StartsWith("kiln::mla_decode_kernel<128, 64, false, false,"));
   other = bf16;
   other.heads = 128;
   other.max_seq_len_q = 1;
@@ -966,29 +966,26 @@ TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace boun
   CHECK(ws.total_bytes >= ws.o_offset + ws.o_bytes);
 }
 
-TEST_CASE("mla family: a causal key with one query row compiles the dense kernel (one cubin for both)", "[unit]") {
+TEST_CASE("mla family: keys that differ only in the mask share one cubin", "[unit]") {
   kiln::register_builtin_families();
   kiln::mla::MlaDecodePolicy dense;
   dense.heads = 128;
   dense.page_size = 64;
   dense.max_seq_len = 163840;
-  dense.max_seq_len_q = 1;
   dense.mask = MaskType::kDense;
   kiln::mla::MlaDecodePolicy causal = dense;
   causal.mask = MaskType::kCausal;
-  for (const bool packed : {false, true}) {
-    dense.packed = causal.packed = packed;
-    CHECK(causal.key("sm_90a") != dense.key("sm_90a"));  // the keys stay what the engine asked for
-    CHECK(causal.fingerprint() != dense.fingerprint());
-    const kiln::BuildRequest a = kiln::make_build_request(dense.key("sm_90a"));
-    const kiln::BuildRequest b = kiln::make_build_request(causal.key("sm_90a"));
-    CHECK(a.source.name_expressions == b.source.name_expressions);
-    CHECK(a.cache_key == b.cache_key);
+  for (const int sq : {1, 2}) {
+    for (const bool packed : {false, true}) {
+      dense.max_seq_len_q = causal.max_seq_len_q = sq;
+      dense.packed = causal.packed = packed;
+      CHECK(causal.key("sm_90a") != dense.key("sm_90a"));  // the keys stay what the engine asked for
+      CHECK(causal.fingerprint() != dense.fingerprint());
+      const kiln::BuildRequest a = kiln::make_build_request(dense.key("sm_90a"));
+      const kiln::BuildRequest b = kiln::make_build_request(causal.key("sm_90a"));
+      CHECK(b.source.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(causal));
+      CHECK(a.source.name_expressions == b.source.name_expressions);
+      CHECK(a.cache_key == b.cache_key);
+    }
   }
-  // From two query rows on, the causal limit cuts rows off: its own kernel.
-  dense.max_seq_len_q = causal.max_seq_len_q = 2;
-  const kiln::BuildRequest a = kiln::make_build_request(dense.key("sm_90a"));
-  const kiln::BuildRequest b = kiln::make_build_request(causal.key("sm_90a"));
-  CHECK(b.source.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(causal));
-  CHECK(a.cache_key != b.cache_key);
 }
