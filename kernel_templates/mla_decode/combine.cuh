@@ -1,6 +1,7 @@
 #pragma once
 // The combine of split MLA requests: its own module (family mla_combine), shared by every decode key
-// with the same heads, query rows and packing, whatever their dtype, mask or precision.
+// with the same packing (heads and query rows are run-time values), whatever their dtype, mask or
+// precision.
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
 #include "common/pdl.cuh"
