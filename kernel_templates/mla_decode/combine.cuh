@@ -1,7 +1,6 @@
 #pragma once
 // The combine of split MLA requests: its own module (family mla_combine), shared by every decode key
-// with the same packing (heads and query rows are run-time values), whatever their dtype, mask or
-// precision.
+// with the same heads, query rows and packing, whatever their dtype, mask or precision.
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
 #include "common/pdl.cuh"
@@ -59,17 +58,17 @@ __device__ __forceinline__ void mla_combine_wait() {
 
 // Where the combine of (row, request b) reads: the request's rows and its split record. Returns
 // false when the CTA has nothing to do (a row past the request's, or an unsplit request).
-template <bool kPacked>
+template <int kHeads, int kMaxSeqLenQ, bool kPacked>
 __device__ __forceinline__ bool mla_combine_begin(const MlaDecodeParams& p, int b, int row, int& tok0, int& first, int& n) {
   int q_len;
   if constexpr (kPacked) {
     tok0 = load_i32(p.qo_indptr, b);
     q_len = load_i32(p.qo_indptr, b + 1) - tok0;
   } else {
-    tok0 = b * p.max_seq_len_q;
-    q_len = p.max_seq_len_q;
+    tok0 = b * kMaxSeqLenQ;
+    q_len = kMaxSeqLenQ;
   }
-  if (row >= q_len * p.heads) return false;
+  if (row >= q_len * kHeads) return false;
   const int* meta = static_cast<const int*>(p.split_meta) + 2 * b;
   first = ld_s32(meta);
   n = ld_s32(meta + 1);
@@ -120,7 +119,7 @@ __device__ __forceinline__ void mla_combine_accumulate(const float* o, long long
 }
 
 // The warps' sums meet in shared memory; thread t writes columns 2 t and 2 t + 1.
-template <int kWarps>
+template <int kHeads, int kWarps>
 __device__ __forceinline__ void mla_combine_store(const MlaDecodeParams& p, float (&part_sum)[kWarps][kMlaDimV],
                                                   const float (&acc)[16], float wsum, int tok0, int row) {
   constexpr int kCols = kMlaDimV / (32 * kWarps);
@@ -141,27 +140,27 @@ __device__ __forceinline__ void mla_combine_store(const MlaDecodeParams& p, floa
     for (int c = 0; c < kCols; ++c) r[c] += part_sum[w2][col + c];
   }
   const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
-  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * p.heads + row) * kMlaDimV + col;
+  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col;
   *reinterpret_cast<u32*>(out) = pack_bf16x2(r[0] * inv, r[1] * inv);
 }
 
 // The combine of one row by one warp (p.combine_row_warps == 1): for requests in a few pieces, where
 // a warp holds all of a row's loads in flight at once and a CTA per row would spend its time starting
 // and stopping (an unsplit request's rows, which have nothing to merge, cost a CTA each there).
-template <bool kPacked>
+template <int kHeads, int kMaxSeqLenQ, bool kPacked>
 __device__ __forceinline__ void mla_combine_row_by_warp(const MlaDecodeParams& p, int b, int row) {
-  const int max_rows = mla_max_rows(p.heads, p.max_seq_len_q);
+  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
   const int lane = threadIdx.x & 31;
   int tok0, first, n;
-  if (!mla_combine_begin<kPacked>(p, b, row, tok0, first, n)) return;
+  if (!mla_combine_begin<kHeads, kMaxSeqLenQ, kPacked>(p, b, row, tok0, first, n)) return;
 
   const long long slot0 = static_cast<long long>(b) + first;
-  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * max_rows + row;
+  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
   float mx, wsum;
-  mla_combine_max_wsum(lse, n, max_rows, lane, mx, wsum);
+  mla_combine_max_wsum(lse, n, kMaxRows, lane, mx, wsum);
 
   float acc[16] = {};
-  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * max_rows + row) * kMlaDimV + 4 * lane;
+  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
   constexpr int kBatch = 4;
   for (int s0 = 0; s0 < n; s0 += kBatch) {
     int s[kBatch];
@@ -169,13 +168,13 @@ __device__ __forceinline__ void mla_combine_row_by_warp(const MlaDecodeParams& p
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       s[u] = s0 + u;
-      const float l = s[u] < n ? ld_f32(lse + s[u] * max_rows) : neg_inf();
+      const float l = s[u] < n ? ld_f32(lse + s[u] * kMaxRows) : neg_inf();
       ws[u] = mla_combine_weight(l, mx);
     }
-    mla_combine_accumulate<kBatch>(o, static_cast<long long>(max_rows) * kMlaDimV, s, ws, acc);
+    mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
   }
   const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
-  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * p.heads + row) * kMlaDimV + 4 * lane;
+  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + 4 * lane;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     uint2 packed;
@@ -190,19 +189,19 @@ __device__ __forceinline__ void mla_combine_row_by_warp(const MlaDecodeParams& p
 // 4 warps: with p.combine_row_warps == 1 a row per warp (above); else a row per CTA, each warp reading
 // the lse it needs per batch of pieces (from L1 after the first pass). Its piece loop is not
 // mla_combine_accumulate: in that form it ran 1.5-4% slower at B 8-64 on the H200 (NOTES.md).
-template <bool kPacked>
+template <int kHeads, int kMaxSeqLenQ, bool kPacked>
 __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
   constexpr int kWarps = kMlaCombineThreads / 32;
   static_assert(kWarps == 4 && kMlaDimV == 512, "four warps, 16 columns per lane");
-  const int max_rows = mla_max_rows(p.heads, p.max_seq_len_q);
+  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
   __shared__ __align__(16) float part_sum[kWarps][kMlaDimV];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int b = blockIdx.y;
   mla_combine_wait();
   if (p.combine_row_warps == 1) {  // CTA-uniform
-    mla_combine_row_by_warp<kPacked>(p, b, blockIdx.x * kMlaCombineRowsPerCta + warp);
+    mla_combine_row_by_warp<kHeads, kMaxSeqLenQ, kPacked>(p, b, blockIdx.x * kMlaCombineRowsPerCta + warp);
     return;
   }
   const int row = blockIdx.x;
@@ -211,10 +210,10 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
     tok0 = load_i32(p.qo_indptr, b);
     q_len = load_i32(p.qo_indptr, b + 1) - tok0;
   } else {
-    tok0 = b * p.max_seq_len_q;
-    q_len = p.max_seq_len_q;
+    tok0 = b * kMaxSeqLenQ;
+    q_len = kMaxSeqLenQ;
   }
-  if (row >= q_len * p.heads) return;  // CTA-uniform
+  if (row >= q_len * kHeads) return;  // CTA-uniform
 
   const int* meta = static_cast<const int*>(p.split_meta) + 2 * b;
   const int first = ld_s32(meta);
@@ -222,16 +221,16 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
   if (n <= 1) return;  // CTA-uniform
 
   const long long slot0 = static_cast<long long>(b) + first;
-  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * max_rows + row;
-  const long long slot_stride = static_cast<long long>(max_rows) * kMlaDimV;
+  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
+  constexpr long long kSlotStride = static_cast<long long>(kMaxRows) * kMlaDimV;
   // Every warp finds the max and the weight sum over all pieces (n is small: one lse per piece).
   float mx, wsum;
-  mla_combine_max_wsum(lse, n, max_rows, lane, mx, wsum);
+  mla_combine_max_wsum(lse, n, kMaxRows, lane, mx, wsum);
 
   float acc[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) acc[i] = 0.f;
-  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * max_rows + row) * kMlaDimV + 4 * lane;
+  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
   constexpr int kBatch = 4;
   for (int s0 = warp; s0 < n; s0 += kWarps * kBatch) {
     float w[kBatch];
@@ -239,10 +238,10 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int s = s0 + u * kWarps;
-      const float l = s < n ? ld_f32(lse + s * max_rows) : neg_inf();
+      const float l = s < n ? ld_f32(lse + s * kMaxRows) : neg_inf();
       w[u] = mla_combine_weight(l, mx);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) v[u][k] = ld128_if(o + s * slot_stride + 128 * k, w[u] > 0.f);
+      for (int k = 0; k < 4; ++k) v[u][k] = ld128_if(o + s * kSlotStride + 128 * k, w[u] > 0.f);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
@@ -273,7 +272,7 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
     r[3] += x.w;
   }
   const float inv = wsum > 0.f ? p.out_scale / wsum : 0.f;
-  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * p.heads + row) * kMlaDimV + col;
+  u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(tok0) * kHeads + row) * kMlaDimV + col;
   uint2 packed;
   packed.x = pack_bf16x2(r[0] * inv, r[1] * inv);
   packed.y = pack_bf16x2(r[2] * inv, r[3] * inv);
@@ -282,7 +281,7 @@ __global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const _
 
 // 8 warps: lane l reads the lse of pieces l, l + 32, l + 64 once, so every weight is in a register
 // before any O load.
-template <bool kPacked>
+template <int kHeads, int kMaxSeqLenQ, bool kPacked>
 __global__ void __launch_bounds__(kMlaCombineWideThreads, 2) mla_combine_wide_kernel(const __grid_constant__ MlaDecodeParams p) {
   using namespace mla_detail;
   constexpr int kWarps = kMlaCombineWideThreads / 32;
@@ -291,7 +290,7 @@ __global__ void __launch_bounds__(kMlaCombineWideThreads, 2) mla_combine_wide_ke
   // kMlaMaxPieces; a start inside a part adds one).
   constexpr int kLsePerLane = (kMlaMaxPieces + 1 + 31) / 32;
   static_assert(kLsePerLane == 3, "the weight registers below are w[0..2]");
-  const int max_rows = mla_max_rows(p.heads, p.max_seq_len_q);
+  constexpr int kMaxRows = mla_max_rows(kHeads, kMaxSeqLenQ);
   __shared__ __align__(16) float part_sum[kWarps][kMlaDimV];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -299,16 +298,16 @@ __global__ void __launch_bounds__(kMlaCombineWideThreads, 2) mla_combine_wide_ke
   const int row = blockIdx.x;
   mla_combine_wait();
   int tok0, first, n;
-  if (!mla_combine_begin<kPacked>(p, b, row, tok0, first, n)) return;  // CTA-uniform
+  if (!mla_combine_begin<kHeads, kMaxSeqLenQ, kPacked>(p, b, row, tok0, first, n)) return;  // CTA-uniform
 
   const long long slot0 = static_cast<long long>(b) + first;
-  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * max_rows + row;
+  const float* lse = static_cast<const float*>(p.lse_partial) + slot0 * kMaxRows + row;
   float w[kLsePerLane];
   float mx = neg_inf();
 #pragma unroll
   for (int k = 0; k < kLsePerLane; ++k) {
     const int s = lane + 32 * k;
-    w[k] = s < n ? ld_f32(lse + s * max_rows) : neg_inf();
+    w[k] = s < n ? ld_f32(lse + s * kMaxRows) : neg_inf();
     mx = fmaxf(mx, w[k]);
   }
 #pragma unroll
@@ -323,7 +322,7 @@ __global__ void __launch_bounds__(kMlaCombineWideThreads, 2) mla_combine_wide_ke
   for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
 
   float acc[16] = {};
-  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * max_rows + row) * kMlaDimV + 4 * lane;
+  const float* o = static_cast<const float*>(p.o_partial) + (slot0 * kMaxRows + row) * kMlaDimV + 4 * lane;
   constexpr int kBatch = 4;
   for (int s0 = warp; s0 < n; s0 += kWarps * kBatch) {
     int s[kBatch];
@@ -335,9 +334,9 @@ __global__ void __launch_bounds__(kMlaCombineWideThreads, 2) mla_combine_wide_ke
       const float wt = __shfl_sync(0xffffffffu, mine, s[u] & 31);
       ws[u] = s[u] < n ? wt : 0.f;
     }
-    mla_combine_accumulate<kBatch>(o, static_cast<long long>(max_rows) * kMlaDimV, s, ws, acc);
+    mla_combine_accumulate<kBatch>(o, static_cast<long long>(kMaxRows) * kMlaDimV, s, ws, acc);
   }
-  mla_combine_store<kWarps>(p, part_sum, acc, wsum, tok0, row);
+  mla_combine_store<kHeads, kWarps>(p, part_sum, acc, wsum, tok0, row);
 }
 
 #endif  // __CUDACC__

@@ -137,9 +137,8 @@ std::string decode_kernel_name(const MlaDecodePolicy& policy) {
 
 std::string combine_kernel_name(const MlaCombinePolicy& policy, bool wide) {
   policy.validate();
-  std::string name = wide ? "kiln::mla_combine_wide_kernel<" : "kiln::mla_combine_kernel<";
-  name += policy.packed ? "true>" : "false>";
-  return name;
+  return fmt::format("kiln::{}<{}, {}, {}>", wide ? "mla_combine_wide_kernel" : "mla_combine_kernel", policy.heads,
+                     policy.max_seq_len_q, policy.packed);
 }
 
 }  // namespace kiln::mla

@@ -709,8 +709,7 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   CHECK(name(other) == name(bf16));
   other.heads = 96;  // 192 rows: three tiles, no pairs
   CHECK(name(other) != name(bf16));
-  // The combine is the companion key's module, named by packed only (heads and max_seq_len_q are
-  // run-time values), so every companion of one packing shares it.
+  // The combine is the companion key's module: heads, max_seq_len_q and packed, nothing else.
   const kiln::mla::MlaCombinePolicy cp{p.heads, p.max_seq_len_q, p.packed};
   const std::vector<kiln::SemanticKey> companions = kiln::companion_keys(key);
   REQUIRE(companions.size() == 1);
@@ -722,8 +721,8 @@ TEST_CASE("mla_decode family: policy canonicalisation, keys and rendered names",
   REQUIRE(combine.name_expressions.size() == 2);
   CHECK(combine.name_expressions[kiln::kMlaCombineEntry] == kiln::mla::combine_kernel_name(cp));
   CHECK(combine.name_expressions[kiln::kMlaCombineWideEntry] == kiln::mla::combine_kernel_name(cp, true));
-  CHECK(combine.name_expressions[0] == "kiln::mla_combine_kernel<false>");
-  CHECK(combine.name_expressions[1] == "kiln::mla_combine_wide_kernel<false>");
+  CHECK(combine.name_expressions[0] == "kiln::mla_combine_kernel<64, 2, false>");
+  CHECK(combine.name_expressions[1] == "kiln::mla_combine_wide_kernel<64, 2, false>");
   try {
     kiln::mla::MlaCombinePolicy{0, 1, false}.validate();
     FAIL("heads 0 accepted");
