@@ -13,7 +13,6 @@ struct Nvfp4WriterParams {
   const int* slot_mapping;   // append: destination slot per row; pack: null (row i -> slot i)
   long long num_slots;       // pages * page_size; slots outside [0, num_slots) are skipped
   int num_rows;
-  int page_size;             // tokens per page (1..1024): a run-time value, so one module serves every page size
 };
 
 }  // namespace kiln

@@ -19,12 +19,11 @@ namespace {
 constexpr int kMaxPageSize = 1024;
 
 // pack: one entry. append: the scan, claim and write kernels (kWriterAppend*Entry order).
-// The page size is a run-time value of the kernels (Nvfp4WriterParams::page_size), so the keys of one
-// op and arch share one module: one compile, one cache entry.
 KernelSource render(const WriterPolicy& p) {
-  if (p.op == WriterOp::kPack) return KernelSource{"#include \"nvfp4_writer/pack.cuh\"\n", {"kiln::nvfp4_pack_kernel"}};
-  return KernelSource{"#include \"nvfp4_writer/append.cuh\"\n",
-                      {"kiln::nvfp4_append_scan_kernel", "kiln::nvfp4_append_claim_kernel", "kiln::nvfp4_append_write_kernel"}};
+  if (p.op == WriterOp::kPack) return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n", {fmt::format("kiln::nvfp4_pack_kernel<{}>", p.page_size)}};
+  return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n",
+                      {fmt::format("kiln::nvfp4_append_scan_kernel<{}>", p.page_size), fmt::format("kiln::nvfp4_append_claim_kernel<{}>", p.page_size),
+                       fmt::format("kiln::nvfp4_append_write_kernel<{}>", p.page_size)}};
 }
 
 const PolicySchema<WriterPolicy>& schema() {
@@ -77,7 +76,7 @@ void pack(const TensorView& latent, const TensorView& cache, CUstream stream, Ke
   on.check(latent, "latent");
   on.check(cache, "cache");
   const Nvfp4WriterParams params{latent.data, latent.stride(1), cache.data, g.page_stride, nullptr, rows,
-                                 static_cast<int>(rows), static_cast<int>(g.page_size)};
+                                 static_cast<int>(rows)};
   launch(acquire(service, WriterPolicy{WriterOp::kPack, static_cast<int>(g.page_size)}, stream, on.device()), writer_row_warps(params.num_rows, kWriterRowsPerWarp), params, stream);
 }
 
@@ -102,7 +101,7 @@ void append(const TensorView& rows, const TensorView& slot_mapping, const Tensor
   on.check(cache, "cache");
   const Nvfp4WriterParams params{rows.data, rows.stride(0), cache.data, g.page_stride,
                                  static_cast<const int*>(slot_mapping.data), g.pages * g.page_size,
-                                 static_cast<int>(rows.size(0)), static_cast<int>(g.page_size)};
+                                 static_cast<int>(rows.size(0))};
   launch_writer_append(acquire(service, WriterPolicy{WriterOp::kAppend, static_cast<int>(g.page_size)}, stream, on.device()), &params, params.num_rows, stream);
 }
 

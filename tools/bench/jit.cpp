@@ -311,7 +311,7 @@ json launch_overheads(const std::string& base) {
     const TensorView v_rows = TensorView::contiguous(ptr(rows), DType::kBf16, {1, 512});
     const TensorView v_slots = TensorView::contiguous(ptr(slots), DType::kI32, {1});
     const TensorView v_cache = TensorView::contiguous(ptr(cache), DType::kU8, {1, 64, 384});
-    Nvfp4WriterParams params{ptr(rows), 512, ptr(cache), 64 * 384, reinterpret_cast<const int*>(ptr(slots)), 64, 1, 64};
+    Nvfp4WriterParams params{ptr(rows), 512, ptr(cache), 64 * 384, reinterpret_cast<const int*>(ptr(slots)), 64, 1};
     LaunchConfig lc;
     lc.block[0] = kWriterThreads;
     CUlaunchConfig bc = driver_launch_config(lc, stream);
