@@ -93,6 +93,7 @@ struct MlaDecodeParams {
   int batch;
   int heads;                 // H: the decode kernel takes it here, not as a template argument (mla_row_class)
   int max_seq_len_q;         // SQ: each request's query rows in fixed mode, their bound when packed
+  unsigned heads_recip;      // mla_heads_recip(heads)
   bool causal;               // row i * H + h sees keys up to seq_len - q_len + i (mla_row_last)
   int num_parts;             // grid x; 1 = every request in one piece: `out` written directly
   int piece_cost;            // scheduling units charged per piece (see "Scheduling")
@@ -125,6 +126,14 @@ struct MlaVariant {
 };
 
 KILN_MLA_HD constexpr int mla_max_rows(int heads, int max_seq_len_q) { return heads * max_seq_len_q; }
+
+// A row's query index, row / H, without an integer division (about 20 dependent instructions
+// at run-time H, on the path to a piece's first load): (row * (floor(2^31 / H) + 1)) >> 31 is exact
+// while row < 2^31 / H, and rows stay below 128 * 64 here.
+KILN_MLA_HD constexpr unsigned mla_heads_recip(int heads) { return (1u << 31) / static_cast<unsigned>(heads) + 1u; }
+KILN_MLA_HD constexpr int mla_query_of_row(int row, unsigned heads_recip) {
+  return static_cast<int>((static_cast<unsigned long long>(row) * heads_recip) >> 31);
+}
 
 // The mma.sync kernel's configuration on every arch: 16 rows, two stages, ~100 KB (fits sm_120's ~99 KB
 // per block; two CTAs per SM on sm_90a, so one CTA's barriers overlap the other's loads and MMAs).

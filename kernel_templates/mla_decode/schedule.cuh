@@ -251,7 +251,8 @@ struct MlaPiece {
 // kTileTokens-token tiles those rows see; t1 is cut at the last token the last row sees (with a
 // causal mask no row of the tile sees past it).
 struct MlaPieceRows {
-  int b, tok0, q_len, heads, rows_b, seq_len;
+  int b, tok0, q_len, rows_b, seq_len;
+  unsigned heads_recip;
   bool causal;
   int t0, t1;  // tokens [t0, t1)
   int n_tiles;
@@ -265,7 +266,7 @@ __device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaDecodeParams& p,
   v.b = piece.b;
   v.tok0 = piece.r.tok0;
   v.q_len = piece.r.q_len;
-  v.heads = p.heads;
+  v.heads_recip = p.heads_recip;
   v.rows_b = v.q_len * p.heads;
   v.seq_len = piece.r.seq_len;
   v.causal = p.causal;
@@ -273,7 +274,7 @@ __device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaDecodeParams& p,
   v.t1 = piece.t1;
   if (v.causal) {
     const int last_row = (row0 + kRows < v.rows_b ? row0 + kRows : v.rows_b) - 1;
-    const int vis_end = v.seq_len - v.q_len + last_row / v.heads + 1;
+    const int vis_end = v.seq_len - v.q_len + mla_query_of_row(last_row, v.heads_recip) + 1;
     if (vis_end < v.t1) v.t1 = vis_end > v.t0 ? vis_end : v.t0;
   }
   v.n_tiles = (v.t1 - v.t0 + kTileTokens - 1) / kTileTokens;
@@ -285,7 +286,7 @@ __device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaDecodeParams& p,
 __device__ __forceinline__ int mla_row_last(const MlaPieceRows& v, int row) {
   const int last = v.t1 - 1;
   if (!v.causal) return last;
-  const int lim = v.seq_len - v.q_len + row / v.heads;
+  const int lim = v.seq_len - v.q_len + mla_query_of_row(row, v.heads_recip);
   return lim < last ? lim : last;
 }
 

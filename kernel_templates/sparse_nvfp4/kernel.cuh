@@ -608,18 +608,20 @@ __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const flo
   for (int hr = 0; hr < 2; ++hr) {
     const int row = c.row0 + hr * 8 + c.g;
     const int head = head0 + row;
-    if (head >= p.heads) continue;  // warp-uniform: H is a multiple of 8
+    // The same for the whole warp (H is a multiple of 8), but a branch on it would put the stores'
+    // shuffles under divergent control flow: rows past H only skip their stores.
+    const bool in_range = head < p.heads;
     const float l = row_sum(red_l, row);
     const bool empty = !(l > 0.0f);
     float lse = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
     float factor = empty ? 0.0f : 1.0f / l;
-    if (!p.split && sink != nullptr) {
+    if (!p.split && sink != nullptr && in_range) {
       sparse_fold_sink(sink[head], empty, lse, factor);
     } else if (empty) {
       lse = p.split ? kSparseEmptySplitLse : neg_inf();
     }
     const long long out_row = (long long)t * p.heads + head;
-    const bool live = !(p.split && empty);  // mid_out of an empty split is never read
+    const bool live = in_range && !(p.split && empty);  // mid_out of an empty split is never read
     u16* dst = sparse_out_row(p, out_row, split);
     // Column groups nt and nt + 1 (nt even) are adjacent (out_dim): one pair store each.
 #pragma unroll
@@ -628,7 +630,7 @@ __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const flo
       st_quad_row_pairs(dst + out_dim(nt, c.warp, 0), 0, c.q4, pack_bf16x2(o[nt][2 * hr] * f, o[nt][2 * hr + 1] * f),
                         pack_bf16x2(o[nt + 1][2 * hr] * f, o[nt + 1][2 * hr + 1] * f), live);
     }
-    if (c.warp == 0 && c.q4 == 0) {
+    if (in_range && c.warp == 0 && c.q4 == 0) {
       if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
       else static_cast<float*>(p.out_lse)[out_row] = lse * p.lse_scale;
     }

@@ -517,13 +517,15 @@ __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head_lo + 8 * hr;
-    if (head >= p.heads) continue;  // warp-uniform: H is a multiple of 8
+    // The same for the whole warp (H is a multiple of 8), but a branch on it would put the stores'
+    // shuffles under divergent control flow: rows past H only skip their stores.
+    const bool in_range = head < p.heads;
     const long long out_row = (long long)t * p.heads + head;
-    if (q4 == 0) {
+    if (in_range && q4 == 0) {
       if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
       else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
     }
-    const bool live = !(p.split && empty[hr]);  // mid_out of an empty split is never read
+    const bool live = in_range && !(p.split && empty[hr]);  // mid_out of an empty split is never read
     u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
     const float f = factor[hr] * F::kNopeUndo;
 #pragma unroll
@@ -540,9 +542,9 @@ __device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head_lo + 8 * hr;
-    if (head >= p.heads) continue;  // warp-uniform: H is a multiple of 8
     float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
-    const bool live = !(f < 0.0f && p.split);  // mid_out of an empty split is never read
+    // Rows past H skip their stores, not the shuffles (as in wg0_write_rows).
+    const bool live = head < p.heads && !(f < 0.0f && p.split);  // mid_out of an empty split is never read
     if (f < 0.0f) f = 0.0f;
     const long long out_row = (long long)t * p.heads + head;
     u16* dst = sparse_detail::sparse_out_row(p, out_row, split);

@@ -360,6 +360,7 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   params.batch = problem.batch;
   params.heads = policy.heads;
   params.max_seq_len_q = policy.max_seq_len_q;
+  params.heads_recip = mla_heads_recip(policy.heads);
   params.causal = policy.causal();
   params.num_parts = p.num_parts;
   params.piece_cost = p.piece_cost;

@@ -803,6 +803,20 @@ TEST_CASE("mla row class: the same variant and TMA cluster as the heads and quer
   CHECK(kiln::mla_row_class(kiln::kMlaKernelMmaSync, 128, 2, false) == kiln::mla_row_class(kiln::kMlaKernelMmaSync, 1, 1, false));
 }
 
+// The kernels take a row's query index as a multiply and shift by mla_heads_recip(H); it must equal
+// row / H for every head count and every row a request can have.
+TEST_CASE("mla query of row: the reciprocal of H divides exactly over every H and row", "[unit]") {
+  for (int heads = 1; heads <= 128; ++heads) {
+    const unsigned recip = kiln::mla_heads_recip(heads);
+    int wrong = 0, first_wrong = -1;
+    for (int row = 0; row < heads * kiln::kMlaMaxSeqLenQ; ++row) {
+      if (kiln::mla_query_of_row(row, recip) != row / heads && wrong++ == 0) first_wrong = row;
+    }
+    INFO("H " << heads << ", first wrong row " << first_wrong);
+    REQUIRE(wrong == 0);
+  }
+}
+
 TEST_CASE("mla planner: kernel variant per arch, parts, geometry, workspace bound", "[unit]") {
   using kiln::mla::MlaDecodePolicy;
   const kiln::DeviceLimits h200{.sm_count = 132, .smem_per_sm = 233472, .smem_per_block_optin = 232448,

@@ -350,6 +350,7 @@ json launch_overheads(const std::string& base) {
     params.batch = 1;
     params.heads = policy.heads;
     params.max_seq_len_q = policy.max_seq_len_q;
+    params.heads_recip = mla_heads_recip(policy.heads);
     params.causal = policy.causal();
     params.num_parts = plan.num_parts;
     params.piece_cost = plan.piece_cost;
