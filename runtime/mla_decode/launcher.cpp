@@ -361,7 +361,9 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   params.heads = policy.heads;
   params.max_seq_len_q = policy.max_seq_len_q;
   params.heads_recip = mla_heads_recip(policy.heads);
-  params.causal = policy.causal();
+  // With one query row a request's causal limit is its last key, where every piece ends anyway: the
+  // kernel skips the limit's arithmetic.
+  params.causal = policy.causal() && policy.max_seq_len_q > 1;
   params.num_parts = p.num_parts;
   params.piece_cost = p.piece_cost;
   params.combine_row_warps = p.combine_row_warps;
