@@ -696,11 +696,11 @@ __device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, cons
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int head = head0 + c.row0 + hr * 8 + c.g;
-      if (head >= p.heads || (p.split && empty[hr])) continue;  // mid_out of an empty split is never read
       const long long out_row = (long long)t * p.heads + head;
       u16* dst = sparse_out_row(p, out_row, split);
       const float f = nt < 14 ? factor[hr] * F::kNopeUndo : factor[hr];
-      *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
+      if (head < p.heads && !(p.split && empty[hr]))  // mid_out of an empty split is never read
+        *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
     }
   }
   cluster_sync();

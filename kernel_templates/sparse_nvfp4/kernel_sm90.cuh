@@ -300,10 +300,12 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int head = head_lo + 8 * hr;
-        if (head >= p.heads || (p.split && d.row[hr].empty)) continue;  // mid_out of an empty split is never read
+        // A guarded store, not a `continue`: the branch around the rest of the body made the compiler
+        // lay out the producer's gather loop with eight reconvergence points instead of one.
         const long long out_row = (long long)t * p.heads + head;
         u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
-        *reinterpret_cast<u32*>(dst + col) = pack_bf16x2(acc[2 * hr], acc[2 * hr + 1]);
+        if (head < p.heads && !(p.split && d.row[hr].empty))  // mid_out of an empty split is never read
+          *reinterpret_cast<u32*>(dst + col) = pack_bf16x2(acc[2 * hr], acc[2 * hr + 1]);
       }
     }
   }
