@@ -358,12 +358,7 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   params.split_meta = p.needs_combine ? ws_base + ws.meta_offset : nullptr;
   params.block_table_stride = block_tables.stride(0);
   params.batch = problem.batch;
-  params.heads = policy.heads;
-  params.max_seq_len_q = policy.max_seq_len_q;
-  params.heads_recip = mla_heads_recip(policy.heads);
-  // With one query row a request's causal limit is its last key, where every piece ends anyway: the
-  // kernel skips the limit's arithmetic.
-  params.causal = policy.causal() && policy.max_seq_len_q > 1;
+  set_policy_params(policy, params);
   params.num_parts = p.num_parts;
   params.piece_cost = p.piece_cost;
   params.combine_row_warps = p.combine_row_warps;

@@ -135,6 +135,13 @@ std::string decode_kernel_name(const MlaDecodePolicy& policy) {
                      policy.fp8(), static_cast<int>(policy.kernel), static_cast<int>(policy.precision));
 }
 
+void set_policy_params(const MlaDecodePolicy& policy, MlaDecodeParams& params) {
+  params.heads = policy.heads;
+  params.max_seq_len_q = policy.max_seq_len_q;
+  params.heads_recip = mla_heads_recip(policy.heads);
+  params.causal = policy.causal() && policy.max_seq_len_q > 1;
+}
+
 std::string combine_kernel_name(const MlaCombinePolicy& policy, bool wide) {
   policy.validate();
   return fmt::format("kiln::{}<{}, {}, {}>", wide ? "mla_combine_wide_kernel" : "mla_combine_kernel", policy.heads,

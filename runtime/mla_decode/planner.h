@@ -60,8 +60,14 @@ std::size_t workspace_size(const MlaDecodePolicy& policy, int batch);
 MlaPlan plan(const MlaDecodePolicy& policy, int batch, const DeviceLimits& device, std::string_view arch,
              PolicyCheck check = PolicyCheck::kValidate);
 
-// NVRTC name expressions, e.g. "kiln::mla_decode_kernel<128, 64, 1, false, false, true, 0, 0>".
+// NVRTC name expressions, e.g. "kiln::mla_decode_kernel<128, 64, false, false, 0, 0>" (row class,
+// page size, packed, fp8, kernel, precision).
 std::string decode_kernel_name(const MlaDecodePolicy& policy);
 std::string combine_kernel_name(const MlaCombinePolicy& policy, bool wide = false);
+
+// The policy's values that the decode kernel takes at run time (its name carries only the row
+// class): H, SQ, H's reciprocal for a row's query index, and the causal flag, off with one query row
+// (a request's causal limit is then its last key, where every piece ends anyway).
+void set_policy_params(const MlaDecodePolicy& policy, MlaDecodeParams& params);
 
 }  // namespace kiln::mla

@@ -999,6 +999,16 @@ TEST_CASE("mla family: keys that differ only in the mask share one cubin", "[uni
       CHECK(b.source.name_expressions[kiln::kMlaDecodeEntry] == kiln::mla::decode_kernel_name(causal));
       CHECK(a.source.name_expressions == b.source.name_expressions);
       CHECK(a.cache_key == b.cache_key);
+      // The mask then reaches the kernel as a parameter: on for a causal key with rows to mask,
+      // off with one query row, where every piece ends at the request's last key anyway.
+      kiln::MlaDecodeParams pd{}, pc{};
+      kiln::mla::set_policy_params(dense, pd);
+      kiln::mla::set_policy_params(causal, pc);
+      CHECK(!pd.causal);
+      CHECK(pc.causal == (sq > 1));
+      CHECK(pc.heads == 128);
+      CHECK(pc.max_seq_len_q == sq);
+      CHECK(pc.heads_recip == kiln::mla_heads_recip(128));
     }
   }
 }

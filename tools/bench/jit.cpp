@@ -348,10 +348,7 @@ json launch_overheads(const std::string& base) {
     params.out = ptr(o);
     params.block_table_stride = 1;
     params.batch = 1;
-    params.heads = policy.heads;
-    params.max_seq_len_q = policy.max_seq_len_q;
-    params.heads_recip = mla_heads_recip(policy.heads);
-    params.causal = policy.causal();
+    mla::set_policy_params(policy, params);
     params.num_parts = plan.num_parts;
     params.piece_cost = plan.piece_cost;
     params.scale_log2 = 1.0f;
