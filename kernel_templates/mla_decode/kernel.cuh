@@ -140,8 +140,8 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kRowCl
       record(pc);
       if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as above
       __syncthreads();                          // the previous piece is done with shared memory
-      mla_mma_piece<kPageSize, kFp8, kV.tile.row_groups, kV.tile.col_groups,
-                    kV.tile.tile_tokens, kV.tile.stages, kSplitP>(p, smem, pc, row0, pc.whole ? -1 : pc.b + part);
+      mla_mma_piece<kPageSize, kFp8, kV.tile.row_groups, kV.tile.col_groups, kV.tile.tile_tokens, kV.tile.stages, kSplitP>(
+          p, smem, pc, row0, pc.whole ? -1 : pc.b + part);
     });
   }
 }

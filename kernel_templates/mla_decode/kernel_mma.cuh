@@ -55,8 +55,7 @@ __device__ __forceinline__ u32 pack_p(float lo, float hi) {
 
 // Rows [row0, row0 + 16 * kRowGroups) of `piece`; slot < 0: the piece is the whole request, write
 // `out`; else write the normalised partial O and its LSE to `slot`.
-template <int kPageSize, bool kFp8, int kRowGroups, int kColGroups,
-          int kTileTokens, int kStages, bool kSplitP>
+template <int kPageSize, bool kFp8, int kRowGroups, int kColGroups, int kTileTokens, int kStages, bool kSplitP>
 __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned char* smem, const MlaPiece& piece,
                                               int row0, int slot) {
   static_assert(!(kFp8 && kSplitP), "fp8 pages run on one f16 P");

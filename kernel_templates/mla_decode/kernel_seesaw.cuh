@@ -489,9 +489,9 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         loads.prepare(2 * k + 2);  // the refill's block-table reads, off the issue path
         wgmma_wait<0>();
         wgmma_fence_operand(s);
-        mla_seesaw_softmax<kSplitP>(s, pv.t0 + 2 * k * kMlaWgTileTokens + 2 * c4, last_lo, last_hi, scale, m_lo,
-                                             m_hi, pa, own_p, own_lo, p_row_lo, p_row_hi, g, c4, r_lo, r_hi, m_slot0, step_lo,
-                                             step_hi, sum_lo, sum_hi);
+        mla_seesaw_softmax<kSplitP>(s, pv.t0 + 2 * k * kMlaWgTileTokens + 2 * c4, last_lo, last_hi, scale, m_lo, m_hi,
+                                    pa, own_p, own_lo, p_row_lo, p_row_hi, g, c4, r_lo, r_hi, m_slot0, step_lo, step_hi,
+                                    sum_lo, sum_hi);
         named_barrier_sync(kMlaBarSeesawM0, kMlaWgThreads);
         mla_wg_rescale(o, l_lo, l_hi, step_lo.alpha, step_hi.alpha, sum_lo, sum_hi);
         mla_seesaw_pv_rs<kSplitP>(o, pa, dlo_own, dv_own);
@@ -531,8 +531,8 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
         mla_wg_rescale(o, l_lo, l_hi, a_lo, a_hi, 0.f, 0.f);
         mla_seesaw_pv_ss<kSplitP>(o, dp_other, dlo_other, dv_other);
         mla_seesaw_softmax<kSplitP>(s, pv.t0 + (2 * k + 1) * kMlaWgTileTokens + 2 * c4, last_lo, last_hi, scale, m_lo,
-                                             m_hi, pa, own_p, own_lo, p_row_lo, p_row_hi, g, c4, r_lo, r_hi, m_slot1, step_lo,
-                                             step_hi, sum_lo, sum_hi);
+                                    m_hi, pa, own_p, own_lo, p_row_lo, p_row_hi, g, c4, r_lo, r_hi, m_slot1, step_lo,
+                                    step_hi, sum_lo, sum_hi);
         named_barrier_sync(kMlaBarSeesawM1, kMlaWgThreads);
         wgmma_wait<0>();
         wgmma_fence_operand(o);

@@ -238,8 +238,8 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
 
       // ---- mask, scale, row max across the two warpgroups ----
       float muse_lo, muse_hi, alpha_lo, alpha_hi;
-      mla_wg_row_max(s, pv.t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, last_lo, last_hi, scale, sm.red, wg,
-                              r_lo, r_hi, c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
+      mla_wg_row_max(s, pv.t0 + j * kMlaWgTileTokens + 32 * wg + 2 * c4, last_lo, last_hi, scale, sm.red, wg, r_lo, r_hi,
+                     c4, m_lo, m_hi, muse_lo, muse_hi, alpha_lo, alpha_hi);
 
       float sum_lo, sum_hi;
       mla_fp8_store_p(s, muse_lo, muse_hi, sm.p, p_row_lo, p_row_hi, wg, g, sum_lo, sum_hi);
@@ -261,8 +261,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       ++st.tiles;
     }
   }
-  mla_wg_epilogue(p, o, m_lo, m_hi, l_lo, l_hi, sm.red, wg, c4, r_lo, r_hi, row0, pv.rows_b,
-                                       pv.tok0, slot);
+  mla_wg_epilogue(p, o, m_lo, m_hi, l_lo, l_hi, sm.red, wg, c4, r_lo, r_hi, row0, pv.rows_b, pv.tok0, slot);
 }
 
 }  // namespace mla_detail
