@@ -211,7 +211,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       int last[kCols];  // last visible token of each of this thread's columns
 #pragma unroll
       for (int k = 0; k < kCols; ++k) {
-        last[k] = mla_row_last(pv, row0 + 8 * (k >> 1) + 2 * c4 + (k & 1));
+        last[k] = mla_row_last(p, pv, row0 + 8 * (k >> 1) + 2 * c4 + (k & 1));
       }
       const float scale = p.scale_log2;
       // P^T stores: column c (row of P^T), tokens tok_lo / tok_lo + 8 = chunks 2 w / 2 w + 1, element g.

@@ -178,8 +178,8 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   const u32 red_sum = sbase + kLayout.red_sum_offset;
   const int row_lo = rg * 16 + g;  // tile-local rows of this thread: row_lo and row_lo + 8
 
-  const int last_lo = mla_row_last(pv, row0 + row_lo);
-  const int last_hi = mla_row_last(pv, row0 + row_lo + 8);
+  const int last_lo = mla_row_last(p, pv, row0 + row_lo);
+  const int last_hi = mla_row_last(p, pv, row0 + row_lo + 8);
   const float scale = p.scale_log2;
 
   float o[kOT][4];

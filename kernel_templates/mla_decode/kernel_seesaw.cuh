@@ -439,8 +439,8 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
       }
     }
 
-    const int last_lo = mla_row_last(pv, row0 + r_lo);
-    const int last_hi = mla_row_last(pv, row0 + r_hi);
+    const int last_lo = mla_row_last(p, pv, row0 + r_lo);
+    const int last_hi = mla_row_last(p, pv, row0 + r_hi);
     const float scale = p.scale_log2;
     const u32 p_row_lo = r_lo * 128 + 4 * c4;
     const u32 p_row_hi = r_hi * 128 + 4 * c4;

@@ -190,8 +190,8 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
   named_barrier_sync(kMlaBarPiece, kMlaWgFp8Threads);
   const MlaPieceRows pv = mla_piece_rows<kMlaWgRows, kMlaWgTileTokens>(p, piece, row0);
   if (pv.n_tiles > 0) {
-    const int last_lo = mla_row_last(pv, row0 + r_lo);
-    const int last_hi = mla_row_last(pv, row0 + r_hi);
+    const int last_lo = mla_row_last(p, pv, row0 + r_lo);
+    const int last_hi = mla_row_last(p, pv, row0 + r_hi);
     const float scale = p.scale_log2;
     // P stores: row r, tokens 32 wg + 8 n + 2 c4 (+1): chunk 4 wg + n of the 64-token row.
     const u32 p_row_lo = r_lo * 128 + 4 * c4;

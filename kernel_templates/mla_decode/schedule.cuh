@@ -252,8 +252,6 @@ struct MlaPiece {
 // causal mask no row of the tile sees past it).
 struct MlaPieceRows {
   int b, tok0, q_len, rows_b, seq_len;
-  unsigned heads_recip;
-  bool causal;
   int t0, t1;  // tokens [t0, t1)
   int n_tiles;
 };
@@ -266,15 +264,13 @@ __device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaDecodeParams& p,
   v.b = piece.b;
   v.tok0 = piece.r.tok0;
   v.q_len = piece.r.q_len;
-  v.heads_recip = p.heads_recip;
   v.rows_b = v.q_len * p.heads;
   v.seq_len = piece.r.seq_len;
-  v.causal = p.causal;
   v.t0 = piece.t0;
   v.t1 = piece.t1;
-  if (v.causal) {
+  if (p.causal) {
     const int last_row = (row0 + kRows < v.rows_b ? row0 + kRows : v.rows_b) - 1;
-    const int vis_end = v.seq_len - v.q_len + mla_query_of_row(last_row, v.heads_recip) + 1;
+    const int vis_end = v.seq_len - v.q_len + mla_query_of_row(last_row, p.heads_recip) + 1;
     if (vis_end < v.t1) v.t1 = vis_end > v.t0 ? vis_end : v.t0;
   }
   v.n_tiles = (v.t1 - v.t0 + kTileTokens - 1) / kTileTokens;
@@ -283,10 +279,10 @@ __device__ __forceinline__ MlaPieceRows mla_piece_rows(const MlaDecodeParams& p,
 
 // The last token of the piece that row `row` of the request sees: the piece's end, and with the
 // causal mask the row's own limit. A token t is visible iff t <= this.
-__device__ __forceinline__ int mla_row_last(const MlaPieceRows& v, int row) {
+__device__ __forceinline__ int mla_row_last(const MlaDecodeParams& p, const MlaPieceRows& v, int row) {
   const int last = v.t1 - 1;
-  if (!v.causal) return last;
-  const int lim = v.seq_len - v.q_len + mla_query_of_row(row, v.heads_recip);
+  if (!p.causal) return last;
+  const int lim = v.seq_len - v.q_len + mla_query_of_row(row, p.heads_recip);
   return lim < last ? lim : last;
 }
 
