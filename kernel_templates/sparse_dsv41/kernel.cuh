@@ -79,16 +79,16 @@ struct Format {
 
   // Q rows head0 .. head0 + kRows - 1 copied as bf16 (rows past H are zero); the rows' 64 pieces are
   // dealt round-robin to kThreads threads, every load issued before the first store.
-  template <int kHeads, int kRows, int kThreads>
+  template <int kRows, int kThreads>
   __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int idx) {
     constexpr int kPieces = kRows * 64, kPer = (kPieces + kThreads - 1) / kThreads;
-    const uint4* q = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.q) + (long long)t * kHeads * 512);
+    const uint4* q = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.q) + (long long)t * p.heads * 512);
     uint4 v[kPer];
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       const int u = idx + k * kThreads, r = u / 64, head = head0 + r;
       v[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (u < kPieces && head < kHeads) v[k] = __ldg(q + (long long)head * 64 + (u - r * 64));
+      if (u < kPieces && head < p.heads) v[k] = __ldg(q + (long long)head * 64 + (u - r * 64));
     }
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
@@ -100,12 +100,12 @@ struct Format {
 
 }  // namespace dsv41
 
-// kHeads: H (one of 8, 16, 32, 48, ..., 128). kHasExtra: an FP4 extra cache shares the softmax.
+// H (p.heads: 8, 16, 32, 48, ..., 128) is a run-time value. kHasExtra: an FP4 extra cache shares the softmax.
 // At run time p.split: write mid_out/mid_lse, merged by sparse_nvfp4_merge_kernel.
-template <int kHeads, bool kHasExtra>
+template <bool kHasExtra>
 __global__ void __launch_bounds__(kDsv41SmallThreads, 1) sparse_dsv41_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
   static_assert(kDsv41SmallThreads == sparse_block_threads(1), "the portable variant is the compact body");
-  sparse_detail::sparse_decode<dsv41::Format, kHeads, 1, kHasExtra, true>(p);
+  sparse_detail::sparse_decode<dsv41::Format, 1, kHasExtra, true>(p);
 }
 
 #endif  // __CUDACC__

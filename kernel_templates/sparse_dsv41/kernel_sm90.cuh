@@ -33,15 +33,14 @@ struct Sm90Format {
   // Q rows head0 .. head0 + 63 as bf16 into the interleaved layout (dims 8g .. 8g + 7 of row r at
   // g * 1024 + r * 16); rows past H are zero. Consecutive threads take consecutive rows, so the
   // stores of a phase hit distinct banks; every load is issued before the first store.
-  template <int kHeads>
-  __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, sparse_sm90::DealShape,
+    __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, sparse_sm90::DealShape,
                                                  u32, int, int, u32) {
     constexpr int kPer = 64 * 64 / sparse_sm90::kConsumers;
     const int r = ctid & 63, head = head0 + r;
-    const uint4* q = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.q) + ((long long)t * kHeads + head) * 512);
+    const uint4* q = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.q) + ((long long)t * p.heads + head) * 512);
     uint4 v[kPer];
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) v[k] = head < kHeads ? __ldg(q + (ctid >> 6) + 4 * k) : make_uint4(0u, 0u, 0u, 0u);
+    for (int k = 0; k < kPer; ++k) v[k] = head < p.heads ? __ldg(q + (ctid >> 6) + 4 * k) : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
     for (int k = 0; k < kPer; ++k) sts128(q_smem + u32((ctid >> 6) + 4 * k) * 1024u + u32(r) * 16u, U32x4{v[k].x, v[k].y, v[k].z, v[k].w});
   }
@@ -84,7 +83,7 @@ struct Sm90Format {
     }
   }
 
-  template <int kHeads, bool kHasExtra, bool kCross>
+  template <bool kHasExtra, bool kCross>
   __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                  int n_iter, u32 sbase, int tid, int group, u32 peer) {
     using namespace sparse_sm90;
@@ -186,12 +185,12 @@ struct Sm90Format {
 
 }  // namespace dsv41
 
-// kHeads: H (one of 8, 16, 32, 48, ..., 128), ceil(H / 64) CTAs per (token, split), clusters of two
-// for H > 64. kHasExtra: an FP4 extra cache shares the softmax. At run time p.split: write
+// kGroups: ceil(H / 64) CTAs per (token, split), clusters of two for H > 64; H itself (p.heads: 8,
+// 16, 32, 48, ..., 128) is a run-time value. kHasExtra: an FP4 extra cache shares the softmax. At run time p.split: write
 // mid_out/mid_lse.
-template <int kHeads, bool kHasExtra>
+template <int kGroups, bool kHasExtra>
 __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_dsv41_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_sm90::sparse_sm90_decode<dsv41::Sm90Format, kHeads, kHasExtra>(p);
+  sparse_sm90::sparse_sm90_decode<dsv41::Sm90Format, kGroups, kHasExtra>(p);
 }
 
 #endif  // __CUDACC__

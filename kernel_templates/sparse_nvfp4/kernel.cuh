@@ -21,8 +21,8 @@
 #include "common/nvfp4_encode.cuh"
 #include "common/pdl.cuh"
 #include "common/softmax.cuh"
-#include "sparse_nvfp4/merge.cuh"
 #include "sparse_nvfp4/params.cuh"
+#include "sparse_nvfp4/sink.cuh"
 
 namespace kiln {
 
@@ -283,32 +283,33 @@ __device__ __forceinline__ u32 compress_even_bits(u32 x) {
 }
 
 // Q rows head0 .. head0 + kRows - 1 into shared memory: NoPE NVFP4 round-tripped by the writers'
-// rule (nvfp4_round_trip_group16) as exact f16, RoPE as bf16 * 2^-7; rows past H are zero. The
+// rule (nvfp4_round_trip_group16) as exact f16, RoPE as bf16 * 2^-7; rows past H copy row H - 1
+// (never stored, and loads that do not wait on a compare with H). The
 // rows' 28 NoPE groups and 8 RoPE units are dealt round-robin to kThreads threads (`idx` in [0,
 // kThreads)). A thread loads its RoPE units first, then its groups two at a time, issuing both
 // groups' loads before converting either: at T = 1, a round trip to L2 per group would be most of a
 // block's time.
-template <int kHeads, int kRows, int kThreads>
+template <int kRows, int kThreads>
 __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int idx) {
   constexpr int kNope = kRows * 28, kRope = kRows * 8;
   constexpr int kPerNope = (kNope + kThreads - 1) / kThreads, kPerRope = (kRope + kThreads - 1) / kThreads;
   constexpr int kBatch = 2;
-  const u16* q = static_cast<const u16*>(p.q) + (long long)t * kHeads * 512;
+  const u16* q = static_cast<const u16*>(p.q) + (long long)t * p.heads * 512;
   uint4 rope[kPerRope];
 #pragma unroll
   for (int k = 0; k < kPerRope; ++k) {
-    const int u = idx + k * kThreads, r = u / 8, head = head0 + r;
+    const int u = idx + k * kThreads, r = u / 8, head = min(head0 + r, p.heads - 1);
     rope[k] = make_uint4(0u, 0u, 0u, 0u);
-    if (u < kRope && head < kHeads) rope[k] = __ldg(reinterpret_cast<const uint4*>(q + (long long)head * 512 + kNopeDims + (u - r * 8) * 8));
+    if (u < kRope) rope[k] = __ldg(reinterpret_cast<const uint4*>(q + (long long)head * 512 + kNopeDims + (u - r * 8) * 8));
   }
 #pragma unroll
   for (int k0 = 0; k0 < kPerNope; k0 += kBatch) {
     uint4 raw[kBatch][2];
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
-      const int g = idx + (k0 + k) * kThreads, r = g / 28, head = head0 + r;
+      const int g = idx + (k0 + k) * kThreads, r = g / 28, head = min(head0 + r, p.heads - 1);
       raw[k][0] = raw[k][1] = make_uint4(0u, 0u, 0u, 0u);
-      if (k0 + k < kPerNope && g < kNope && head < kHeads) {
+      if (k0 + k < kPerNope && g < kNope) {
         const uint4* src = reinterpret_cast<const uint4*>(q + (long long)head * 512 + (g - r * 28) * 16);
         raw[k][0] = __ldg(src);
         raw[k][1] = __ldg(src + 1);
@@ -353,9 +354,9 @@ struct Nvfp4Format {
   __device__ static __forceinline__ void decode(const Record& rec, u8* tile_row, int cand, int half) {
     decode_candidate_regs(rec, tile_row, cand, half);
   }
-  template <int kHeads, int kRows, int kThreads>
+  template <int kRows, int kThreads>
   __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int idx) {
-    sparse_detail::stage_q<kHeads, kRows, kThreads>(p, t, head0, q_smem, idx);
+    sparse_detail::stage_q<kRows, kThreads>(p, t, head0, q_smem, idx);
   }
 };
 
@@ -393,7 +394,7 @@ __device__ __forceinline__ void produce_compact(const SparseNvfp4Params& p, cons
 // of 128, two per thread with 64 producer threads. Chunks i and i + 1 are in flight as cp.async
 // groups while chunk i waits for its tile; kStageQ: the producers also stage a share of Q while
 // their first gathers are in flight.
-template <class F, int kHeads, int kRows, int kQThreads, int kProducers, bool kStageQ, bool kHasExtra>
+template <class F, int kRows, int kQThreads, int kProducers, bool kStageQ, bool kHasExtra>
 __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const TokenWork& work, int t, int head0, int c_begin, int n_iter,
                                                u8* stages, u8* tiles, u8* q_smem, u32* masks, u32 bar_empty, u32 bar_full, int tid, int ptid,
                                                int lane) {
@@ -411,7 +412,7 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
     }
     cp_async_commit();  // one group per chunk
   }
-  if (kStageQ) F::template stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
+  if (kStageQ) F::template stage_q<kRows, kQThreads>(p, t, head0, q_smem, tid);
   for (int i = 0; i < n_iter; ++i) {
     const int b = i & 1;
     cp_async_wait<1>();
@@ -600,7 +601,7 @@ __device__ __forceinline__ float row_sum(const float* red_l, int row) { return r
 
 // The team's finished rows, normalised (and with the sink for a final output), into output / out_lse
 // or the split's mid_out / mid_lse.
-template <class F, int kHeads>
+template <class F>
 __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const float (&o)[16][4], const float (&m_run)[2], const float* red_l,
                                            int t, int head0, int split, const ConsumerLane& c) {
   const float* sink = static_cast<const float*>(p.attn_sink);
@@ -608,18 +609,20 @@ __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const flo
   for (int hr = 0; hr < 2; ++hr) {
     const int row = c.row0 + hr * 8 + c.g;
     const int head = head0 + row;
-    if (head >= kHeads) continue;  // warp-uniform: kHeads is a multiple of 8
+    // The same for the whole warp (H is a multiple of 8), but a branch on it would put the stores'
+    // shuffles under divergent control flow: rows past H only skip their stores.
+    const bool in_range = head < p.heads;
     const float l = row_sum(red_l, row);
     const bool empty = !(l > 0.0f);
     float lse = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
     float factor = empty ? 0.0f : 1.0f / l;
-    if (!p.split && sink != nullptr) {
+    if (!p.split && sink != nullptr && in_range) {
       sparse_fold_sink(sink[head], empty, lse, factor);
     } else if (empty) {
       lse = p.split ? kSparseEmptySplitLse : neg_inf();
     }
-    const long long out_row = (long long)t * kHeads + head;
-    const bool live = !(p.split && empty);  // mid_out of an empty split is never read
+    const long long out_row = (long long)t * p.heads + head;
+    const bool live = in_range && !(p.split && empty);  // mid_out of an empty split is never read
     u16* dst = sparse_out_row(p, out_row, split);
     // Column groups nt and nt + 1 (nt even) are adjacent (out_dim): one pair store each.
 #pragma unroll
@@ -628,7 +631,7 @@ __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const flo
       st_quad_row_pairs(dst + out_dim(nt, c.warp, 0), 0, c.q4, pack_bf16x2(o[nt][2 * hr] * f, o[nt][2 * hr + 1] * f),
                         pack_bf16x2(o[nt + 1][2 * hr] * f, o[nt + 1][2 * hr + 1] * f), live);
     }
-    if (c.warp == 0 && c.q4 == 0) {
+    if (in_range && c.warp == 0 && c.q4 == 0) {
       if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse;
       else static_cast<float*>(p.out_lse)[out_row] = lse * p.lse_scale;
     }
@@ -639,7 +642,7 @@ __device__ __forceinline__ void write_rows(const SparseNvfp4Params& p, const flo
 // region; after the first cluster barrier CTA crank combines the O columns nt with nt % ncta ==
 // crank over all CTAs in rank order (a fixed order: bitwise repeatable) and writes them; the second
 // barrier keeps each CTA's shared memory alive until read.
-template <class F, int kHeads, int kConsumers>
+template <class F, int kConsumers>
 __device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, const float (&o)[16][4], const float (&m_run)[2], const float* red_l,
                                                 u8* tiles, int t, int head0, int split, int ncta, int crank, int tid, const ConsumerLane& c) {
   const float* sink = static_cast<const float*>(p.attn_sink);
@@ -664,13 +667,13 @@ __device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, cons
     const int row = c.row0 + hr * 8 + c.g;
     const int head = head0 + row;
     const SparseClusterRow cr =
-        sparse_cluster_row(p.split, smem_addr(xs + 2 * row), ncta, 0u, 1u, sink != nullptr && head < kHeads ? sink + head : nullptr);
+        sparse_cluster_row(p.split, smem_addr(xs + 2 * row), ncta, 0u, 1u, sink != nullptr && head < p.heads ? sink + head : nullptr);
 #pragma unroll
     for (int r = 0; r < kSparseMaxCluster; ++r) w[hr][r] = cr.w[r];
     factor[hr] = cr.factor;
     empty[hr] = cr.empty;
-    const long long out_row = (long long)t * kHeads + head;
-    if (crank == 0 && c.warp == 0 && c.q4 == 0 && head < kHeads) {
+    const long long out_row = (long long)t * p.heads + head;
+    if (crank == 0 && c.warp == 0 && c.q4 == 0 && head < p.heads) {
       if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = cr.lse;
       else static_cast<float*>(p.out_lse)[out_row] = cr.lse * p.lse_scale;
     }
@@ -694,30 +697,29 @@ __device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, cons
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int head = head0 + c.row0 + hr * 8 + c.g;
-      if (head >= kHeads || (p.split && empty[hr])) continue;  // mid_out of an empty split is never read
-      const long long out_row = (long long)t * kHeads + head;
+      const long long out_row = (long long)t * p.heads + head;
       u16* dst = sparse_out_row(p, out_row, split);
       const float f = nt < 14 ? factor[hr] * F::kNopeUndo : factor[hr];
-      *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
+      if (head < p.heads && !(p.split && empty[hr]))  // mid_out of an empty split is never read
+        *reinterpret_cast<u32*>(dst + dim) = pack_bf16x2(acc[2 * hr] * f, acc[2 * hr + 1] * f);
     }
   }
   cluster_sync();
 }
 
-// kHeads: H (multiple of 8, <= 128). kHeadTiles: 1 (16 heads per block) or 2 (32 heads share one
+// H (p.heads: a multiple of 8, <= 128) is a run-time value, used per CTA and per output row, so one
+// module serves every head count. kHeadTiles: 1 (16 heads per block) or 2 (32 heads share one
 // gather). kHasExtra: a second pool shares the softmax. kSmall: the compact configuration, the only
 // one formats other than NVFP4 instantiate. At run time p.split: write mid_out/mid_lse (merged by
 // sparse_nvfp4_merge_kernel) instead of output/out_lse.
-template <class F, int kHeads, int kHeadTiles, bool kHasExtra, bool kSmall>
+template <class F, int kHeadTiles, bool kHasExtra, bool kSmall>
 __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   static_assert(kSmall || F::kF16Nope, "the staged configuration decodes NVFP4 records");
-  static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
   static_assert(kHeadTiles == 1 || kHeadTiles == 2, "head_tiles is 1 or 2");
-  static_assert(kHeadTiles == 1 || kHeads % 32 == 0, "head_tiles 2 needs H % 32 == 0");
   static_assert(!kSmall || kHeadTiles == 1, "the compact configuration has one head tile");
   constexpr int kTileBufs = sparse_tile_buffers(kSmall);
   constexpr int kRows = 16 * kHeadTiles;
-  constexpr int kGroups = sparse_head_groups(kHeads, kHeadTiles);
+  const int groups = sparse_head_groups(p.heads, kHeadTiles);
   // Independent QK accumulator sets (MMA latency hiding); two teams share a 168-register budget.
   constexpr int kSets = kHeadTiles == 1 ? 4 : 2;
   constexpr int kConsumers = kHeadTiles * kSparseConsumerThreads;
@@ -749,8 +751,8 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   // rows in distributed shared memory (cluster_combine).
   const int ncta = kSmall ? 1 : int(cluster_size());
   const int crank = kSmall ? 0 : int(cluster_rank());
-  const int group = (blockIdx.x / ncta) % kGroups;
-  const CtaPlace at = cta_place(p, ncta, kGroups);
+  const int group = (blockIdx.x / ncta) % groups;
+  const CtaPlace at = cta_place(p, ncta, groups);
   const int split = at.split, t = at.t;
   const int head0 = group * kRows;
 
@@ -772,7 +774,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   }
   if constexpr (!kSmall) {
     if (tid >= kConsumers) {
-      produce_staged<F, kHeads, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra>(p, work, t, head0, c_begin, n_iter, stages, tiles,
+      produce_staged<F, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra>(p, work, t, head0, c_begin, n_iter, stages, tiles,
                                                                                           q_smem, masks, bar_empty, bar_full, tid,
                                                                                           tid - kConsumers, tid & 31);
       if (ncta > 1) {  // the consumers' two cluster barriers (cluster_combine)
@@ -794,7 +796,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   c.row0 = team * 16;
   // This thread's share of Q: kBarQStaged orders the consumers' shares, the first full barrier the
   // producers' (if any), before any read.
-  F::template stage_q<kHeads, kRows, kQThreads>(p, t, head0, q_smem, tid);
+  F::template stage_q<kRows, kQThreads>(p, t, head0, q_smem, tid);
   named_barrier_sync(kBarQStaged, kConsumers);
 
   const float scale_log2 = p.sm_scale_log2 * F::kNopeUndo;
@@ -822,22 +824,22 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   publish_row_sums(l_run, red_l, c);
   // The staged kernels rebuild the split for the epilogue (cta_split); the compact one keeps it live,
   // which leaves its registers those of a kernel compiled for one value of split (rebuilding moves them).
-  const CtaPlace end{t, kSmall ? split : cta_split(p, ncta, kGroups)};
+  const CtaPlace end{t, kSmall ? split : cta_split(p, ncta, groups)};
   if constexpr (!kSmall) {
     if (ncta > 1) {
-      cluster_combine<F, kHeads, kConsumers>(p, o, m_run, red_l, tiles, end.t, head0, end.split, ncta, crank, tid, c);
+      cluster_combine<F, kConsumers>(p, o, m_run, red_l, tiles, end.t, head0, end.split, ncta, crank, tid, c);
       return;
     }
   }
-  write_rows<F, kHeads>(p, o, m_run, red_l, end.t, head0, end.split, c);
+  write_rows<F>(p, o, m_run, red_l, end.t, head0, end.split, c);
 }
 
 }  // namespace sparse_detail
 
-template <int kHeads, int kHeadTiles, bool kHasExtra, bool kSmall = false>
+template <int kHeadTiles, bool kHasExtra, bool kSmall = false>
 __global__ void __launch_bounds__(sparse_block_threads(kHeadTiles), 1)
     sparse_nvfp4_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_detail::sparse_decode<sparse_detail::Nvfp4Format, kHeads, kHeadTiles, kHasExtra, kSmall>(p);
+  sparse_detail::sparse_decode<sparse_detail::Nvfp4Format, kHeadTiles, kHasExtra, kSmall>(p);
 }
 
 #endif  // __CUDACC__

@@ -84,7 +84,7 @@ __device__ __forceinline__ DealShape deal_shape() {
 }
 
 // Q rows head0 .. head0+63 into the interleaved layout: NoPE NVFP4 round-tripped by the writers'
-// rule as exact f16, RoPE as bf16 * 2^-7; rows past H are zero. 256 threads; consecutive threads
+// rule as exact f16, RoPE as bf16 * 2^-7; rows past H copy row H - 1. 256 threads; consecutive threads
 // take consecutive rows, so each 16-byte store of a phase hits distinct banks. A thread issues all
 // its loads (its NoPE groups, 2 RoPE units) before it converts anything: one round trip to L2.
 // Where a split is dealt to several CTAs of one head group (cluster rank = slice * groups + group),
@@ -93,19 +93,19 @@ __device__ __forceinline__ DealShape deal_shape() {
 // into the other slices' (this CTA's q_bar then expects the bytes of the groups it did not round).
 // Each slice stages RoPE itself.
 constexpr int kQGroupsPerThread = 64 * 28 / kConsumers;
-template <int kHeads>
 __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, DealShape ds, u32 mine,
                                         int group, int groups, u32 q_bar) {
   constexpr int kPerNope = kQGroupsPerThread, kPerRope = 64 * 8 / kConsumers;
-  const u16* q = static_cast<const u16*>(p.q) + (long long)t * kHeads * 512;
-  const int r = ctid & 63, head = head0 + r;
-  const bool live = head < kHeads;
+  const u16* q = static_cast<const u16*>(p.q) + (long long)t * p.heads * 512;
+  // A row past H stages a copy of row H - 1 rather than zeros: its results are never stored, and
+  // loads that do not depend on H issue as early as with H a template argument.
+  const int r = ctid & 63, head = min(head0 + r, p.heads - 1);
   uint4 raw[kPerNope][2], rope[kPerRope];
 #pragma unroll
   for (int k = 0; k < kPerNope; ++k) {
     const int grp = (ctid >> 6) + 4 * k;
     raw[k][0] = raw[k][1] = make_uint4(0u, 0u, 0u, 0u);
-    if (live && ((mine >> k) & 1u)) {
+    if ((mine >> k) & 1u) {
       const uint4* src = reinterpret_cast<const uint4*>(q + (long long)head * 512 + grp * 16);
       raw[k][0] = __ldg(src);
       raw[k][1] = __ldg(src + 1);
@@ -114,7 +114,7 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
 #pragma unroll
   for (int k = 0; k < kPerRope; ++k) {
     const int unit = (ctid >> 6) + 4 * k;
-    rope[k] = live ? __ldg(reinterpret_cast<const uint4*>(q + (long long)head * 512 + 448 + unit * 8)) : make_uint4(0u, 0u, 0u, 0u);
+    rope[k] = __ldg(reinterpret_cast<const uint4*>(q + (long long)head * 512 + 448 + unit * 8));
   }
 #pragma unroll
   for (int k = 0; k < kPerNope; ++k) {
@@ -246,7 +246,6 @@ struct DealtRows {
   float own[2];  // this slice's scale of each row: its weight x the row's factor
 };
 
-template <int kHeads>
 __device__ __forceinline__ DealtRows dealt_rows(const SparseNvfp4Params& p, u32 sbase, int row_lo, int head0, DealShape ds, int group,
                                                 int groups) {
   DealtRows d;
@@ -255,7 +254,7 @@ __device__ __forceinline__ DealtRows dealt_rows(const SparseNvfp4Params& p, u32 
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head0 + row_lo + 8 * hr;
     d.row[hr] = sparse_detail::sparse_cluster_row(p.split, sbase + kDealRowsOff + u32(row_lo + 8 * hr) * 8u, ds.deal, u32(group),
-                                                  u32(groups), sink != nullptr && head < kHeads ? sink + head : nullptr);
+                                                  u32(groups), sink != nullptr && head < p.heads ? sink + head : nullptr);
     float w = 0.0f;
 #pragma unroll
     for (int r = 0; r < kSparseMaxCluster; ++r) w = r == ds.slice ? d.row[hr].w[r] : w;
@@ -272,7 +271,6 @@ __device__ __forceinline__ void dealt_publish(u32 addr, const float* v, const De
 
 // This thread's units of its slice, summed over the slices (ranks group + r * groups), into output
 // or mid_out. `units`: this thread's unit 0; wg1 picks the column map of WG1's units (dims 256..511).
-template <int kHeads>
 __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const DealtRows& d, u32 units, DealShape ds, int group, int groups,
                                               bool wg1, int t, int split, int head_lo, int q4) {
   constexpr int kBatch = 4;  // units whose peer loads are in flight together
@@ -303,10 +301,12 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int head = head_lo + 8 * hr;
-        if (head >= kHeads || (p.split && d.row[hr].empty)) continue;  // mid_out of an empty split is never read
-        const long long out_row = (long long)t * kHeads + head;
+        // A guarded store, not a `continue`: the branch around the rest of the body made the compiler
+        // lay out the producer's gather loop with eight reconvergence points instead of one.
+        const long long out_row = (long long)t * p.heads + head;
         u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
-        *reinterpret_cast<u32*>(dst + col) = pack_bf16x2(acc[2 * hr], acc[2 * hr + 1]);
+        if (head < p.heads && !(p.split && d.row[hr].empty))  // mid_out of an empty split is never read
+          *reinterpret_cast<u32*>(dst + col) = pack_bf16x2(acc[2 * hr], acc[2 * hr + 1]);
       }
     }
   }
@@ -324,7 +324,7 @@ __device__ __forceinline__ void dealt_combine(const SparseNvfp4Params& p, const 
 // Q into shared memory by the 256 consumer threads, shared between dealt slices where the format
 // allows: each slice rounds its share of the NoPE groups and st.asyncs it to the others, whose
 // shares complete on bar_q.
-template <class F, int kHeads, int kGroups>
+template <class F, int kGroups>
 __device__ __forceinline__ void stage_q_shared(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int tid, int group, u32 bar_q) {
   const DealShape ds = deal_shape<kGroups>();
   u32 mine = (1u << kQGroupsPerThread) - 1u;
@@ -334,7 +334,7 @@ __device__ __forceinline__ void stage_q_shared(const SparseNvfp4Params& p, int t
     // The other slices' groups: 32 B per (thread, group).
     if (tid == 0) mbar_arrive_expect_tx(bar_q, u32(kQGroupsPerThread - __popc(mine)) * u32(kConsumers) * 32u);
   }
-  F::template stage_q<kHeads>(p, t, head0, q_smem, tid, ds, mine, group, kGroups, bar_q);
+  F::stage_q(p, t, head0, q_smem, tid, ds, mine, group, kGroups, bar_q);
   fence_proxy_async_smem();
   named_barrier_sync(kBarQ, kConsumers);
   if (F::kDealtQ && ds.deal > 1) {  // complete once every other slice's share has landed (no cluster-scope acquire needed)
@@ -496,7 +496,7 @@ __device__ __forceinline__ void take_p(u32 sbase, int i, int n_iter, u32 bar_p_f
 // WG0's epilogue without dealt slices: each row's sum, LSE and factor (with the sink for a final
 // output); the factor goes to WG1 through shared memory (-1: a row without candidates), then WG0
 // writes the LSE and dims 0..255.
-template <class F, int kHeads>
+template <class F>
 __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const float (&o)[128], const float (&m_run)[2],
                                                const float (&l_run)[2], u32 sbase, int t, int split, int head_lo, int row_lo, int q4) {
   const float* sink = static_cast<const float*>(p.attn_sink);
@@ -509,7 +509,7 @@ __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const
     empty[hr] = !(l > 0.0f);
     lse[hr] = m_run[hr] + fast_log2(l);  // base 2, in units of the true logits
     factor[hr] = empty[hr] ? 0.0f : 1.0f / l;
-    if (!p.split && sink != nullptr && head < kHeads) {
+    if (!p.split && sink != nullptr && head < p.heads) {
       sparse_detail::sparse_fold_sink(sink[head], empty[hr], lse[hr], factor[hr]);
     } else if (empty[hr]) {
       lse[hr] = p.split ? kSparseEmptySplitLse : neg_inf();
@@ -520,13 +520,15 @@ __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head_lo + 8 * hr;
-    if (head >= kHeads) continue;  // warp-uniform: kHeads is a multiple of 8
-    const long long out_row = (long long)t * kHeads + head;
-    if (q4 == 0) {
+    // The same for the whole warp (H is a multiple of 8), but a branch on it would put the stores'
+    // shuffles under divergent control flow: rows past H only skip their stores.
+    const bool in_range = head < p.heads;
+    const long long out_row = (long long)t * p.heads + head;
+    if (in_range && q4 == 0) {
       if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = lse[hr];
       else static_cast<float*>(p.out_lse)[out_row] = lse[hr] * p.lse_scale;
     }
-    const bool live = !(p.split && empty[hr]);  // mid_out of an empty split is never read
+    const bool live = in_range && !(p.split && empty[hr]);  // mid_out of an empty split is never read
     u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
     const float f = factor[hr] * F::kNopeUndo;
 #pragma unroll
@@ -536,18 +538,18 @@ __device__ __forceinline__ void wg0_write_rows(const SparseNvfp4Params& p, const
 }
 
 // WG1's epilogue without dealt slices: dims 256..511 of its rows, with WG0's factors.
-template <class F, int kHeads>
+template <class F>
 __device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const float (&o_nope)[96], const float (&o_rope)[32], u32 sbase, int t,
                                                int split, int head_lo, int row_lo, int q4) {
   named_barrier_sync(kBarEpilogue, kConsumers);
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head_lo + 8 * hr;
-    if (head >= kHeads) continue;  // warp-uniform: kHeads is a multiple of 8
     float f = lds_f32(sbase + kFactorOff + (row_lo + 8 * hr) * 4);
-    const bool live = !(f < 0.0f && p.split);  // mid_out of an empty split is never read
+    // Rows past H skip their stores, not the shuffles (as in wg0_write_rows).
+    const bool live = head < p.heads && !(f < 0.0f && p.split);  // mid_out of an empty split is never read
     if (f < 0.0f) f = 0.0f;
-    const long long out_row = (long long)t * kHeads + head;
+    const long long out_row = (long long)t * p.heads + head;
     u16* dst = sparse_detail::sparse_out_row(p, out_row, split);
     const float fn = f * F::kNopeUndo;
 #pragma unroll
@@ -561,7 +563,7 @@ __device__ __forceinline__ void wg1_write_rows(const SparseNvfp4Params& p, const
 
 // WG0's part of the dealt epilogue: its rows' (max, sum) published for every slice, the LSE
 // written by slice 0, then its columns (dims 0..255) scaled, published and combined.
-template <class F, int kHeads, int kGroups>
+template <class F, int kGroups>
 __device__ __forceinline__ void wg0_dealt_epilogue(const SparseNvfp4Params& p, const float (&o)[128], const float (&m_run)[2], const float (&l_run)[2],
                                                    u32 sbase, DealShape ds, int group, int t, int split, int head0, int row_lo, int tid, int q4) {
   named_barrier_sync(kBarEpilogue, kConsumers);  // both warpgroups are past their last tile read
@@ -574,12 +576,12 @@ __device__ __forceinline__ void wg0_dealt_epilogue(const SparseNvfp4Params& p, c
     }
   }
   cluster_sync();
-  const DealtRows d = dealt_rows<kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
+  const DealtRows d = dealt_rows(p, sbase, row_lo, head0, ds, group, kGroups);
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int head = head0 + row_lo + 8 * hr;
-    const long long out_row = (long long)t * kHeads + head;
-    if (ds.slice == 0 && q4 == 0 && head < kHeads) {
+    const long long out_row = (long long)t * p.heads + head;
+    if (ds.slice == 0 && q4 == 0 && head < p.heads) {
       if (p.split) static_cast<float*>(p.mid_lse)[out_row * p.split_stride + split] = d.row[hr].lse;
       else static_cast<float*>(p.out_lse)[out_row] = d.row[hr].lse * p.lse_scale;
     }
@@ -588,23 +590,23 @@ __device__ __forceinline__ void wg0_dealt_epilogue(const SparseNvfp4Params& p, c
 #pragma unroll
   for (int j = 0; j < 32; ++j) dealt_publish(units + j * 4096u, o + 4 * j, d, F::kNopeUndo);
   cluster_sync();
-  dealt_combine<kHeads>(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
+  dealt_combine(p, d, units, ds, group, kGroups, false, t, split, head0 + row_lo, q4);
 }
 
 // WG1's part of the dealt epilogue: its columns (dims 256..511) scaled, published and combined.
-template <class F, int kHeads, int kGroups>
+template <class F, int kGroups>
 __device__ __forceinline__ void wg1_dealt_epilogue(const SparseNvfp4Params& p, const float (&o_nope)[96], const float (&o_rope)[32], u32 sbase,
                                                    DealShape ds, int group, int t, int split, int head0, int row_lo, int tid, int q4) {
   named_barrier_sync(kBarEpilogue, kConsumers);
   cluster_sync();
-  const DealtRows d = dealt_rows<kHeads>(p, sbase, row_lo, head0, ds, group, kGroups);
+  const DealtRows d = dealt_rows(p, sbase, row_lo, head0, ds, group, kGroups);
   const u32 units = sbase + kTileOff + u32(tid) * 16u;
 #pragma unroll
   for (int j = 0; j < 24; ++j) dealt_publish(units + j * 4096u, o_nope + 4 * j, d, F::kNopeUndo);
 #pragma unroll
   for (int j = 0; j < 8; ++j) dealt_publish(units + (24 + j) * 4096u, o_rope + 4 * j, d, 1.0f);
   cluster_sync();
-  dealt_combine<kHeads>(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
+  dealt_combine(p, d, units, ds, group, kGroups, true, t, split, head0 + row_lo, q4);
 }
 
 // The NVFP4 record format on this kernel: what the producer warpgroup does with each chunk (see the
@@ -615,10 +617,9 @@ struct Nvfp4Sm90Format {
   static constexpr bool kDealtQ = true;  // dealt slices share Q's NVFP4 rounding (stage_q)
   static constexpr Regs kRegs = kNvfp4Regs;
 
-  template <int kHeads>
-  __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, DealShape ds, u32 mine,
+    __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, DealShape ds, u32 mine,
                                                  int group, int groups, u32 q_bar) {
-    sparse_sm90::stage_q<kHeads>(p, t, head0, q_smem, ctid, ds, mine, group, groups, q_bar);
+    sparse_sm90::stage_q(p, t, head0, q_smem, ctid, ds, mine, group, groups, q_bar);
   }
 
   // H <= 64: this CTA gathers and decodes all 64 candidates of each chunk.
@@ -769,7 +770,7 @@ struct Nvfp4Sm90Format {
     }
   }
 
-  template <int kHeads, bool kHasExtra, bool kCross>
+  template <bool kHasExtra, bool kCross>
   __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                  int n_iter, u32 sbase, int tid, int group, u32 peer) {
     if (n_iter <= 0) return;
@@ -780,8 +781,8 @@ struct Nvfp4Sm90Format {
 
 }  // namespace sparse_sm90
 
-// kHeads: H (multiple of 8, <= 128), ceil(H / 64) CTAs per (token, split). kHasExtra: a second pool
-// shares the softmax. At run time p.split: write mid_out/mid_lse (merged by
+// kGroups: ceil(H / 64) CTAs per (token, split), 1 or 2; H itself (p.heads, a multiple of 8, <= 128)
+// is a run-time value. kHasExtra: a second pool shares the softmax. At run time p.split: write mid_out/mid_lse (merged by
 // sparse_nvfp4_merge_kernel).
 // For H > 64 the two head groups of a (token, split) run as a cluster of two CTAs that share the
 // decode: CTA r gathers and decodes candidates 32 r .. 32 r + 31 of every chunk and writes them into
@@ -793,13 +794,12 @@ struct Nvfp4Sm90Format {
 // F: the cache format (Nvfp4Sm90Format, or another family's), which owns the producer warpgroup's
 // gather and decode, Q staging and the operands' number formats.
 namespace sparse_sm90 {
-template <class F, int kHeads, bool kHasExtra>
+template <class F, int kGroups, bool kHasExtra>
 __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   using namespace sparse_detail;
   using namespace sm90;
-  static_assert(kHeads % 8 == 0 && kHeads >= 8 && kHeads <= 128, "H must be a multiple of 8 in [8, 128]");
+  static_assert(kGroups == 1 || kGroups == 2, "one head group, or a cluster pair of two");
   static_assert(F::kRegs.wg0 + F::kRegs.wg1 + F::kRegs.producer == 3 * 168, "the warpgroups share the launch allocation");
-  constexpr int kGroups = sparse_sm90_head_groups(kHeads);
   constexpr bool kCross = kGroups == 2;  // launched as clusters of two (sparse_sm90_cluster)
 
   pdl_launch_dependents();  // programmatic dependent launch: sparse_detail
@@ -844,7 +844,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   if (tid >= kConsumers) {
     // ------------------------------ producer warpgroup ------------------------------
     setmaxnreg_dec<F::kRegs.producer>();
-    F::template produce<kHeads, kHasExtra, kCross>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
+    F::template produce<kHasExtra, kCross>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
     if (deal_shape<kGroups>().deal > 1) {  // the consumers' two publish barriers (dealt epilogue)
       cluster_sync();
       cluster_sync();
@@ -871,7 +871,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
     const u32 q_smem = sbase + kQOff;
     if (wg == 0) setmaxnreg_inc<F::kRegs.wg0>();
     else setmaxnreg_inc<F::kRegs.wg1>();
-    stage_q_shared<F, kHeads, kGroups>(p, t, head0, q_smem, tid, group, bar_q);
+    stage_q_shared<F, kGroups>(p, t, head0, q_smem, tid, group, bar_q);
 
     const int row_lo = 16 * w + g;  // this thread's accumulator rows: row_lo and row_lo + 8
 
@@ -902,10 +902,10 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
 
       const CtaPlace end{t, cta_split(p, ncta, 1)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        wg0_dealt_epilogue<F, kHeads, kGroups>(p, o, m_run, l_run, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
+        wg0_dealt_epilogue<F, kGroups>(p, o, m_run, l_run, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
       } else {
         // ---- epilogue: row sums, normalisation, sink; WG1 gets 1/l through shared memory ----
-        wg0_write_rows<F, kHeads>(p, o, m_run, l_run, sbase, end.t, end.split, head0 + row_lo, row_lo, q4);
+        wg0_write_rows<F>(p, o, m_run, l_run, sbase, end.t, end.split, head0 + row_lo, row_lo, q4);
       }
     } else {
       // ---- WG1: O[:, 256:448] (f16 P) and O[:, 448:512] (bf16 P) ----
@@ -931,9 +931,9 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
       }
       const CtaPlace end{t, cta_split(p, ncta, 1)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
-        wg1_dealt_epilogue<F, kHeads, kGroups>(p, o_nope, o_rope, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
+        wg1_dealt_epilogue<F, kGroups>(p, o_nope, o_rope, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
       } else {
-        wg1_write_rows<F, kHeads>(p, o_nope, o_rope, sbase, end.t, end.split, head0 + row_lo, row_lo, q4);
+        wg1_write_rows<F>(p, o_nope, o_rope, sbase, end.t, end.split, head0 + row_lo, row_lo, q4);
       }
     }
   }
@@ -943,9 +943,9 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
 }
 }  // namespace sparse_sm90
 
-template <int kHeads, bool kHasExtra>
+template <int kGroups, bool kHasExtra>
 __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_sm90::sparse_sm90_decode<sparse_sm90::Nvfp4Sm90Format, kHeads, kHasExtra>(p);
+  sparse_sm90::sparse_sm90_decode<sparse_sm90::Nvfp4Sm90Format, kGroups, kHasExtra>(p);
 }
 
 #endif  // __CUDACC__

@@ -1,47 +1,28 @@
 #pragma once
 // The merge of a split sparse decode (sparse_nvfp4 and sparse_dsv41): a module of its own (family
-// sparse_merge), shared by every decode key with the same head count.
+// sparse_merge), shared by every decode key of the target: H is a run-time value.
 #include "common/mma.cuh"
 #include "common/numeric.cuh"
 #include "common/pdl.cuh"
 #include "common/softmax.cuh"
 #include "sparse_nvfp4/params.cuh"
+#include "sparse_nvfp4/sink.cuh"
 
 namespace kiln {
 
 #ifdef __CUDACC__
-
-namespace sparse_detail {
-
-// Folds the attention sink (a logit in natural units) into a finished row: the output factor shrinks
-// by 1 / (1 + 2^(s2 - lse)) and the base-2 LSE becomes log2(2^lse + 2^s2); a row that saw nothing
-// takes the sink's LSE (its output stays 0).
-__device__ __forceinline__ void sparse_fold_sink(float sink_logit, bool empty, float& lse, float& factor) {
-  const float s2 = sink_logit * 1.4426950408889634f;
-  if (empty) {
-    lse = s2;
-    return;
-  }
-  factor *= 1.0f / (1.0f + fast_exp2(s2 - lse));
-  const float hi = fmaxf(lse, s2), lo = fminf(lse, s2);
-  lse = hi + fast_log2(1.0f + fast_exp2(lo - hi));
-}
-
-}  // namespace sparse_detail
 
 // Combines the splits of a decode launched with p.split: one 64-thread group per
 // (token, head), 8 dims per thread. The LSEs and partial rows of up to kBatch splits are loaded
 // together, before any is looked at, so a call with <= kBatch splits waits for one round trip to
 // L2 (more splits: a running maximum rescales the sums batch by batch). An empty split (lse ==
 // -1e30) weighs 0 and its stale row is discarded by a select, so it cannot leak a NaN.
-template <int kHeads>
 __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
   pdl_launch_dependents();
   pdl_wait();
   const long long row = (long long)blockIdx.x * kSparseMergeRowsPerBlock + threadIdx.x / 64;
-  if (row >= (long long)p.num_tokens * kHeads) return;
-  const int head = int(row % kHeads);
+  if (row >= (long long)p.num_tokens * p.heads) return;
   const int d0 = (threadIdx.x % 64) * 8;
   const float* lse_row = static_cast<const float*>(p.mid_lse) + row * p.split_stride;
   const u16* mid = static_cast<const u16*>(p.mid_out) + row * p.split_stride * 512 + d0;
@@ -89,6 +70,9 @@ __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel
   float factor = empty ? 0.0f : 1.0f / wsum;
   const float* sink = static_cast<const float*>(p.attn_sink);
   if (sink != nullptr) {
+    // A block's rows share a token (H is a multiple of 8): a 32-bit remainder of the block's first
+    // row, not row % H on 64 bits, which the compiler computed ahead of the loads.
+    const int head = int((u32(blockIdx.x) * u32(kSparseMergeRowsPerBlock)) % u32(p.heads)) + int(threadIdx.x / 64);
     sparse_fold_sink(sink[head], empty, lse, factor);
   }
   u32 out[4];

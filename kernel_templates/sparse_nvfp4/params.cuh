@@ -45,6 +45,7 @@ struct SparseNvfp4Params {
   float sm_scale_log2;  // sm_scale * log2(e), folded on the host
   float lse_scale;      // multiplies the base-2 LSE written to out_lse
   int num_tokens;       // T
+  int heads;            // H: a run-time value of every kernel (per CTA and per output row, never per chunk)
   int num_splits;
   int chunks_per_block;
 

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
 #include "kiln/runtime/sparse_nvfp4/family.h"
 #include "kiln/runtime/validation.h"
 
@@ -13,18 +14,19 @@ namespace {
 
 std::int64_t value(Dsv41Variant v) { return static_cast<std::int64_t>(v); }
 
-// split is a run-time flag of the kernels (SparseNvfp4Params::split), so it is not rendered: keys that
-// differ only in it share one module, one compile and one cache entry. A split plan's merge is the
+// split and H are run-time values of the kernels (SparseNvfp4Params::split, ::heads), so they are not
+// rendered: keys that differ only in them share one module, one compile and one cache entry (the
+// sm90 kernel keeps its head groups, 1 or 2: a cluster pair is another kernel). A split plan's merge is the
 // NVFP4 family's (it reads only mid_out/mid_lse, so it is format independent): the companion
 // sparse_merge key, which one key warms with it. has_extra stays a template argument
 // (sparse_nvfp4/family.cpp says why).
 KernelSource render(const Dsv41Policy& p) {
   if (p.variant == Dsv41Variant::kSm90) {
     return KernelSource{"#include \"sparse_dsv41/kernel_sm90.cuh\"\n",
-                        {fmt::format("kiln::sparse_dsv41_sm90_kernel<{}, {}>", p.heads, p.has_extra)}};
+                        {fmt::format("kiln::sparse_dsv41_sm90_kernel<{}, {}>", sparse_sm90_head_groups(p.heads), p.has_extra)}};
   }
   return KernelSource{"#include \"sparse_dsv41/kernel.cuh\"\n",
-                      {fmt::format("kiln::sparse_dsv41_decode_kernel<{}, {}>", p.heads, p.has_extra)}};
+                      {fmt::format("kiln::sparse_dsv41_decode_kernel<{}>", p.has_extra)}};
 }
 
 std::vector<SemanticKey> companions(const Dsv41Policy& p, std::string_view arch) {

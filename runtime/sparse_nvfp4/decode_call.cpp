@@ -270,6 +270,7 @@ SparseNvfp4Params sparse_params(const SparseCallArgs& a, const SparseCall& c, in
   p.sm_scale_log2 = static_cast<float>(a.sm_scale * kLog2e);
   p.lse_scale = static_cast<float>(opt.lse_scale);
   p.num_tokens = static_cast<int>(c.tokens);
+  p.heads = c.heads;
   p.num_splits = num_splits;
   p.chunks_per_block = chunks_per_block;
   // The same rule as the policy's split field (sparse_policy, dsv41_policy), so the key and the flag agree.

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
 #include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
@@ -12,18 +13,19 @@ namespace {
 
 std::int64_t value(SparseKernel k) { return static_cast<std::int64_t>(k); }
 
-// split is a run-time flag of the kernels (SparseNvfp4Params::split), so it is not rendered: keys that
-// differ only in it share one module, one compile and one cache entry. The merge kernel a split plan
+// split and H are run-time values of the kernels (SparseNvfp4Params::split, ::heads), so they are not
+// rendered: keys that differ only in them share one module, one compile and one cache entry (the
+// sm90 kernel keeps its head groups, 1 or 2: a cluster pair is another kernel). The merge kernel a split plan
 // runs is the companion key's module, so one key warms both launches of any plan. has_extra stays a
 // template argument: as a run-time flag it costs the kernels without the extra pool registers and
 // time (kernel_templates/sparse_nvfp4/NOTES.md).
 KernelSource render(const SparsePolicy& p) {
   if (p.kernel == SparseKernel::kSm90) {
     return KernelSource{"#include \"sparse_nvfp4/kernel_sm90.cuh\"\n",
-                        {fmt::format("kiln::sparse_nvfp4_sm90_kernel<{}, {}>", p.heads, p.has_extra)}};
+                        {fmt::format("kiln::sparse_nvfp4_sm90_kernel<{}, {}>", sparse_sm90_head_groups(p.heads), p.has_extra)}};
   }
   return KernelSource{"#include \"sparse_nvfp4/kernel.cuh\"\n",
-                      {fmt::format("kiln::sparse_nvfp4_decode_kernel<{}, {}, {}, {}>", p.heads, p.head_tiles, p.has_extra,
+                      {fmt::format("kiln::sparse_nvfp4_decode_kernel<{}, {}, {}>", p.head_tiles, p.has_extra,
                                    p.kernel == SparseKernel::kMmaSmall)}};
 }
 
@@ -31,8 +33,9 @@ std::vector<SemanticKey> companions(const SparsePolicy& p, std::string_view arch
   return {SparseMergePolicy{p.heads}.key(arch)};
 }
 
-KernelSource render_merge(const SparseMergePolicy& p) {
-  return KernelSource{"#include \"sparse_nvfp4/merge.cuh\"\n", {fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", p.heads)}};
+// One merge module per target: the head count is a run-time value (SparseNvfp4Params::heads).
+KernelSource render_merge(const SparseMergePolicy&) {
+  return KernelSource{"#include \"sparse_nvfp4/merge.cuh\"\n", {"kiln::sparse_nvfp4_merge_kernel"}};
 }
 
 void check_head_tiles(const SparsePolicy& p) {

@@ -402,8 +402,8 @@ TEST_CASE("default manifest: kiln prebuild compiles every key for sm_90a and sm_
   }
 
   // Keys that render one kernel (MLA keys that differ only in H within a row class, SQ or the mask;
-  // sparse keys that differ only in split) share a cache entry: the first compiles it, the others
-  // hit, and the report names the key whose module each shares.
+  // sparse keys that differ only in H or split) share a cache entry: the first compiles it, the
+  // others hit, and the report names the key whose module each shares.
   std::map<std::string, std::set<std::string>> keys_by_entry;  // cache key -> semantic keys
   for (const auto& k : manifest_keys) keys_by_entry[kiln::make_build_request(k).cache_key.hex()].insert(k.str());
   const std::size_t distinct = keys_by_entry.size();

@@ -430,14 +430,14 @@ TEST_CASE("dsv41 policy: fields, key, render", "[unit]") {
   CHECK(canonical == nlohmann::json{{"heads", 128}, {"has_extra", false}, {"split", true}, {"variant", "sm90"}});
   const kiln::KernelSource s1 = f.render(canonical);
   REQUIRE(s1.name_expressions.size() == 1);
-  CHECK(s1.name_expressions[0] == "kiln::sparse_dsv41_sm90_kernel<128, false>");
+  CHECK(s1.name_expressions[0] == "kiln::sparse_dsv41_sm90_kernel<2, false>");
   CHECK(s1.source.find("sparse_dsv41/kernel_sm90.cuh") != std::string::npos);
-  // split is a run-time flag of the kernels: not rendered, so keys that differ only in split share
-  // one cache entry; has_extra is a template argument. The merge is the NVFP4 family's sparse_merge
-  // module of the same H, the key's companion.
+  // split and H are run-time values of the kernels: not rendered (the sm90 kernel names its head
+  // groups), so keys that differ only in them share one cache entry; has_extra is a template
+  // argument. The merge is the NVFP4 family's sparse_merge module, the key's companion.
   const kiln::KernelSource s2 = f.render(f.canonicalize({{"heads", 8}, {"has_extra", true}}));
   REQUIRE(s2.name_expressions.size() == 1);
-  CHECK(s2.name_expressions[0] == "kiln::sparse_dsv41_decode_kernel<8, true>");
+  CHECK(s2.name_expressions[0] == "kiln::sparse_dsv41_decode_kernel<true>");
   CHECK(s2.source.find("sparse_dsv41/kernel.cuh") != std::string::npos);
   const std::vector<kiln::SemanticKey> companions = kiln::companion_keys(kiln::SemanticKey("sparse_dsv41", canonical, "sm_90a"));
   REQUIRE(companions.size() == 1);
@@ -448,7 +448,9 @@ TEST_CASE("dsv41 policy: fields, key, render", "[unit]") {
     CHECK(entry({64, false, true, variant}, "sm_90a") == base);
     CHECK(entry({64, true, false, variant}, "sm_90a") != base);
     CHECK(entry({64, true, true, variant}, "sm_90a") == entry({64, true, false, variant}, "sm_90a"));
-    CHECK(entry({128, false, false, variant}, "sm_90a") != base);
+    if (variant == d::Dsv41Variant::kSm90) CHECK(entry({128, false, false, variant}, "sm_90a") != base);  // a cluster pair
+    else CHECK(entry({128, false, false, variant}, "sm_90a") == base);
+    CHECK(entry({32, false, false, variant}, "sm_90a") == base);
   }
   CHECK(entry({64, false, false, d::Dsv41Variant::kDefault}, "sm_120a") != entry({64, false, false, d::Dsv41Variant::kDefault}, "sm_90a"));
   CHECK(entry({64, false, false, d::Dsv41Variant::kSm90}, "sm_90a") != entry({64, false, false, d::Dsv41Variant::kDefault}, "sm_90a"));

@@ -531,21 +531,22 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
   fails({{"heads", 64}, {"head_tiles", 2}, {"kernel", "mma_small"}}, "only kernel \"mma\"");
   CHECK(f.canonicalize({{"heads", 64}})["kernel"] == "mma");
 
-  // split is a run-time flag of the kernels: not rendered; has_extra is a template argument. A module
-  // holds the decode kernel only: the merge is the sparse_merge companion of the same H and arch.
+  // split and H are run-time values of the kernels: not rendered (the sm90 kernel names its head
+  // groups, 1 or 2); has_extra is a template argument. A module holds the decode kernel only: the
+  // merge is the sparse_merge companion, one module per arch.
   const sp::SparsePolicy direct{128, 2, true, false};
   const kiln::KernelSource s1 = f.render(direct.key("sm_90a").policy());
   REQUIRE(s1.name_expressions.size() == 1);
-  CHECK(s1.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<128, 2, true, false>");
+  CHECK(s1.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<2, true, false>");
   CHECK(s1.source.find("sparse_nvfp4/kernel.cuh") != std::string::npos);
   const sp::SparsePolicy split{16, 1, false, true, sp::SparseKernel::kMmaSmall};
   const kiln::KernelSource s2 = f.render(split.key("sm_120a").policy());
   REQUIRE(s2.name_expressions.size() == 1);
-  CHECK(s2.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<16, 1, false, true>");
+  CHECK(s2.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<1, false, true>");
   const sp::SparsePolicy hopper{96, 1, true, true, sp::SparseKernel::kSm90};
   const kiln::KernelSource s3 = f.render(hopper.key("sm_90a").policy());
   REQUIRE(s3.name_expressions.size() == 1);
-  CHECK(s3.name_expressions[0] == "kiln::sparse_nvfp4_sm90_kernel<96, true>");
+  CHECK(s3.name_expressions[0] == "kiln::sparse_nvfp4_sm90_kernel<2, true>");
   CHECK(s3.source.find("sparse_nvfp4/kernel_sm90.cuh") != std::string::npos);
   for (const auto& [policy, arch] : {std::pair{direct, "sm_90a"}, std::pair{split, "sm_120a"}, std::pair{hopper, "sm_90a"}}) {
     const std::vector<kiln::SemanticKey> companions = kiln::companion_keys(policy.key(arch));
@@ -553,26 +554,34 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
     CHECK(companions[0] == sp::SparseMergePolicy{policy.heads}.key(arch));
     const kiln::KernelSource merge = kiln::find_family("sparse_merge").render(companions[0].policy());
     REQUIRE(merge.name_expressions.size() == 1);
-    CHECK(merge.name_expressions[0] == fmt::format("kiln::sparse_nvfp4_merge_kernel<{}>", policy.heads));
+    CHECK(merge.name_expressions[0] == "kiln::sparse_nvfp4_merge_kernel");
     CHECK(merge.source.find("sparse_nvfp4/merge.cuh") != std::string::npos);
     CHECK(kiln::companion_keys(companions[0]).empty());
   }
   expect_error([] { sp::SparseMergePolicy{12}.validate(); }, "heads", {"multiple of 8"});
 
-  // Keys that differ only in split share one cache entry; any other field (has_extra included), the
-  // arch or the kernel gives another.
+  // Keys that differ only in split, or in H (within the sm90 kernel's head groups), share one cache
+  // entry; any other field (has_extra included), the arch or the kernel gives another.
   const auto entry = [](const sp::SparsePolicy& p, const char* arch) { return kiln::make_build_request(p.key(arch)).cache_key; };
   for (const sp::SparseKernel kernel : {sp::SparseKernel::kMma, sp::SparseKernel::kMmaSmall, sp::SparseKernel::kSm90}) {
     const kiln::CacheKey base = entry({64, 1, false, false, kernel}, "sm_90a");
     CHECK(entry({64, 1, false, true, kernel}, "sm_90a") == base);
     CHECK(entry({64, 1, true, false, kernel}, "sm_90a") != base);
     CHECK(entry({64, 1, true, true, kernel}, "sm_90a") == entry({64, 1, true, false, kernel}, "sm_90a"));
-    CHECK(entry({32, 1, false, false, kernel}, "sm_90a") != base);
+    CHECK(entry({32, 1, false, false, kernel}, "sm_90a") == base);
+    if (kernel == sp::SparseKernel::kSm90) CHECK(entry({128, 1, false, false, kernel}, "sm_90a") != base);  // a cluster pair
+    else CHECK(entry({128, 1, false, false, kernel}, "sm_90a") == base);
     if (kernel != sp::SparseKernel::kSm90) CHECK(entry({64, 1, false, false, kernel}, "sm_120a") != base);
   }
   CHECK(entry({64, 2, true, true}, "sm_90a") == entry({64, 2, true, false}, "sm_90a"));
   CHECK(entry({64, 2, false, true}, "sm_90a") == entry({64, 2, false, false}, "sm_90a"));
   CHECK(entry({64, 2, false, false}, "sm_90a") != entry({64, 1, false, false}, "sm_90a"));
+  CHECK(entry({128, 2, false, false}, "sm_90a") == entry({32, 2, false, false}, "sm_90a"));
+  const auto merge_entry = [](int heads, const char* arch) {
+    return kiln::make_build_request(sp::SparseMergePolicy{heads}.key(arch)).cache_key;
+  };
+  CHECK(merge_entry(8, "sm_90a") == merge_entry(128, "sm_90a"));
+  CHECK(merge_entry(8, "sm_90a") != merge_entry(8, "sm_120a"));
   CHECK(entry({64, 1, false, false, sp::SparseKernel::kMmaSmall}, "sm_90a") != entry({64, 1, false, false}, "sm_90a"));
   CHECK(entry({64, 1, false, false, sp::SparseKernel::kSm90}, "sm_90a") != entry({64, 1, false, false}, "sm_90a"));
 

@@ -393,6 +393,7 @@ json launch_overheads(const std::string& base) {
     params.sm_scale_log2 = 0.1f * 1.4426950408889634f;
     params.lse_scale = 1.0f;
     params.num_tokens = 1;
+    params.heads = policy.heads;
     params.num_splits = plan.num_splits;
     params.chunks_per_block = plan.chunks_per_block;
     LaunchConfig lc;
