@@ -33,7 +33,7 @@ struct Sm90Format {
   // Q rows head0 .. head0 + 63 as bf16 into the interleaved layout (dims 8g .. 8g + 7 of row r at
   // g * 1024 + r * 16); rows past H are zero. Consecutive threads take consecutive rows, so the
   // stores of a phase hit distinct banks; every load is issued before the first store.
-    __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, sparse_sm90::DealShape,
+  __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, sparse_sm90::DealShape,
                                                  u32, int, int, u32) {
     constexpr int kPer = 64 * 64 / sparse_sm90::kConsumers;
     const int r = ctid & 63, head = head0 + r;

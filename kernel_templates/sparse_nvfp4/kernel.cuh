@@ -775,8 +775,8 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   if constexpr (!kSmall) {
     if (tid >= kConsumers) {
       produce_staged<F, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra>(p, work, t, head0, c_begin, n_iter, stages, tiles,
-                                                                                          q_smem, masks, bar_empty, bar_full, tid,
-                                                                                          tid - kConsumers, tid & 31);
+                                                                                   q_smem, masks, bar_empty, bar_full, tid,
+                                                                                   tid - kConsumers, tid & 31);
       if (ncta > 1) {  // the consumers' two cluster barriers (cluster_combine)
         cluster_sync();
         cluster_sync();

@@ -617,7 +617,7 @@ struct Nvfp4Sm90Format {
   static constexpr bool kDealtQ = true;  // dealt slices share Q's NVFP4 rounding (stage_q)
   static constexpr Regs kRegs = kNvfp4Regs;
 
-    __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, DealShape ds, u32 mine,
+  __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, DealShape ds, u32 mine,
                                                  int group, int groups, u32 q_bar) {
     sparse_sm90::stage_q(p, t, head0, q_smem, ctid, ds, mine, group, groups, q_bar);
   }
@@ -782,8 +782,8 @@ struct Nvfp4Sm90Format {
 }  // namespace sparse_sm90
 
 // kGroups: ceil(H / 64) CTAs per (token, split), 1 or 2; H itself (p.heads, a multiple of 8, <= 128)
-// is a run-time value. kHasExtra: a second pool shares the softmax. At run time p.split: write mid_out/mid_lse (merged by
-// sparse_nvfp4_merge_kernel).
+// is a run-time value. kHasExtra: a second pool shares the softmax. At run time p.split: write
+// mid_out/mid_lse (merged by sparse_nvfp4_merge_kernel).
 // For H > 64 the two head groups of a (token, split) run as a cluster of two CTAs that share the
 // decode: CTA r gathers and decodes candidates 32 r .. 32 r + 31 of every chunk and writes them into
 // its own tile and, by st.async, into its peer's, so no candidate is decoded twice.
