@@ -153,8 +153,7 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   const Dsv41Policy policy = dsv41_policy(c.heads, c.has_extra, plan);
   const KernelHandle& handle = acquire(service, policy, stream, device);
   const int cluster = dsv41_cluster_size(target, static_cast<int>(c.tokens), c.heads, plan, opt.cluster);
-  sparse::launch_sparse_decode(handle, decode_config(policy, params, cluster), params, policy.heads, policy.split, opt.enable_pdl.value_or(true),
-                               stream);
+  sparse::launch_sparse_decode(handle, decode_config(policy, params, cluster), params, opt.enable_pdl.value_or(true), stream);
   return plan;
 }
 

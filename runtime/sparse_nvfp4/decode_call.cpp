@@ -278,13 +278,13 @@ SparseNvfp4Params sparse_params(const SparseCallArgs& a, const SparseCall& c, in
   return p;
 }
 
-void launch_sparse_decode(const KernelHandle& handle, LaunchConfig decode, const SparseNvfp4Params& params, int heads,
-                          bool split, bool pdl, CUstream stream) {
+void launch_sparse_decode(const KernelHandle& handle, LaunchConfig decode, const SparseNvfp4Params& params, bool pdl,
+                          CUstream stream) {
   decode.pdl = pdl;
   launch(handle, decode, params, stream, 0);
-  if (split) {
+  if (params.split) {
     LaunchConfig merge;
-    merge.grid[0] = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, heads));
+    merge.grid[0] = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, params.heads));
     merge.block[0] = kSparseMergeThreads;
     merge.pdl = pdl;
     launch(handle.companion(0), merge, params, stream, 0);

@@ -104,7 +104,7 @@ LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& 
 void launch_sparse(const SparsePolicy& policy, const SparseNvfp4Params& params, int cluster, CUstream stream, int device,
                    KernelService& service) {
   const KernelHandle& handle = acquire(service, policy, stream, device);
-  launch_sparse_decode(handle, decode_config(policy, params, cluster), params, policy.heads, policy.split, /*pdl=*/true, stream);
+  launch_sparse_decode(handle, decode_config(policy, params, cluster), params, /*pdl=*/true, stream);
 }
 
 }  // namespace
