@@ -30,8 +30,11 @@ constexpr int kMlaSmemPitch = kMlaDimQk + 8;
 // block whose unit falls in its range. The charge, where used, moves a part's boundary by the set-up
 // a piece costs besides its blocks. Splitting from the real lengths on the device keeps graph
 // replays right when lengths change.
+// On the wgmma kernels a piece's set-up (finding it, Q, the first tile's round trips, the epilogue's
+// partial rows) takes about as long as streaming two blocks at full bandwidth, so a part that starts
+// a second request is charged two blocks for it (NOTES.md, "Where a short piece's time goes").
 constexpr int kMlaPieceCostMma = 0;
-constexpr int kMlaPieceCostWgmma = 1;
+constexpr int kMlaPieceCostWgmma = 2;
 // Most pieces one request is cut into (bounds the combine's work per row).
 constexpr int kMlaMaxPieces = 64;
 // Units a part may grow by so that its width is a whole number of the largest request's units: with
