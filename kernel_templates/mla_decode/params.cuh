@@ -31,8 +31,8 @@ constexpr int kMlaSmemPitch = kMlaDimQk + 8;
 // a piece costs besides its blocks. Splitting from the real lengths on the device keeps graph
 // replays right when lengths change.
 // On the wgmma kernels a piece's set-up (finding it, Q, the first tile's round trips, the epilogue's
-// partial rows) takes about as long as streaming two blocks at full bandwidth, so a part that starts
-// a second request is charged two blocks for it (NOTES.md, "Where a short piece's time goes").
+// partial rows) takes about as long as streaming two blocks, so a part that starts a second request
+// is charged two blocks for it (NOTES.md, "A piece charged two blocks").
 constexpr int kMlaPieceCostMma = 0;
 constexpr int kMlaPieceCostWgmma = 2;
 // Most pieces one request is cut into (bounds the combine's work per row).
