@@ -23,16 +23,16 @@ constexpr int kMlaSmemPitch = kMlaDimQk + 8;
 
 // ---- Scheduling (both kernels) ----
 // The batch's KV work is cut into blocks of the kernel's KV tile (a pair of 64-token tiles on the
-// seesaw). Request b costs piece_cost + ceil(L_b / block) units (no units when it has no query rows);
-// the units of the whole batch, in request order, are split into num_parts equal contiguous ranges
-// (at least ceil(max blocks / kMlaMaxPieces) units wide, and rounded up to whole largest requests
-// when that adds at most kMlaAlignSlack units), one per CTA column of the grid. A part takes every
-// block whose unit falls in its range. The charge, where used, moves a part's boundary by the set-up
-// a piece costs besides its blocks. Splitting from the real lengths on the device keeps graph
-// replays right when lengths change.
+// seesaw). Request b costs a unit per block, ceil(L_b / block), then piece_cost more (no units when it
+// has no query rows); the units of the whole batch, in request order, are split into num_parts equal
+// contiguous ranges (at least ceil(max blocks / kMlaMaxPieces) units wide, and rounded up to whole
+// largest requests when that adds at most kMlaAlignSlack units), one per CTA column of the grid. A
+// part takes every block whose unit falls in its range. The charge, where used, moves a part's
+// boundary by the set-up a piece costs besides its blocks. Splitting from the real lengths on the
+// device keeps graph replays right when lengths change.
 // On the wgmma kernels a piece's set-up (finding it, Q, the first tile's round trips, the epilogue's
-// partial rows) takes about as long as streaming two blocks, so a part that starts a second request
-// is charged two blocks for it (NOTES.md, "A piece charged two blocks").
+// partial rows) takes about as long as streaming two blocks, so a part that holds a second piece is
+// charged two blocks for it (NOTES.md, "A piece charged two blocks").
 constexpr int kMlaPieceCostMma = 0;
 constexpr int kMlaPieceCostWgmma = 2;
 // Most pieces one request is cut into (bounds the combine's work per row).
