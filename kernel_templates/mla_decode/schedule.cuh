@@ -295,8 +295,8 @@ __device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int
   for (int b = c.b; b < p.batch; ++b) {
     const MlaRequest r = mla_request<kBlockTokens, kPacked>(p, b);
     if (r.blocks == 0) continue;  // no query rows, no units
-    // A request's units are its blocks, then its charge: the batch's first blocks fall in part 0 (with
-    // the charge first they started a part or two later, which measured slower; NOTES.md).
+    // A request's units are its blocks, then its charge, so the batch's first blocks fall in part 0: a
+    // charge first leaves the first parts without blocks at B = 1, which measured slower (NOTES.md).
     const long long first_unit = start;
     if (first_unit >= c.hi) break;
     const long long k0 = c.lo > first_unit ? c.lo - first_unit : 0;
