@@ -160,7 +160,9 @@ __device__ __forceinline__ void mla_part_range(const MlaDecodeParams& p, int par
   c.hi = c.lo + c.width;
 }
 
-template <int kThreads, int kBlockTokens, bool kPacked>
+// kWarpScan: batches of up to 32 requests take the one-warp path below (the fp8 wgmma kernel's
+// producer warps, at their small register budget, spill with it).
+template <int kThreads, int kBlockTokens, bool kPacked, bool kWarpScan>
 __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p, int part, long long* scratch) {
   static_assert(kThreads % 32 == 0 && 2 * (kThreads / 32) + 2 <= kMlaSchedScratchBytes / 8, "scheduler scratch too small");
   MlaPartCursor c;
@@ -174,6 +176,34 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
     return c;
   }
   const int tid = threadIdx.x;
+  if (kWarpScan && p.batch <= 32) {
+    // A request per lane, every warp on its own: the scan, the total, the largest request and the
+    // part's first request without a CTA barrier or shared memory, on the path to the first load
+    // (NOTES.md, "The scheduler in one warp").
+    const int lane = tid & 31;
+    long long cost = 0, blocks = 0;
+    if (lane < p.batch) {
+      const MlaRequest r = mla_request<kBlockTokens, kPacked>(p, lane);
+      cost = mla_cost(r, p.piece_cost);
+      blocks = r.blocks;
+    }
+    const long long inc = warp_inclusive_sum(cost, lane);
+    const long long start = inc - cost;
+    const long long total = __shfl_sync(0xffffffffu, inc, 31);
+    long long max_blocks = blocks;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const long long o = __shfl_xor_sync(0xffffffffu, max_blocks, off);
+      max_blocks = o > max_blocks ? o : max_blocks;
+    }
+    mla_part_range(p, part, total, max_blocks, c);
+    // The first request that ends after lo (ends are non-decreasing in b): at most one lane.
+    const unsigned owner = __ballot_sync(0xffffffffu, cost > 0 && start <= c.lo && c.lo < start + cost);
+    c.b = owner != 0u ? __ffs(owner) - 1 : p.batch;
+    const long long first_start = __shfl_sync(0xffffffffu, start, owner != 0u ? c.b : 0);
+    c.start = owner != 0u ? first_start : 0;
+    return c;
+  }
   if (p.batch <= kThreads) {
     // One request per thread: one read of the lengths, one exchange for the scan, the total and the
     // largest request, and the part's first request found by the thread that holds it.
@@ -288,9 +318,9 @@ __device__ __forceinline__ int mla_row_last(const MlaDecodeParams& p, const MlaP
 
 // Calls fn(piece) for each piece of `part`, in request order. Every thread of the CTA runs the same
 // sequence (the lengths are re-read per request, from L1 after the first thread).
-template <int kThreads, int kBlockTokens, bool kPacked, typename Fn>
+template <int kThreads, int kBlockTokens, bool kPacked, bool kWarpScan = true, typename Fn>
 __device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int part, long long* scratch, Fn&& fn) {
-  const MlaPartCursor c = mla_part_begin<kThreads, kBlockTokens, kPacked>(p, part, scratch);
+  const MlaPartCursor c = mla_part_begin<kThreads, kBlockTokens, kPacked, kWarpScan>(p, part, scratch);
   long long start = c.start;
   for (int b = c.b; b < p.batch; ++b) {
     const MlaRequest r = mla_request<kBlockTokens, kPacked>(p, b);
