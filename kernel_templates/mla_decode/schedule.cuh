@@ -74,6 +74,16 @@ __device__ __forceinline__ void block_sum_max(long long v, long long m, long lon
   }
 }
 
+// Max of v over the warp's lanes; every lane gets it.
+__device__ __forceinline__ long long warp_max(long long v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const long long o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
 // Inclusive prefix sum of v over the warp's lanes.
 __device__ __forceinline__ long long warp_inclusive_sum(long long v, int lane) {
 #pragma unroll
@@ -112,11 +122,7 @@ __device__ __forceinline__ long long block_exclusive_scan_max(long long v, long 
   constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x & 31;
   const long long inc = warp_inclusive_sum(v, lane);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const long long o = __shfl_xor_sync(0xffffffffu, m, off);
-    m = o > m ? o : m;
-  }
+  m = warp_max(m);
   __syncthreads();  // a previous use of scratch is over
   if (lane == 31) scratch[threadIdx.x >> 5] = inc;
   if (lane == 0) scratch[kWarps + (threadIdx.x >> 5)] = m;
@@ -190,12 +196,7 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
     const long long inc = warp_inclusive_sum(cost, lane);
     const long long start = inc - cost;
     const long long total = __shfl_sync(0xffffffffu, inc, 31);
-    long long max_blocks = blocks;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const long long o = __shfl_xor_sync(0xffffffffu, max_blocks, off);
-      max_blocks = o > max_blocks ? o : max_blocks;
-    }
+    const long long max_blocks = warp_max(blocks);
     mla_part_range(p, part, total, max_blocks, c);
     // The first request that ends after lo (ends are non-decreasing in b): at most one lane.
     const unsigned owner = __ballot_sync(0xffffffffu, cost > 0 && start <= c.lo && c.lo < start + cost);
