@@ -47,6 +47,16 @@ __device__ __forceinline__ long long mla_cost(const MlaRequest& r, int piece_cos
   return r.blocks > 0 ? static_cast<long long>(piece_cost) + r.blocks : 0;
 }
 
+// Max of v over the warp's lanes; every lane gets it.
+__device__ __forceinline__ long long warp_max(long long v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const long long o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
 // Sum and max over the CTA of one value per thread; every thread gets both. `scratch`: >= kThreads /
 // 16 slots; the caller must not touch it until the function returns.
 template <int kThreads>
@@ -72,16 +82,6 @@ __device__ __forceinline__ void block_sum_max(long long v, long long m, long lon
     sum += scratch[w];
     max = scratch[kWarps + w] > max ? scratch[kWarps + w] : max;
   }
-}
-
-// Max of v over the warp's lanes; every lane gets it.
-__device__ __forceinline__ long long warp_max(long long v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const long long o = __shfl_xor_sync(0xffffffffu, v, off);
-    v = o > v ? o : v;
-  }
-  return v;
 }
 
 // Inclusive prefix sum of v over the warp's lanes.
@@ -328,10 +328,9 @@ __device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int
     if (r.blocks == 0) continue;  // no query rows, no units
     // A request's units are its blocks, then its charge, so the batch's first blocks fall in part 0: a
     // charge first leaves the first parts without blocks at B = 1, which measured slower (NOTES.md).
-    const long long first_unit = start;
-    if (first_unit >= c.hi) break;
-    const long long k0 = c.lo > first_unit ? c.lo - first_unit : 0;
-    const long long k1 = c.hi - first_unit < r.blocks ? c.hi - first_unit : r.blocks;
+    if (start >= c.hi) break;
+    const long long k0 = c.lo > start ? c.lo - start : 0;
+    const long long k1 = c.hi - start < r.blocks ? c.hi - start : r.blocks;
     if (k1 > k0) {
       MlaPiece piece;
       piece.b = b;
@@ -343,7 +342,7 @@ __device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int
       piece.first = k0 == 0;
       piece.whole = k0 == 0 && k1 == r.blocks;
       piece.first_part = part;
-      piece.num_pieces = static_cast<int>((first_unit + r.blocks - 1) / c.width - part) + 1;
+      piece.num_pieces = static_cast<int>((start + r.blocks - 1) / c.width - part) + 1;
       fn(piece);
     }
     start += mla_cost(r, p.piece_cost);
