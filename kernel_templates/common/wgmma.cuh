@@ -1,7 +1,7 @@
 #pragma once
 // Hopper warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors, the fence / commit /
-// wait lifecycle, and the m64nNk16 bf16 instructions with fp32 accumulators, A from shared memory
-// (ss) or registers (rs), plus the f16 shapes the fp8 MLA kernel issues. Every function is
+// wait lifecycle, and the m64nNk16 bf16 and f16 instructions with fp32 accumulators, A from shared
+// memory (ss) or registers (rs). Every function is
 // force-inlined, so code for other targets that never calls them never emits the instructions. A
 // kernel that uses them must be compiled for sm_90a.
 #include "common/numeric.cuh"
@@ -30,6 +30,14 @@ __device__ __forceinline__ u64 wgmma_desc_sw128(u32 addr, u32 lbo_bytes, u32 sbo
 // address field holds any shared address >> 4 without carrying into the next field).
 __device__ __forceinline__ u64 wgmma_desc_advance(u64 desc, u32 bytes) { return desc + (bytes >> 4); }
 
+// Matrix descriptor of a shared-memory operand in the no-swizzle ("interleave") layout, whose 8 x 16 B
+// core matrices are 128 contiguous bytes. lbo: bytes between core matrices adjacent along K (K-major)
+// or between 8-row K groups (MN-major); sbo: bytes between 8-row groups along M/N (K-major) or
+// between 8-column N groups (MN-major). Base offset 0.
+__device__ __forceinline__ u64 wgmma_desc_interleave(u32 addr, u32 lbo_bytes, u32 sbo_bytes) {
+  return u64((addr >> 4) & 0x3fffu) | (u64((lbo_bytes >> 4) & 0x3fffu) << 16) | (u64((sbo_bytes >> 4) & 0x3fffu) << 32);
+}
+
 // Orders register accesses before the next wgmma (needed before the first wgmma of a batch and
 // after any other instruction wrote an accumulator or A-fragment register).
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -51,6 +59,11 @@ template <int kN>
 __device__ __forceinline__ void wgmma_fence_operand(u32 (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+template <int kM, int kN>
+__device__ __forceinline__ void wgmma_fence_operand(u32 (&d)[kM][kN]) {
+#pragma unroll
+  for (int i = 0; i < kM; ++i) wgmma_fence_operand(d[i]);
 }
 
 // Moves this warpgroup's per-thread register budget up or down (sm_90a). Every warp of the
@@ -101,11 +114,13 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 #define KILN_WGMMA_D16(i) KILN_WGMMA_D8(i), KILN_WGMMA_D8(i + 8)
 #define KILN_WGMMA_D32(i) KILN_WGMMA_D16(i), KILN_WGMMA_D16(i + 16)
 #define KILN_WGMMA_D64(i) KILN_WGMMA_D32(i), KILN_WGMMA_D32(i + 32)
+#define KILN_WGMMA_D96(i) KILN_WGMMA_D64(i), KILN_WGMMA_D32(i + 64)
 #define KILN_WGMMA_D128(i) KILN_WGMMA_D64(i), KILN_WGMMA_D64(i + 64)
 #define KILN_WGMMA_R8 "%0, %1, %2, %3, %4, %5, %6, %7"
 #define KILN_WGMMA_R16 KILN_WGMMA_R8 ", %8, %9, %10, %11, %12, %13, %14, %15"
 #define KILN_WGMMA_R32 KILN_WGMMA_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define KILN_WGMMA_R64 KILN_WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define KILN_WGMMA_R96 KILN_WGMMA_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define KILN_WGMMA_R128 KILN_WGMMA_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
 // The shapes the kernels issue, per input type.
@@ -114,6 +129,8 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 #define KILN_WGMMA_N64(ab) KILN_WGMMA_SHAPE(ab, 64, 32, KILN_WGMMA_D32, KILN_WGMMA_R32, 32, 33, 34, 35, 36, 37, 38)
 #define KILN_WGMMA_N128(ab) \
   KILN_WGMMA_SHAPE(ab, 128, 64, KILN_WGMMA_D64, KILN_WGMMA_R64, 64, 65, 66, 67, 68, 69, 70)
+#define KILN_WGMMA_N192(ab) \
+  KILN_WGMMA_SHAPE(ab, 192, 96, KILN_WGMMA_D96, KILN_WGMMA_R96, 96, 97, 98, 99, 100, 101, 102)
 #define KILN_WGMMA_N256(ab) \
   KILN_WGMMA_SHAPE(ab, 256, 128, KILN_WGMMA_D128, KILN_WGMMA_R128, 128, 129, 130, 131, 132, 133, 134)
 
@@ -136,6 +153,10 @@ struct WgmmaBf16<128> {
   KILN_WGMMA_N128("bf16")
 };
 template <>
+struct WgmmaBf16<192> {
+  KILN_WGMMA_N192("bf16")
+};
+template <>
 struct WgmmaBf16<256> {
   KILN_WGMMA_N256("bf16")
 };
@@ -148,6 +169,14 @@ struct WgmmaF16<32> {
   KILN_WGMMA_N32("f16")
 };
 template <>
+struct WgmmaF16<64> {
+  KILN_WGMMA_N64("f16")
+};
+template <>
+struct WgmmaF16<192> {
+  KILN_WGMMA_N192("f16")
+};
+template <>
 struct WgmmaF16<256> {
   KILN_WGMMA_N256("f16")
 };
@@ -156,16 +185,19 @@ struct WgmmaF16<256> {
 #undef KILN_WGMMA_N32
 #undef KILN_WGMMA_N64
 #undef KILN_WGMMA_N128
+#undef KILN_WGMMA_N192
 #undef KILN_WGMMA_N256
 #undef KILN_WGMMA_R8
 #undef KILN_WGMMA_R16
 #undef KILN_WGMMA_R32
 #undef KILN_WGMMA_R64
+#undef KILN_WGMMA_R96
 #undef KILN_WGMMA_R128
 #undef KILN_WGMMA_D8
 #undef KILN_WGMMA_D16
 #undef KILN_WGMMA_D32
 #undef KILN_WGMMA_D64
+#undef KILN_WGMMA_D96
 #undef KILN_WGMMA_D128
 #undef KILN_WGMMA_SHAPE
 

@@ -87,7 +87,6 @@ struct Sm90Format {
   __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                  int n_iter, u32 sbase, int tid, int group, u32 peer) {
     using namespace sparse_sm90;
-    using namespace sm90;
     if (n_iter <= 0) return;
     const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;
     const int lane = tid & 31, ptid = tid - kConsumers, pw = ptid >> 5;

@@ -23,9 +23,9 @@
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"
 #include "common/softmax.cuh"
+#include "common/wgmma.cuh"
 #include "sparse_nvfp4/kernel.cuh"
 #include "sparse_nvfp4/params.cuh"
-#include "sparse_nvfp4/sm90_ops.cuh"
 
 // A key can name this kernel for another target (a manifest prebuilt with --arch): say so instead of
 // ptxas rejecting every wgmma.
@@ -351,10 +351,10 @@ __device__ __forceinline__ void wg0_scores(float (&s)[32], u64 dq, u64 dk) {
   wgmma_fence();
   constexpr int kF16Steps = F::kF16Nope ? 28 : 0;
 #pragma unroll
-  for (int ks = 0; ks < kF16Steps; ++ks) sm90::wgmma_m64n64k16_ss_f16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+  for (int ks = 0; ks < kF16Steps; ++ks) WgmmaF16<64>::ss<0>(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
 #pragma unroll
   for (int ks = kF16Steps; ks < 32; ++ks)
-    sm90::wgmma_m64n64k16_ss_bf16(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+    WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operand(s);
@@ -368,7 +368,7 @@ __device__ __forceinline__ void wg0_pv(float (&o)[128], u32 (&pf)[4][4], u64 dv)
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if constexpr (F::kF16Nope) sm90::wgmma_m64n256k16_rs_f16(o, pf[kk], wgmma_desc_advance(dv, kk * 256));
+    if constexpr (F::kF16Nope) WgmmaF16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 256), true);
     else WgmmaBf16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 256), true);
   }
   wgmma_commit();
@@ -377,7 +377,7 @@ __device__ __forceinline__ void wg0_pv(float (&o)[128], u32 (&pf)[4][4], u64 dv)
   // release waited for S(i + 1); a wait for the older group only serializes every wgmma in ptxas).
   wgmma_wait<0>();
   wgmma_fence_operand(o);
-  sm90::pin_u32(pf);
+  wgmma_fence_operand(pf);
 }
 
 // O[:, 256:448] += P V (f16 P with kF16Nope) and O[:, 448:512] += P V (bf16 P), retired before
@@ -389,16 +389,16 @@ __device__ __forceinline__ void wg1_pv(float (&o_nope)[96], float (&o_rope)[32],
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if constexpr (F::kF16Nope) sm90::wgmma_m64n192k16_rs_f16(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
-    else sm90::wgmma_m64n192k16_rs_bf16(o_nope, pb[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256));
-    sm90::wgmma_m64n64k16_rs_bf16(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256));
+    if constexpr (F::kF16Nope) WgmmaF16<192>::rs<1>(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256), true);
+    else WgmmaBf16<192>::rs<1>(o_nope, pb[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256), true);
+    WgmmaBf16<64>::rs<1>(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256), true);
   }
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operand(o_nope);
   wgmma_fence_operand(o_rope);
-  sm90::pin_u32(pf);
-  sm90::pin_u32(pb);
+  wgmma_fence_operand(pf);
+  wgmma_fence_operand(pb);
 }
 
 // The online-softmax step of WG0 for one chunk: S (in s) masked by the tile mask and scaled to base
@@ -627,7 +627,6 @@ struct Nvfp4Sm90Format {
   __device__ static __forceinline__ void produce_own(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                      int n_iter, u32 sbase, int tid) {
     using namespace sparse_detail;
-    using namespace sm90;
     const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;
     const int lane = tid & 31;
     const int ptid = tid - kConsumers, pw = ptid >> 5;
@@ -692,7 +691,6 @@ struct Nvfp4Sm90Format {
   __device__ static __forceinline__ void produce_pair(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                       int n_iter, u32 sbase, int tid, int group, u32 peer) {
     using namespace sparse_detail;
-    using namespace sm90;
     const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;
     const int lane = tid & 31;
     // Shared decode (kCross): this CTA gathers and decodes candidates 32 group .. 32 group + 31 of
@@ -797,7 +795,6 @@ namespace sparse_sm90 {
 template <class F, int kGroups, bool kHasExtra>
 __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   using namespace sparse_detail;
-  using namespace sm90;
   static_assert(kGroups == 1 || kGroups == 2, "one head group, or a cluster pair of two");
   static_assert(F::kRegs.wg0 + F::kRegs.wg1 + F::kRegs.producer == 3 * 168, "the warpgroups share the launch allocation");
   constexpr bool kCross = kGroups == 2;  // launched as clusters of two (sparse_sm90_cluster)
@@ -885,7 +882,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
       float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
       const float scale_log2 = p.sm_scale_log2 * F::kNopeUndo;
       // Descriptors built once; a k-step or a tile is a constant added to the start-address field.
-      const u64 dq = smem_desc(q_smem, 1024, 128), dk0 = smem_desc(sbase + kTileOff, 1024, 128), dv0 = smem_desc(sbase + kTileOff, 128, 1024);
+      const u64 dq = wgmma_desc_interleave(q_smem, 1024, 128), dk0 = wgmma_desc_interleave(sbase + kTileOff, 1024, 128), dv0 = wgmma_desc_interleave(sbase + kTileOff, 128, 1024);
 
       for (int i = 0; i < n_iter; ++i) {
         const int b = i & 1;
@@ -914,7 +911,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
       for (int i = 0; i < 96; ++i) o_nope[i] = 0.0f;
 #pragma unroll
       for (int i = 0; i < 32; ++i) o_rope[i] = 0.0f;
-      const u64 dv0 = smem_desc(sbase + kTileOff, 128, 1024);
+      const u64 dv0 = wgmma_desc_interleave(sbase + kTileOff, 128, 1024);
       for (int i = 0; i < n_iter; ++i) {
         const int b = i & 1;
         const u64 dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
