@@ -56,30 +56,6 @@ __device__ __forceinline__ u8 float_to_e4m3_satfinite(float f) {
   return u8(r & 0xffu);
 }
 
-// ---- fp4 e2m1 ----
-// Bit construction instead of a table: a run-time indexed array would live in local memory.
-__device__ __forceinline__ float e2m1_to_float(u32 code) {
-  const u32 m = code & 7u;
-  const u32 mag = m == 0 ? 0u : m == 1 ? 0x3f000000u : (((126u + (m >> 1)) << 23) | ((m & 1u) << 22));
-  return __uint_as_float(mag | ((code & 8u) << 28));
-}
-
-// Round to nearest even, saturating at +-6. Zero magnitudes are always code 0 (never -0), and NaN
-// becomes code 0, so an all-zero or all-NaN group packs to zero bytes.
-__device__ __forceinline__ u32 float_to_e2m1(float y) {
-  const float a = fabsf(y);
-  u32 m;
-  if (!(a > 0.25f)) m = 0;  // also NaN
-  else if (a < 0.75f) m = 1;
-  else if (a <= 1.25f) m = 2;
-  else if (a < 1.75f) m = 3;
-  else if (a <= 2.5f) m = 4;
-  else if (a < 3.5f) m = 5;
-  else if (a <= 5.0f) m = 6;
-  else m = 7;
-  return m == 0 ? 0u : (m | ((__float_as_uint(y) >> 28) & 8u));
-}
-
 #endif  // __CUDACC__
 
 }  // namespace kiln
