@@ -116,7 +116,7 @@ struct Sm90Format {
       const int i = j / kParts, part = j % kParts, b = i & 1;
       const bool extra = is_extra(c_begin + i);
       cp_async_wait<0>();
-      named_barrier_sync(kBarRaw, 128);  // every warp's copies (and valid bits) of this gather have landed
+      named_barrier_sync(kBarRaw, kProducerThreads);  // every warp's copies (and valid bits) of this gather have landed
       const u32 row = sbase + kRawOff + u32(dr) * raw_row_bytes(extra);
       U32x4 code[8];
       u32 scw[4];
@@ -136,7 +136,7 @@ struct Sm90Format {
         }
       }
       const u32 valid = ptid == 0 ? lds_u32(sbase + kValidOff) : 0u;
-      named_barrier_sync(kBarRaw, 128);  // the stage is read: the next gather may overwrite it
+      named_barrier_sync(kBarRaw, kProducerThreads);  // the stage is read: the next gather may overwrite it
       if (j + 1 < n_units) {
         addr = record_addr<kHasExtra>(p, work, chunk_of(j + 1), next, scale_lane);
         gather(j + 1, addr);

@@ -59,8 +59,9 @@ static_assert(kBarOff + 48u == sparse_sm90_smem_bytes(), "carve-up and launch si
 // decoded rows and its word of the tile mask.
 constexpr u32 kPeerBytes = 32u * 1024u + 4u;
 
-constexpr int kBarQ = 1, kBarPReady = 2, kBarRaw = 3, kBarEpilogue = 4;  // named barriers (kBarRaw: producers, else 256 threads)
+constexpr int kBarQ = 1, kBarPReady = 2, kBarRaw = 3, kBarEpilogue = 4;  // named barriers (kBarRaw: the producers, else the consumers)
 constexpr int kConsumers = 256;
+constexpr int kProducerThreads = kSparseSm90Threads - kConsumers;
 // Register split: setmaxnreg moves registers only within the block's launch allocation (168 x 384,
 // the __launch_bounds__ cap), so the three counts sum to 3 x 168 = 504. WG0 holds O (128), S (32)
 // and P (16); WG1 O (128) and two copies of P (32); the producer one chunk's codes and scales.
@@ -649,7 +650,7 @@ struct Nvfp4Sm90Format {
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
       cp_async_wait<0>();
-      named_barrier_sync(kBarRaw, 128);  // every warp's copies of this chunk have landed
+      named_barrier_sync(kBarRaw, kProducerThreads);  // every warp's copies of this chunk have landed
       U32x4 code[7], rope[4];
 #pragma unroll
       for (int k = 0; k < 7; ++k) code[k] = lds128(half_codes + 16 * k);
@@ -662,7 +663,7 @@ struct Nvfp4Sm90Format {
 #pragma unroll
       for (int k = 0; k < 4; ++k) sw[k] = lds_u32(half_scales + 4 * k);
       const u32 valid_cur = valid16;
-      named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
+      named_barrier_sync(kBarRaw, kProducerThreads);  // the stage is read: the next chunk's copies may overwrite it
       // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
       if (i + 1 < n_iter) {
         addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
@@ -722,7 +723,7 @@ struct Nvfp4Sm90Format {
     for (int i = 0; i < n_iter; ++i) {
       const int b = i & 1;
       cp_async_wait<0>();
-      named_barrier_sync(kBarRaw, 128);  // every warp's copies (and valid bits) of this chunk have landed
+      named_barrier_sync(kBarRaw, kProducerThreads);  // every warp's copies (and valid bits) of this chunk have landed
       U32x4 code[4], rope[2];
       u32 sw[3];
 #pragma unroll
@@ -734,7 +735,7 @@ struct Nvfp4Sm90Format {
 #pragma unroll
       for (int k = 0; k < 2; ++k) rope[k] = lds128(row + 224u + 16u * (2 * pw + k));
       const u32 valid = ptid == 0 ? lds_u32(sbase + kValidOff) : 0u;
-      named_barrier_sync(kBarRaw, 128);  // the stage is read: the next chunk's copies may overwrite it
+      named_barrier_sync(kBarRaw, kProducerThreads);  // the stage is read: the next chunk's copies may overwrite it
       // The next gather goes out before the wait for a free tile, so its latency overlaps the MMAs.
       if (i + 1 < n_iter) {
         addr = record_addr<kHasExtra>(p, work, c_begin + i + 1, next, scale_lane);
