@@ -42,7 +42,7 @@ struct Sm90Format {
 #pragma unroll
     for (int k = 0; k < kPer; ++k) v[k] = head < p.heads ? __ldg(q + (ctid >> 6) + 4 * k) : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) sts128(q_smem + u32((ctid >> 6) + 4 * k) * 1024u + u32(r) * 16u, U32x4{v[k].x, v[k].y, v[k].z, v[k].w});
+    for (int k = 0; k < kPer; ++k) sts128(q_smem + u32((ctid >> 6) + 4 * k) * sparse_sm90::kDimGroupBytes + u32(r) * sparse_sm90::kRowSlotBytes, U32x4{v[k].x, v[k].y, v[k].z, v[k].w});
   }
 
   // The global address of a slot's data row (scales = false) or scale row; 0 when masked.
@@ -153,8 +153,8 @@ struct Sm90Format {
           const int u = q + 4 * k;  // dims 16u .. 16u + 15; scale byte u / 2 = 2k + q / 2
           u32 o[8];
           e4m3x16_to_bf16(code[k], ue8m0_to_float((scw[k >> 1] >> (8 * (2 * (k & 1) + (q >> 1)))) & 0xffu), o);
-          put_tile16<kCross>(col + u32(2 * u) * 1024u, U32x4{o[0], o[1], o[2], o[3]}, peer, peer_bar);
-          put_tile16<kCross>(col + u32(2 * u + 1) * 1024u, U32x4{o[4], o[5], o[6], o[7]}, peer, peer_bar);
+          put_tile16<kCross>(col + u32(2 * u) * kDimGroupBytes, U32x4{o[0], o[1], o[2], o[3]}, peer, peer_bar);
+          put_tile16<kCross>(col + u32(2 * u + 1) * kDimGroupBytes, U32x4{o[4], o[5], o[6], o[7]}, peer, peer_bar);
         }
       } else {
 #pragma unroll
@@ -164,7 +164,7 @@ struct Sm90Format {
           u32 o[4][4];
           e2m1x32_to_bf16(words, u16(scw[k] >> (16 * (q & 1))), o);
 #pragma unroll
-          for (int wi = 0; wi < 4; ++wi) put_tile16<kCross>(col + u32(4 * u + wi) * 1024u, U32x4{o[wi][0], o[wi][1], o[wi][2], o[wi][3]}, peer, peer_bar);
+          for (int wi = 0; wi < 4; ++wi) put_tile16<kCross>(col + u32(4 * u + wi) * kDimGroupBytes, U32x4{o[wi][0], o[wi][1], o[wi][2], o[wi][3]}, peer, peer_bar);
         }
       }
       if (ptid == 0) {

@@ -42,6 +42,11 @@ namespace sparse_sm90 {
 constexpr u32 kQOff = 0;                        // Q: 64 rows x 512 dims x 2 B
 constexpr u32 kTileOff = kQOff + 65536u;        // two decoded K tiles of 64 rows x 512 dims x 2 B
 constexpr u32 kTileBytes = 65536u;
+// The core-matrix layout of every 64 x 512 operand (above): a row's 8 dims take 16 bytes, dims
+// 8g..8g+7 of the 64 rows one group of 1024.
+constexpr int kRowSlotBytes = 16;
+constexpr int kDimGroupBytes = 64 * kRowSlotBytes;
+constexpr int kRopeGroup = 448 / 8;  // the group of the first RoPE dims
 constexpr u32 kRawOff = kTileOff + 2u * kTileBytes;
 constexpr u32 kRawRow = 400u;                   // 384 B record + 16 B: 8 consecutive rows hit distinct banks
 constexpr u32 kPOff = kRawOff + 64u * kRawRow;  // P fragments: [k-step 4][thread 128] x 16 B
@@ -124,7 +129,7 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
     u32 h[8];
     nvfp4_round_trip_group16(raw[k][0], raw[k][1], h);
     const U32x4 lo{h[0], h[1], h[2], h[3]}, hi{h[4], h[5], h[6], h[7]};
-    const u32 a_lo = q_smem + (2 * grp) * 1024 + r * 16, a_hi = a_lo + 1024;
+    const u32 a_lo = q_smem + (2 * grp) * kDimGroupBytes + r * kRowSlotBytes, a_hi = a_lo + kDimGroupBytes;
     sts128(a_lo, lo);
     sts128(a_hi, hi);
 #pragma unroll 1
@@ -143,7 +148,7 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
 #pragma unroll
     for (int i = 0; i < 4; ++i)
       v[i] = pack_bf16x2(bf16x2_lo(w[i]) * (1.0f / sparse_detail::kKScaleUndo), bf16x2_hi(w[i]) * (1.0f / sparse_detail::kKScaleUndo));
-    sts128(q_smem + (56 + unit) * 1024 + r * 16, U32x4{v[0], v[1], v[2], v[3]});
+    sts128(q_smem + (kRopeGroup + unit) * kDimGroupBytes + r * kRowSlotBytes, U32x4{v[0], v[1], v[2], v[3]});
   }
 }
 
@@ -231,7 +236,7 @@ __device__ __forceinline__ void put_tile16(u32 addr, U32x4 v, u32 peer, u32 peer
 template <bool kCross>
 __device__ __forceinline__ void decode_unit(U32x4 codes, u32 scale_pair, u32 col, int u, u32 peer, u32 peer_bar) {
   e2m1x32_decode_unit<kE2m1RawExponent - sparse_detail::kKScaleExp>(
-      codes, u16(scale_pair), [&](int p, U32x4 v) { put_tile16<kCross>(col + (4 * u + p) * 1024, v, peer, peer_bar); });
+      codes, u16(scale_pair), [&](int p, U32x4 v) { put_tile16<kCross>(col + (4 * u + p) * kDimGroupBytes, v, peer, peer_bar); });
 }
 
 // ---- the dealt epilogue: slices of a split combined in distributed shared memory ----
@@ -352,10 +357,10 @@ __device__ __forceinline__ void wg0_scores(float (&s)[32], u64 dq, u64 dk) {
   wgmma_fence();
   constexpr int kF16Steps = F::kF16Nope ? 28 : 0;
 #pragma unroll
-  for (int ks = 0; ks < kF16Steps; ++ks) WgmmaF16<64>::ss<0>(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+  for (int ks = 0; ks < kF16Steps; ++ks) WgmmaF16<64>::ss<0>(s, wgmma_desc_advance(dq, ks * 2 * kDimGroupBytes), wgmma_desc_advance(dk, ks * 2 * kDimGroupBytes), ks > 0);
 #pragma unroll
   for (int ks = kF16Steps; ks < 32; ++ks)
-    WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, ks * 2048), wgmma_desc_advance(dk, ks * 2048), ks > 0);
+    WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, ks * 2 * kDimGroupBytes), wgmma_desc_advance(dk, ks * 2 * kDimGroupBytes), ks > 0);
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operand(s);
@@ -369,8 +374,8 @@ __device__ __forceinline__ void wg0_pv(float (&o)[128], u32 (&pf)[4][4], u64 dv)
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if constexpr (F::kF16Nope) WgmmaF16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 256), true);
-    else WgmmaBf16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 256), true);
+    if constexpr (F::kF16Nope) WgmmaF16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 16 * kRowSlotBytes), true);
+    else WgmmaBf16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 16 * kRowSlotBytes), true);
   }
   wgmma_commit();
   // P V retires before S(i + 1) is issued, so the tile goes back to the producer now and the
@@ -390,9 +395,9 @@ __device__ __forceinline__ void wg1_pv(float (&o_nope)[96], float (&o_rope)[32],
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if constexpr (F::kF16Nope) WgmmaF16<192>::rs<1>(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256), true);
-    else WgmmaBf16<192>::rs<1>(o_nope, pb[kk], wgmma_desc_advance(dv, 32 * 1024 + kk * 256), true);
-    WgmmaBf16<64>::rs<1>(o_rope, pb[kk], wgmma_desc_advance(dv, 56 * 1024 + kk * 256), true);
+    if constexpr (F::kF16Nope) WgmmaF16<192>::rs<1>(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * kDimGroupBytes + kk * 16 * kRowSlotBytes), true);
+    else WgmmaBf16<192>::rs<1>(o_nope, pb[kk], wgmma_desc_advance(dv, 32 * kDimGroupBytes + kk * 16 * kRowSlotBytes), true);
+    WgmmaBf16<64>::rs<1>(o_rope, pb[kk], wgmma_desc_advance(dv, kRopeGroup * kDimGroupBytes + kk * 16 * kRowSlotBytes), true);
   }
   wgmma_commit();
   wgmma_wait<0>();
@@ -674,9 +679,9 @@ struct Nvfp4Sm90Format {
       cp_async_commit();
       if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
       const u32 tile = sbase + kTileOff + u32(b) * kTileBytes + u32(tok) * 16;
-      const u32 half_tile = tile + u32(28 * half) * 1024;  // dims 224 half ..
+      const u32 half_tile = tile + u32(28 * half) * kDimGroupBytes;  // dims 224 half ..
 #pragma unroll
-      for (int k = 0; k < 4; ++k) sts128(tile + u32(56 + 4 * half + k) * 1024, rope[k]);
+      for (int k = 0; k < 4; ++k) sts128(tile + u32(kRopeGroup + 4 * half + k) * kDimGroupBytes, rope[k]);
 #pragma unroll
       for (int k = 0; k < 7; ++k)
         decode_unit<false>(code[k], funnel_right(sw[k >> 1], sw[(k >> 1) + ((k >> 1) < 3)], 16u * u32((k & 1) + half)), half_tile, k, 0u, 0u);
@@ -749,7 +754,7 @@ struct Nvfp4Sm90Format {
       const u32 tile_col = sbase + kTileOff + u32(b) * kTileBytes + col;
       const u32 peer_bar = bar_full + 8 * b + peer;
 #pragma unroll
-      for (int k = 0; k < 2; ++k) put_tile16<true>(tile_col + u32(56 + 2 * pw + k) * 1024, rope[k], peer, peer_bar);
+      for (int k = 0; k < 2; ++k) put_tile16<true>(tile_col + u32(kRopeGroup + 2 * pw + k) * kDimGroupBytes, rope[k], peer, peer_bar);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         // Unit first + k's pair starts 16 (k + first % 2) bits into word first / 2 + k / 2 (k / 2 and
@@ -883,7 +888,9 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
       float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.0f, 0.0f};
       const float scale_log2 = p.sm_scale_log2 * F::kNopeUndo;
       // Descriptors built once; a k-step or a tile is a constant added to the start-address field.
-      const u64 dq = wgmma_desc_interleave(q_smem, 1024, 128), dk0 = wgmma_desc_interleave(sbase + kTileOff, 1024, 128), dv0 = wgmma_desc_interleave(sbase + kTileOff, 128, 1024);
+      const u64 dq = wgmma_desc_interleave(q_smem, kDimGroupBytes, 8 * kRowSlotBytes),
+                dk0 = wgmma_desc_interleave(sbase + kTileOff, kDimGroupBytes, 8 * kRowSlotBytes),
+                dv0 = wgmma_desc_interleave(sbase + kTileOff, 8 * kRowSlotBytes, kDimGroupBytes);
 
       for (int i = 0; i < n_iter; ++i) {
         const int b = i & 1;
@@ -912,7 +919,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
       for (int i = 0; i < 96; ++i) o_nope[i] = 0.0f;
 #pragma unroll
       for (int i = 0; i < 32; ++i) o_rope[i] = 0.0f;
-      const u64 dv0 = wgmma_desc_interleave(sbase + kTileOff, 128, 1024);
+      const u64 dv0 = wgmma_desc_interleave(sbase + kTileOff, 8 * kRowSlotBytes, kDimGroupBytes);
       for (int i = 0; i < n_iter; ++i) {
         const int b = i & 1;
         const u64 dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
