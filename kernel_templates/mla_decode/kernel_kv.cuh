@@ -66,14 +66,14 @@ __device__ __forceinline__ float column_sum8(float v) {
 // memory, 9 column blocks x 4 k-steps. Waited for.
 template <int kN>
 __device__ __forceinline__ void mla_kv_scores(float (&s)[kN / 2], u64 dk, u64 dq) {
-  constexpr u32 kQBlock = kN * 128;  // bytes of one 64-column block of Q
+  constexpr u32 kQBlock = kN * kMlaWgLineBytes;  // bytes of one 64-column block of Q
   wgmma_fence();
 #pragma unroll
   for (int kb = 0; kb < 9; ++kb) {
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      WgmmaBf16<kN>::template ss<0>(s, wgmma_desc_advance(dk, kb * 8192 + ks * 32),
-                                    wgmma_desc_advance(dq, kb * kQBlock + ks * 32), kb + ks > 0);
+      WgmmaBf16<kN>::template ss<0>(s, wgmma_desc_advance(dk, kb * kMlaWgBlockBytes + ks * kMlaWgKStepBytes),
+                                    wgmma_desc_advance(dq, kb * kQBlock + ks * kMlaWgKStepBytes), kb + ks > 0);
     }
   }
   wgmma_commit();
@@ -92,8 +92,8 @@ __device__ __forceinline__ void mla_kv_pv(float (&o)[kMb][kStacked ? kN : kN / 2
   for (int mb = 0; mb < kMb; ++mb) {
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      WgmmaBf16<kON>::template ss<0, 1>(o[mb], wgmma_desc_advance(dv, (mb0 + mb) * 8192 + ks * 2048),
-                                        wgmma_desc_advance(dp, ks * 32), true);
+      WgmmaBf16<kON>::template ss<0, 1>(o[mb], wgmma_desc_advance(dv, (mb0 + mb) * kMlaWgBlockBytes + ks * kMlaWgMnStepBytes),
+                                        wgmma_desc_advance(dp, ks * kMlaWgKStepBytes), true);
     }
   }
   wgmma_commit();
@@ -115,7 +115,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   constexpr int kRowBytes = kMlaDimQk * 2;
   constexpr int kRegs = kN / 2;  // accumulator registers of S^T (m64nNk16)
   constexpr int kCols = kN / 4;  // distinct columns per thread: k = 2 n + e -> column 8 n + 2 c4 + e
-  constexpr u32 kQBlock = kN * 128;  // bytes of one 64-column block of Q
+  constexpr u32 kQBlock = kN * kMlaWgLineBytes;  // bytes of one 64-column block of Q
   constexpr int kAll = kWgs * kMlaKvThreads;
   // P^T as one B operand [hi; lo] (at N = 16 also without kSplitP, lo = 0, which keeps the shape).
   constexpr bool kStacked = kN == 16 || kSplitP;
@@ -177,7 +177,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
   // Every thread is done with the previous piece's Q, stages, P and exchange slots.
   named_barrier_sync(kMlaKvBar, kAll);
   if (pv.n_tiles > 0) {
-    const u64 dp = wgmma_desc_sw128(p_hi, 16, 1024);
+    const u64 dp = wgmma_desc_sw128(p_hi, 16, kMlaWgSbo);
     const u32 tile0 = st.tiles;
     const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
     // Either warpgroup's 128 threads fill a stage: warpgroup 0 the first two tiles, and with two
@@ -216,7 +216,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
       const float scale = p.scale_log2;
       // P^T stores: column c (row of P^T), tokens tok_lo / tok_lo + 8 = chunks 2 w / 2 w + 1, element g.
       const u32 p_tok_lo = static_cast<u32>(2 * g);
-      const u64 dq = wgmma_desc_sw128(q_smem, 16, 1024);
+      const u64 dq = wgmma_desc_sw128(q_smem, 16, kMlaWgSbo);
 
       mbar_wait(bar_q, st.pieces & 1);
       ++st.pieces;
@@ -228,8 +228,8 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
         // cp.async wrote the tile through the generic proxy; wgmma reads it through the async proxy.
         fence_proxy_async_smem();
         const u32 k_smem = stage_smem + stage * kMlaWgStageBytes;
-        const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
-        const u64 dv = wgmma_desc_sw128(k_smem, 8192, 1024);
+        const u64 dk = wgmma_desc_sw128(k_smem, 16, kMlaWgSbo);
+        const u64 dv = wgmma_desc_sw128(k_smem, kMlaWgBlockBytes, kMlaWgSbo);
 
         float s[kRegs];
         mla_kv_scores<kN>(s, dk, dq);
@@ -289,7 +289,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
           l[k] += pv;
           const u16 h = float_to_bf16(pv);
           const u32 chunk = static_cast<u32>(2 * warp + ((i >> 1) & 1));
-          const u32 off = static_cast<u32>(col * 128) + ((chunk ^ static_cast<u32>(col & 7)) << 4) + p_tok_lo;
+          const u32 off = static_cast<u32>(col * kMlaWgLineBytes) + ((chunk ^ static_cast<u32>(col & 7)) << 4) + p_tok_lo;
           sts16(p_hi + off, h);
           if constexpr (kSplitP) {
             sts16(p_lo + off, float_to_bf16(pv - bf16_to_float(h)));
@@ -322,7 +322,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
           alpha[2 * n + 1] = v.y;
         }
         rescale(alpha);
-        mla_kv_pv<kN, kStacked, kMb>(o, mb0, wgmma_desc_sw128(stage_smem + stage * kMlaWgStageBytes, 8192, 1024), dp);
+        mla_kv_pv<kN, kStacked, kMb>(o, mb0, wgmma_desc_sw128(stage_smem + stage * kMlaWgStageBytes, kMlaWgBlockBytes, kMlaWgSbo), dp);
         named_barrier_sync(kMlaKvBar, kAll);
         if (j + 2 < pv.n_tiles) load_tile(j + 2, pages, stage);
       }

@@ -89,9 +89,9 @@ struct MlaSeesawCpAsync {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int blk = 4 * wg + i;
-        cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
+        cp_async_16_addr(dst0 + blk * kMlaWgBlockBytes + q * kMlaWgMnStepBytes, src + blk * kMlaWgLineBytes, bytes);
       }
-      if (rope) cp_async_16_addr(dst0 + 8 * 8192 + q * 2048, src + 8 * 128, bytes);
+      if (rope) cp_async_16_addr(dst0 + 8 * kMlaWgBlockBytes + q * kMlaWgMnStepBytes, src + 8 * kMlaWgLineBytes, bytes);
     }
     cp_async_mbar_arrive(mla_seesaw_full(bar_q, stage, wg));
   }
@@ -146,7 +146,7 @@ struct MlaSeesawTma {
     if (lane == 0) {
       const bool rope = mla_seesaw_part_has_rope(stage, wg);
       const u32 full = mla_seesaw_full(bar_q, stage, wg);
-      mbar_arrive_expect_tx(full, (rope ? 5u : 4u) * kMlaWgTileTokens * 128u);
+      mbar_arrive_expect_tx(full, (rope ? 5u : 4u) * kMlaWgTileTokens * u32(kMlaWgLineBytes));
       const u32 dst0 = stage0 + stage * kMlaWgStageBytes;
       // The tile's first token's place in its page (boxes of smaller pages start on a page).
       const int tok = kPageSize <= kMlaWgTileTokens ? 0 : (t0 + j * kMlaWgTileTokens) % kPageSize;
@@ -156,7 +156,7 @@ struct MlaSeesawTma {
         if ((i < 4 || rope) && (kCtas == 1 || (i & 1) == static_cast<int>(rank))) {
 #pragma unroll
           for (int b = 0; b < kBoxes; ++b) {
-            const u32 dst = dst0 + blk * 8192 + b * kBoxTokens * 128;
+            const u32 dst = dst0 + blk * kMlaWgBlockBytes + b * kBoxTokens * kMlaWgLineBytes;
             if constexpr (kCtas == 1) tma_load_3d(dst, &p->kv_map, blk * 64, tok, pages[b], full);
             else tma_load_3d_multicast(dst, &p->kv_map, blk * 64, tok, pages[b], full, 0x3);
           }
@@ -208,7 +208,7 @@ __device__ __forceinline__ void mla_seesaw_scores(float (&s)[32], u64 dq, u32 k_
     for (int i = wt; i < 8 * (kMlaWgTileTokens - stale) * 8; i += kMlaWgThreads / 2) {
       const int blk = i / ((kMlaWgTileTokens - stale) * 8);
       const int rc = i % ((kMlaWgTileTokens - stale) * 8);
-      sts128(k_smem + blk * 8192 + (stale + rc / 8) * 128 + (rc % 8) * 16, U32x4{0u, 0u, 0u, 0u});
+      sts128(k_smem + blk * kMlaWgBlockBytes + (stale + rc / 8) * kMlaWgLineBytes + (rc % 8) * 16, U32x4{0u, 0u, 0u, 0u});
     }
     // The zeros go to the async proxy (wgmma), and the whole warpgroup's before any of its wgmmas.
     fence_proxy_async_smem();
@@ -216,7 +216,7 @@ __device__ __forceinline__ void mla_seesaw_scores(float (&s)[32], u64 dq, u32 k_
     mbar_wait(bar_zeroed, zeroings & 1u);
     ++zeroings;
   }
-  const u64 dk = wgmma_desc_sw128(k_smem, 16, 1024);
+  const u64 dk = wgmma_desc_sw128(k_smem, 16, kMlaWgSbo);
   mbar_wait(bar_a, phase);
   // The tile was written through the generic (cp.async) or async (TMA) proxy; wgmma reads it
   // through the async proxy.
@@ -226,8 +226,8 @@ __device__ __forceinline__ void mla_seesaw_scores(float (&s)[32], u64 dq, u32 k_
   for (int kb = 0; kb < 4; ++kb) {
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, kb * 8192 + ks * 32), wgmma_desc_advance(dk, kb * 8192 + ks * 32),
-                           kb + ks > 0);
+      const u32 off = kb * kMlaWgBlockBytes + ks * kMlaWgKStepBytes;
+      WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, off), wgmma_desc_advance(dk, off), kb + ks > 0);
     }
   }
   mbar_wait(bar_b, phase);
@@ -237,11 +237,14 @@ __device__ __forceinline__ void mla_seesaw_scores(float (&s)[32], u64 dq, u32 k_
   for (int kb = 4; kb < 8; ++kb) {
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, kb * 8192 + ks * 32), wgmma_desc_advance(dk, kb * 8192 + ks * 32), true);
+      const u32 off = kb * kMlaWgBlockBytes + ks * kMlaWgKStepBytes;
+      WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, off), wgmma_desc_advance(dk, off), true);
     }
   }
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) WgmmaBf16<64>::rs<0>(s, q_rope[ks], wgmma_desc_advance(dk, 8 * 8192 + ks * 32), true);
+  for (int ks = 0; ks < 4; ++ks) {
+    WgmmaBf16<64>::rs<0>(s, q_rope[ks], wgmma_desc_advance(dk, kMlaWgRopeOffset + ks * kMlaWgKStepBytes), true);
+  }
   wgmma_commit();
 }
 
@@ -307,9 +310,9 @@ __device__ __forceinline__ void mla_seesaw_pv_rs(float (&o)[128], const u32 (&pa
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
-    const u64 dvk = wgmma_desc_advance(dv, ks * 2048);
+    const u64 dvk = wgmma_desc_advance(dv, ks * kMlaWgMnStepBytes);
     WgmmaBf16<256>::rs<1>(o, pa[ks], dvk, true);
-    if constexpr (kSplitP) WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
+    if constexpr (kSplitP) WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * kMlaWgKStepBytes), dvk, true);
   }
   wgmma_commit();
 }
@@ -321,9 +324,9 @@ __device__ __forceinline__ void mla_seesaw_pv_ss(float (&o)[128], u64 dp, u64 dp
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
-    const u64 dvk = wgmma_desc_advance(dv, ks * 2048);
-    WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp, ks * 32), dvk, true);
-    if constexpr (kSplitP) WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * 32), dvk, true);
+    const u64 dvk = wgmma_desc_advance(dv, ks * kMlaWgMnStepBytes);
+    WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp, ks * kMlaWgKStepBytes), dvk, true);
+    if constexpr (kSplitP) WgmmaBf16<256>::ss<1>(o, wgmma_desc_advance(dp_lo, ks * kMlaWgKStepBytes), dvk, true);
   }
   wgmma_commit();
 }
@@ -442,22 +445,22 @@ __device__ __forceinline__ void mla_seesaw_piece(const MlaDecodeParams& p, u32 b
     const int last_lo = mla_row_last(p, pv, row0 + r_lo);
     const int last_hi = mla_row_last(p, pv, row0 + r_hi);
     const float scale = p.scale_log2;
-    const u32 p_row_lo = r_lo * 128 + 4 * c4;
-    const u32 p_row_hi = r_hi * 128 + 4 * c4;
-    const u64 dq = wgmma_desc_sw128(q_smem, 16, 1024);
+    const u32 p_row_lo = r_lo * kMlaWgLineBytes + 4 * c4;
+    const u32 p_row_hi = r_hi * kMlaWgLineBytes + 4 * c4;
+    const u64 dq = wgmma_desc_sw128(q_smem, 16, kMlaWgSbo);
     // P of a stage's tile lives in that stage's RoPE block once its S retired.
     const u32 own_stage = wg ? stage1 : stage0;
     const u32 other_stage = wg ? stage0 : stage1;
     const u32 own_p = own_stage + kMlaWgRopeOffset;
-    const u64 dp_other = wgmma_desc_sw128(other_stage + kMlaWgRopeOffset, 16, 1024);
+    const u64 dp_other = wgmma_desc_sw128(other_stage + kMlaWgRopeOffset, 16, kMlaWgSbo);
     // P lo of the tile in stage s (kSplitP): the P area's tile s. Rewritten only after S of the
     // stage's next tile, which waits for the refill that the tile's last P V released.
     const u32 own_lo = base + kMlaWgPOffset + wg * kMlaWgPBytes;
-    const u64 dlo_own = wgmma_desc_sw128(own_lo, 16, 1024);
-    const u64 dlo_other = wgmma_desc_sw128(base + kMlaWgPOffset + (wg ^ 1) * kMlaWgPBytes, 16, 1024);
+    const u64 dlo_own = wgmma_desc_sw128(own_lo, 16, kMlaWgSbo);
+    const u64 dlo_other = wgmma_desc_sw128(base + kMlaWgPOffset + (wg ^ 1) * kMlaWgPBytes, 16, kMlaWgSbo);
     // V over this warpgroup's columns, of its own tile and of the other warpgroup's tile.
-    const u64 dv_own = wgmma_desc_sw128(own_stage + wg * 4 * 8192, 8192, 1024);
-    const u64 dv_other = wgmma_desc_sw128(other_stage + wg * 4 * 8192, 8192, 1024);
+    const u64 dv_own = wgmma_desc_sw128(own_stage + wg * 4 * kMlaWgBlockBytes, kMlaWgBlockBytes, kMlaWgSbo);
+    const u64 dv_other = wgmma_desc_sw128(other_stage + wg * 4 * kMlaWgBlockBytes, kMlaWgBlockBytes, kMlaWgSbo);
 
     mbar_wait(bar_q, st.pieces & 1);
     ++st.pieces;

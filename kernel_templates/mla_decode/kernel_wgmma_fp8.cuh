@@ -85,7 +85,7 @@ __device__ __forceinline__ void mla_fp8_store_f16(u32 tile, int row0, int chunk0
       const int c = chunk0 + 4 * k;  // e4m3 columns 16 c .. 16 c + 15: f16 block c / 4, chunks 2 (c % 4) (+1)
       U32x4 lo, hi;
       e4m3x16_to_f16(v[h][k], lo, hi);
-      const u32 dst = tile + (c >> 2) * 8192;
+      const u32 dst = tile + (c >> 2) * kMlaWgBlockBytes;
       sts128(dst + sw128(r, 2 * (c & 3)), lo);
       sts128(dst + sw128(r, 2 * (c & 3) + 1), hi);
     }
@@ -194,10 +194,10 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
     const int last_hi = mla_row_last(p, pv, row0 + r_hi);
     const float scale = p.scale_log2;
     // P stores: row r, tokens 32 wg + 8 n + 2 c4 (+1): chunk 4 wg + n of the 64-token row.
-    const u32 p_row_lo = r_lo * 128 + 4 * c4;
-    const u32 p_row_hi = r_hi * 128 + 4 * c4;
-    const u64 dq = wgmma_desc_sw128(sm.q, 16, 1024);
-    const u64 dp = wgmma_desc_sw128(sm.p, 16, 1024);
+    const u32 p_row_lo = r_lo * kMlaWgLineBytes + 4 * c4;
+    const u32 p_row_hi = r_hi * kMlaWgLineBytes + 4 * c4;
+    const u64 dq = wgmma_desc_sw128(sm.q, 16, kMlaWgSbo);
+    const u64 dp = wgmma_desc_sw128(sm.p, 16, kMlaWgSbo);
 
     {
       // Q: rows 8 (warp of the two warpgroups) + lane % 8; rows past the request read as zeros.
@@ -218,8 +218,8 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       const u32 stage = idx & 1u;
       mbar_wait(sm.bar_full + 8 * stage, (idx >> 1) & 1u);
       const u32 k_smem = sm.stage + stage * kMlaWgFp8TileBytes;
-      const u64 dk = wgmma_desc_sw128(k_smem + wg * 4096, 16, 1024);
-      const u64 dv = wgmma_desc_sw128(k_smem + wg * 4 * 8192, 8192, 1024);
+      const u64 dk = wgmma_desc_sw128(k_smem + wg * 32 * kMlaWgLineBytes, 16, kMlaWgSbo);
+      const u64 dv = wgmma_desc_sw128(k_smem + wg * 4 * kMlaWgBlockBytes, kMlaWgBlockBytes, kMlaWgSbo);
 
       // ---- S = Q K^T for tokens [32 wg, 32 wg + 32) ----
       float s[16];
@@ -228,8 +228,8 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       for (int kb = 0; kb < kMlaDimQk / 64; ++kb) {
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
-          WgmmaF16<32>::ss<0>(s, wgmma_desc_advance(dq, kb * 8192 + ks * 32), wgmma_desc_advance(dk, kb * 8192 + ks * 32),
-                              kb + ks > 0);
+          const u32 off = kb * kMlaWgBlockBytes + ks * kMlaWgKStepBytes;
+          WgmmaF16<32>::ss<0>(s, wgmma_desc_advance(dq, off), wgmma_desc_advance(dk, off), kb + ks > 0);
         }
       }
       wgmma_commit();
@@ -252,7 +252,7 @@ __device__ __forceinline__ void mla_wgmma_fp8_consumer(const MlaDecodeParams& p,
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        WgmmaF16<256>::ss<1>(o, wgmma_desc_advance(dp, ks * 32), wgmma_desc_advance(dv, ks * 2048), true);
+        WgmmaF16<256>::ss<1>(o, wgmma_desc_advance(dp, ks * kMlaWgKStepBytes), wgmma_desc_advance(dv, ks * kMlaWgMnStepBytes), true);
       }
       wgmma_commit();
       wgmma_wait<0>();

@@ -239,8 +239,18 @@ constexpr int kMlaBarSeesawM1 = 5;
 constexpr int kMlaKvBar = 1;
 
 // ---- wgmma kernel (sm_90a) geometry ----
+// Every wgmma operand is held in the 128-byte swizzle layout (common/wgmma.cuh) in blocks of 64 bf16
+// columns: a row's (or token's) 64 columns are one 128-byte line and 64 lines one block. A k16 step
+// is 32 bytes along the lines of a K-major operand and 16 lines of an MN-major one; a descriptor's
+// stride between 8-line core groups is 8 lines.
+constexpr int kMlaWgLineBytes = 128;
+constexpr int kMlaWgBlockBytes = 64 * kMlaWgLineBytes;
+constexpr int kMlaWgKStepBytes = 32;
+constexpr int kMlaWgMnStepBytes = 16 * kMlaWgLineBytes;
+constexpr int kMlaWgSbo = 8 * kMlaWgLineBytes;
+
 // 64 query rows per CTA, KV tiles of 64 tokens, two consumer warpgroups (output columns 0-255 and
-// 256-511). Shared memory, each tile in the 128-byte swizzle layout (8 KB per 64 columns):
+// 256-511). Shared memory, each tile a row of 64-column blocks:
 //   Q (64 rows x 512 latent columns; the 64 RoPE columns live in registers), two KV stages
 //   (64 tokens x 576), the P area (two 64 x 64 bf16 tiles: the seesaw kernel's P lo per stage with
 //   the exact precision), row sum exchange, scheduler scratch, mbarriers, the seesaw kernel's max
@@ -252,7 +262,7 @@ constexpr int kMlaWgQOffset = 0;
 constexpr int kMlaWgQBytes = kMlaWgRows * kMlaDimV * 2;                 // 65536
 constexpr int kMlaWgStageOffset = kMlaWgQOffset + kMlaWgQBytes;
 constexpr int kMlaWgStageBytes = kMlaWgTileTokens * kMlaDimQk * 2;      // 73728
-constexpr int kMlaWgRopeOffset = 8 * 8192;                              // a stage's RoPE column block
+constexpr int kMlaWgRopeOffset = 8 * kMlaWgBlockBytes;                  // a stage's RoPE column block
 constexpr int kMlaWgStages = 2;
 constexpr int kMlaWgPOffset = kMlaWgStageOffset + kMlaWgStages * kMlaWgStageBytes;
 constexpr int kMlaWgPBytes = kMlaWgRows * kMlaWgTileTokens * 2;          // 8192 per tile, two tiles
@@ -333,9 +343,9 @@ struct MlaKvSmem {
 KILN_MLA_HD constexpr MlaKvSmem mla_kv_smem(int n) {
   MlaKvSmem l{};
   l.q_offset = 0;
-  l.stage_offset = 9 * n * 128;                           // a multiple of 1024 for n = 16, 32
+  l.stage_offset = 9 * n * kMlaWgLineBytes;               // a multiple of 1024 for n = 16, 32
   l.p_offset = l.stage_offset + kMlaKvStages * kMlaWgStageBytes;
-  l.p_bytes = n * 128;                                     // hi, then lo
+  l.p_bytes = n * kMlaWgLineBytes;                         // hi, then lo
   l.red_offset = l.p_offset + 2 * l.p_bytes;
   l.alpha_offset = l.red_offset + 4 * n * 4;               // [warp][column] fp32
   l.sched_offset = l.alpha_offset + n * 4;                 // [column] fp32

@@ -20,7 +20,7 @@ namespace mla_detail {
 
 // Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a 128-byte-swizzled column block.
 __device__ __forceinline__ u32 sw128(int row, int chunk) {
-  return static_cast<u32>(row * 128 + ((chunk ^ (row & 7)) << 4));
+  return static_cast<u32>(row * kMlaWgLineBytes + ((chunk ^ (row & 7)) << 4));
 }
 
 __device__ __forceinline__ u32 ld_u32_if(const void* p, bool pred) {
@@ -41,7 +41,7 @@ __device__ __forceinline__ void mla_wg_load_q(u32 q_smem, const unsigned char* q
     const int r = idx >> 5;
     const int ch = 32 * wg + (idx & 31);
     const bool valid = row0 + r < rows_b;
-    cp_async_16_addr(q_smem + (ch >> 3) * 8192 + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
+    cp_async_16_addr(q_smem + (ch >> 3) * kMlaWgBlockBytes + sw128(r, ch & 7), valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
                      valid ? 16u : 0u);
   }
   cp_async_mbar_arrive(bar_q);
@@ -73,7 +73,7 @@ struct MlaTileLoader {
                                            int lane)
       : kv(static_cast<const unsigned char*>(kv_base)), bt_row(bt), t0(first), t1(end), n_tiles(tiles),
         ld_tok(4 * warp + (lane >> 3)), ld_chunk(lane & 7),
-        ld_dst(static_cast<u32>(ld_tok * 128 + ((ld_chunk ^ (ld_tok & 7)) << 4))) {}
+        ld_dst(static_cast<u32>(ld_tok * kMlaWgLineBytes + ((ld_chunk ^ (ld_tok & 7)) << 4))) {}
 
   __device__ __forceinline__ void pages_of(int j, int (&pages)[4]) const {
 #pragma unroll
@@ -95,7 +95,9 @@ struct MlaTileLoader {
           valid ? kv + (static_cast<long long>(pages[q]) * kPageSize + t % kPageSize) * kMlaDimQk * 2 + ld_chunk * 16 : kv;
       const u32 bytes = valid ? 16u : 0u;
 #pragma unroll
-      for (int blk = 0; blk < 9; ++blk) cp_async_16_addr(dst0 + blk * 8192 + q * 2048, src + blk * 128, bytes);
+      for (int blk = 0; blk < 9; ++blk) {
+        cp_async_16_addr(dst0 + blk * kMlaWgBlockBytes + q * kMlaWgMnStepBytes, src + blk * kMlaWgLineBytes, bytes);
+      }
     }
   }
 };
