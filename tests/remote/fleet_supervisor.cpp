@@ -57,11 +57,13 @@
 #include "kiln/jit/build_request.h"
 #include "kiln/runtime/families.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/supervisor_checks.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using kiln::testing::RedisServer;
+using namespace kiln::testing::supervisor;
 
 extern char** environ;
 
@@ -79,34 +81,7 @@ struct Options {
   bool keep = false;
 };
 
-int g_failures = 0;
-
-void check(bool ok, const std::string& what) {
-  std::printf("  [%s] %s\n", ok ? "ok" : "FAIL", what.c_str());
-  std::fflush(stdout);
-  if (!ok) ++g_failures;
-}
-
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::size_t count_of(const std::string& text, std::string_view what) {
-  std::size_t n = 0;
-  for (std::size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
-  return n;
-}
-
-std::string join(const std::vector<int>& v) {
-  std::string s;
-  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
 
 std::string hash_hex(const std::string& bytes) {
   return fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size()));
@@ -560,7 +535,7 @@ json fault_phase(const Options& o, const fs::path& work, RedisServer& server, co
       max_wall = std::max(max_wall, h.report.value("wall_ms", 0.0));
       remote_hits += h.report["service"].value("remote_hits", 0ull);
     }
-    over_warned += count_of(fleet.log_of(h), "is unavailable") > 1;
+    over_warned += count_occurrences(fleet.log_of(h), "is unavailable") > 1;
   }
   std::size_t compiles = 0;
   for (const auto& [k, n] : fleet.compiles()) compiles += static_cast<std::size_t>(n);
@@ -641,12 +616,12 @@ int main(int argc, char** argv) {
     check(false, std::string("unexpected error: ") + e.what());
   }
   report["wall_s"] = ms_since(start) / 1000;
-  report["failures"] = g_failures;
-  std::printf("fleet test: %.1f s, %d failed checks\n", ms_since(start) / 1000, g_failures);
+  report["failures"] = failures();
+  std::printf("fleet test: %.1f s, %d failed checks\n", ms_since(start) / 1000, failures());
   if (!o.report.empty()) std::ofstream(o.report) << report.dump(2) << "\n";
   if (!o.keep) {
     std::error_code ec;
     fs::remove_all(work, ec);
   }
-  return g_failures == 0 ? 0 : 1;
+  return failures() == 0 ? 0 : 1;
 }

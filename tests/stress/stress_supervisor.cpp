@@ -53,10 +53,12 @@
 #include "kiln/jit/build_request.h"
 #include "kiln/runtime/families.h"
 #include "stress_keys.h"
+#include "tests/support/supervisor_checks.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using namespace kiln::testing::supervisor;
 
 namespace {
 
@@ -70,41 +72,11 @@ struct Options {
   bool keep = false;
 };
 
-int g_failures = 0;
-
-void check(bool ok, const std::string& what) {
-  std::printf("  [%s] %s\n", ok ? "ok" : "FAIL", what.c_str());
-  std::fflush(stdout);
-  if (!ok) ++g_failures;
-}
-
 std::string fmt_count(const std::string& what, std::size_t n) { return std::to_string(n) + " " + what; }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 void touch(const fs::path& p) { std::ofstream(p) << "x\n"; }
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::size_t count_occurrences(const std::string& text, std::string_view what) {
-  std::size_t n = 0;
-  for (std::size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
-  return n;
-}
-
-std::string join(const std::vector<int>& v) {
-  std::string s;
-  for (int x : v) {
-    if (!s.empty()) s += ',';
-    s += std::to_string(x);
-  }
-  return s;
-}
 
 // fork + exec with stdout and stderr appended to `err_file`.
 pid_t spawn(const std::vector<std::string>& argv, const fs::path& err_file) {
@@ -689,11 +661,11 @@ int main(int argc, char** argv) {
   phase_full_disk(o, base, fig);
   const double seconds = seconds_since(start);
   const json summary = {{"processes", fig.processes}, {"kills", fig.kills},       {"entries_checked", fig.entries_checked},
-                        {"compiles", fig.compiles},   {"seconds", seconds},       {"failures", g_failures},
+                        {"compiles", fig.compiles},   {"seconds", seconds},       {"failures", failures()},
                         {"phases", fig.phases}};
   std::printf("stress: %zu processes, %zu kills, %llu entries checked, %zu compiles, %.1f s, %d failed checks\n",
               fig.processes, fig.kills, static_cast<unsigned long long>(fig.entries_checked), fig.compiles, seconds,
-              g_failures);
+              failures());
   std::printf("%s\n", summary.dump().c_str());
   if (!o.report.empty()) std::ofstream(o.report) << summary.dump(2) << "\n";
   if (!o.keep) {
@@ -702,5 +674,5 @@ int main(int argc, char** argv) {
   } else {
     std::printf("kept %s\n", base.c_str());
   }
-  return g_failures == 0 ? 0 : 1;
+  return failures() == 0 ? 0 : 1;
 }
