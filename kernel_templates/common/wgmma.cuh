@@ -1,9 +1,8 @@
 #pragma once
 // Hopper warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors, the fence / commit /
 // wait lifecycle, and the m64nNk16 bf16 and f16 instructions with fp32 accumulators, A from shared
-// memory (ss) or registers (rs). Every function is
-// force-inlined, so code for other targets that never calls them never emits the instructions. A
-// kernel that uses them must be compiled for sm_90a.
+// memory (ss) or registers (rs). Every function is force-inlined, so code for other targets that
+// never calls them never emits the instructions. A kernel that uses them must be compiled for sm_90a.
 #include "common/numeric.cuh"
 
 namespace kiln {

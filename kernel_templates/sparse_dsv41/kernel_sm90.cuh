@@ -42,7 +42,10 @@ struct Sm90Format {
 #pragma unroll
     for (int k = 0; k < kPer; ++k) v[k] = head < p.heads ? __ldg(q + (ctid >> 6) + 4 * k) : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) sts128(q_smem + u32((ctid >> 6) + 4 * k) * sparse_sm90::kDimGroupBytes + u32(r) * sparse_sm90::kRowSlotBytes, U32x4{v[k].x, v[k].y, v[k].z, v[k].w});
+    for (int k = 0; k < kPer; ++k) {
+      const u32 at = u32((ctid >> 6) + 4 * k) * sparse_sm90::kDimGroupBytes + u32(r) * sparse_sm90::kRowSlotBytes;
+      sts128(q_smem + at, U32x4{v[k].x, v[k].y, v[k].z, v[k].w});
+    }
   }
 
   // The global address of a slot's data row (scales = false) or scale row; 0 when masked.

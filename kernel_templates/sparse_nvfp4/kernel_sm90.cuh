@@ -357,10 +357,15 @@ __device__ __forceinline__ void wg0_scores(float (&s)[32], u64 dq, u64 dk) {
   wgmma_fence();
   constexpr int kF16Steps = F::kF16Nope ? 28 : 0;
 #pragma unroll
-  for (int ks = 0; ks < kF16Steps; ++ks) WgmmaF16<64>::ss<0>(s, wgmma_desc_advance(dq, ks * 2 * kDimGroupBytes), wgmma_desc_advance(dk, ks * 2 * kDimGroupBytes), ks > 0);
+  for (int ks = 0; ks < kF16Steps; ++ks) {
+    const int off = ks * 2 * kDimGroupBytes;  // a k16 step: two dim groups
+    WgmmaF16<64>::ss<0>(s, wgmma_desc_advance(dq, off), wgmma_desc_advance(dk, off), ks > 0);
+  }
 #pragma unroll
-  for (int ks = kF16Steps; ks < 32; ++ks)
-    WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, ks * 2 * kDimGroupBytes), wgmma_desc_advance(dk, ks * 2 * kDimGroupBytes), ks > 0);
+  for (int ks = kF16Steps; ks < 32; ++ks) {
+    const int off = ks * 2 * kDimGroupBytes;
+    WgmmaBf16<64>::ss<0>(s, wgmma_desc_advance(dq, off), wgmma_desc_advance(dk, off), ks > 0);
+  }
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operand(s);
@@ -374,8 +379,9 @@ __device__ __forceinline__ void wg0_pv(float (&o)[128], u32 (&pf)[4][4], u64 dv)
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if constexpr (F::kF16Nope) WgmmaF16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 16 * kRowSlotBytes), true);
-    else WgmmaBf16<256>::rs<1>(o, pf[kk], wgmma_desc_advance(dv, kk * 16 * kRowSlotBytes), true);
+    const u64 dvk = wgmma_desc_advance(dv, kk * 16 * kRowSlotBytes);  // a k16 step: 16 candidates' rows
+    if constexpr (F::kF16Nope) WgmmaF16<256>::rs<1>(o, pf[kk], dvk, true);
+    else WgmmaBf16<256>::rs<1>(o, pf[kk], dvk, true);
   }
   wgmma_commit();
   // P V retires before S(i + 1) is issued, so the tile goes back to the producer now and the
@@ -395,9 +401,11 @@ __device__ __forceinline__ void wg1_pv(float (&o_nope)[96], float (&o_rope)[32],
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if constexpr (F::kF16Nope) WgmmaF16<192>::rs<1>(o_nope, pf[kk], wgmma_desc_advance(dv, 32 * kDimGroupBytes + kk * 16 * kRowSlotBytes), true);
-    else WgmmaBf16<192>::rs<1>(o_nope, pb[kk], wgmma_desc_advance(dv, 32 * kDimGroupBytes + kk * 16 * kRowSlotBytes), true);
-    WgmmaBf16<64>::rs<1>(o_rope, pb[kk], wgmma_desc_advance(dv, kRopeGroup * kDimGroupBytes + kk * 16 * kRowSlotBytes), true);
+    const int step = kk * 16 * kRowSlotBytes;
+    const u64 dv_nope = wgmma_desc_advance(dv, 32 * kDimGroupBytes + step);  // dims 256 ..
+    if constexpr (F::kF16Nope) WgmmaF16<192>::rs<1>(o_nope, pf[kk], dv_nope, true);
+    else WgmmaBf16<192>::rs<1>(o_nope, pb[kk], dv_nope, true);
+    WgmmaBf16<64>::rs<1>(o_rope, pb[kk], wgmma_desc_advance(dv, kRopeGroup * kDimGroupBytes + step), true);
   }
   wgmma_commit();
   wgmma_wait<0>();
