@@ -26,10 +26,10 @@ int bits_of(CacheFormat f) { return f == CacheFormat::kFp8 ? kDsv41Fp8Bits : kDs
 // pack: one entry. append: the scan, claim and write kernels (kWriterAppend*Entry order).
 KernelSource render(const WriterPolicy& p) {
   const int bits = bits_of(p.format);
-  if (p.op == WriterOp::kPack) return KernelSource{"#include \"dsv41_writer/kernel.cuh\"\n", {fmt::format("kiln::dsv41_pack_kernel<{}>", bits)}};
+  if (p.op == WriterOp::kPack) return KernelSource{"#include \"dsv41_writer/kernel.cuh\"\n", {fmt::format("kiln::writer_pack_kernel<kiln::Dsv41WriterFormat<{}>>", bits)}};
   return KernelSource{"#include \"dsv41_writer/kernel.cuh\"\n",
-                      {fmt::format("kiln::dsv41_append_scan_kernel<{}>", bits), fmt::format("kiln::dsv41_append_claim_kernel<{}>", bits),
-                       fmt::format("kiln::dsv41_append_write_kernel<{}>", bits)}};
+                      {fmt::format("kiln::writer_append_scan_kernel<kiln::Dsv41WriterFormat<{}>>", bits), fmt::format("kiln::dsv41_append_claim_kernel<{}>", bits),
+                       fmt::format("kiln::writer_append_write_kernel<kiln::Dsv41WriterFormat<{}>>", bits)}};
 }
 
 const PolicySchema<WriterPolicy>& schema() {

@@ -20,10 +20,10 @@ constexpr int kMaxPageSize = 1024;
 
 // pack: one entry. append: the scan, claim and write kernels (kWriterAppend*Entry order).
 KernelSource render(const WriterPolicy& p) {
-  if (p.op == WriterOp::kPack) return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n", {fmt::format("kiln::nvfp4_pack_kernel<{}>", p.page_size)}};
+  if (p.op == WriterOp::kPack) return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n", {fmt::format("kiln::writer_pack_kernel<kiln::Nvfp4WriterFormat<{}>>", p.page_size)}};
   return KernelSource{"#include \"nvfp4_writer/kernel.cuh\"\n",
-                      {fmt::format("kiln::nvfp4_append_scan_kernel<{}>", p.page_size), fmt::format("kiln::nvfp4_append_claim_kernel<{}>", p.page_size),
-                       fmt::format("kiln::nvfp4_append_write_kernel<{}>", p.page_size)}};
+                      {fmt::format("kiln::writer_append_scan_kernel<kiln::Nvfp4WriterFormat<{}>>", p.page_size), fmt::format("kiln::nvfp4_append_claim_kernel<{}>", p.page_size),
+                       fmt::format("kiln::writer_append_write_kernel<kiln::Nvfp4WriterFormat<{}>>", p.page_size)}};
 }
 
 const PolicySchema<WriterPolicy>& schema() {
