@@ -96,13 +96,13 @@ __global__ void __launch_bounds__(mla_variant_threads(kMlaCompiledVariant<kRowCl
     // own register budget: the producer's loads and widening need few, the consumers' O needs 128.
     if (threadIdx.x >= kMlaWgThreads) {
       setmaxnreg_dec<kMlaWgFp8ProducerRegs>();
-      mla_for_each_piece<kThreads, kMlaWgTileTokens, kPacked, false>(p, part, scratch, [&](const MlaPiece& pc) {
+      mla_for_each_piece<kThreads, kMlaWgTileTokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
         if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
         mla_wgmma_fp8_producer<kPageSize>(p, base, pc, row0, st);
       });
     } else {
       setmaxnreg_inc<kMlaWgFp8ConsumerRegs>();
-      mla_for_each_piece<kThreads, kMlaWgTileTokens, kPacked, false>(p, part, scratch, [&](const MlaPiece& pc) {
+      mla_for_each_piece<kThreads, kMlaWgTileTokens, kPacked>(p, part, scratch, [&](const MlaPiece& pc) {
         record(pc);
         if (row0 >= pc.r.q_len * p.heads || (!pc.whole && p.o_partial == nullptr)) return;  // as below
         mla_wgmma_fp8_consumer(p, base, pc, row0, pc.whole ? -1 : pc.b + part, st);

@@ -84,6 +84,18 @@ __device__ __forceinline__ void block_sum_max(long long v, long long m, long lon
   }
 }
 
+// Sum and max of v over the warp's lanes (redux.sync, sm_80+); every lane gets them.
+__device__ __forceinline__ unsigned warp_redux_add(unsigned v) {
+  unsigned r;
+  asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(v));
+  return r;
+}
+__device__ __forceinline__ unsigned warp_redux_max(unsigned v) {
+  unsigned r;
+  asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(v));
+  return r;
+}
+
 // Inclusive prefix sum of v over the warp's lanes.
 __device__ __forceinline__ long long warp_inclusive_sum(long long v, int lane) {
 #pragma unroll
@@ -166,9 +178,7 @@ __device__ __forceinline__ void mla_part_range(const MlaDecodeParams& p, int par
   c.hi = c.lo + c.width;
 }
 
-// kWarpScan: batches of up to 32 requests take the one-warp path below (the fp8 wgmma kernel's
-// producer warps, at their small register budget, spill with it).
-template <int kThreads, int kBlockTokens, bool kPacked, bool kWarpScan>
+template <int kThreads, int kBlockTokens, bool kPacked>
 __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p, int part, long long* scratch) {
   static_assert(kThreads % 32 == 0 && 2 * (kThreads / 32) + 2 <= kMlaSchedScratchBytes / 8, "scheduler scratch too small");
   MlaPartCursor c;
@@ -182,27 +192,26 @@ __device__ __forceinline__ MlaPartCursor mla_part_begin(const MlaDecodeParams& p
     return c;
   }
   const int tid = threadIdx.x;
-  if (kWarpScan && p.batch <= 32) {
+  if (p.batch <= 32) {
     // A request per lane, every warp on its own: the scan, the total, the largest request and the
     // part's first request without a CTA barrier or shared memory, on the path to the first load
-    // (NOTES.md, "The scheduler in one warp").
+    // (NOTES.md, "The scheduler in one warp"). The warp-wide values come from redux.sync, whose
+    // results the compiler keeps uniform (a shuffle's would make the piece loop's bounds, and with
+    // them the wgmma descriptors, per-thread values). 32 requests' units fit 32 bits: lengths are below
+    // 2^31 and blocks at least 32 tokens, so a request costs at most 2^26 + 2 units.
     const int lane = tid & 31;
-    long long cost = 0, blocks = 0;
-    if (lane < p.batch) {
-      const MlaRequest r = mla_request<kBlockTokens, kPacked>(p, lane);
-      cost = mla_cost(r, p.piece_cost);
-      blocks = r.blocks;
-    }
-    const long long inc = warp_inclusive_sum(cost, lane);
-    const long long start = inc - cost;
-    const long long total = __shfl_sync(0xffffffffu, inc, 31);
-    const long long max_blocks = warp_max(blocks);
+    const bool live = lane < p.batch;
+    const MlaRequest r = mla_request<kBlockTokens, kPacked>(p, live ? lane : 0);
+    const unsigned cost = live ? static_cast<unsigned>(mla_cost(r, p.piece_cost)) : 0u;
+    const unsigned blocks = live ? static_cast<unsigned>(r.blocks) : 0u;
+    const long long total = warp_redux_add(cost);
+    const long long max_blocks = warp_redux_max(blocks);
     mla_part_range(p, part, total, max_blocks, c);
+    const long long start = warp_inclusive_sum(cost, lane) - cost;
     // The first request that ends after lo (ends are non-decreasing in b): at most one lane.
     const unsigned owner = __ballot_sync(0xffffffffu, cost > 0 && start <= c.lo && c.lo < start + cost);
     c.b = owner != 0u ? __ffs(owner) - 1 : p.batch;
-    const long long first_start = __shfl_sync(0xffffffffu, start, owner != 0u ? c.b : 0);
-    c.start = owner != 0u ? first_start : 0;
+    c.start = owner != 0u ? warp_redux_add(lane < c.b ? cost : 0u) : 0;
     return c;
   }
   if (p.batch <= kThreads) {
@@ -319,9 +328,9 @@ __device__ __forceinline__ int mla_row_last(const MlaDecodeParams& p, const MlaP
 
 // Calls fn(piece) for each piece of `part`, in request order. Every thread of the CTA runs the same
 // sequence (the lengths are re-read per request, from L1 after the first thread).
-template <int kThreads, int kBlockTokens, bool kPacked, bool kWarpScan = true, typename Fn>
+template <int kThreads, int kBlockTokens, bool kPacked, typename Fn>
 __device__ __forceinline__ void mla_for_each_piece(const MlaDecodeParams& p, int part, long long* scratch, Fn&& fn) {
-  const MlaPartCursor c = mla_part_begin<kThreads, kBlockTokens, kPacked, kWarpScan>(p, part, scratch);
+  const MlaPartCursor c = mla_part_begin<kThreads, kBlockTokens, kPacked>(p, part, scratch);
   long long start = c.start;
   for (int b = c.b; b < p.batch; ++b) {
     const MlaRequest r = mla_request<kBlockTokens, kPacked>(p, b);
