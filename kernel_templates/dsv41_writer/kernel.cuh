@@ -44,21 +44,6 @@ struct Dsv41WriterFormat {
   using Row = Dsv41Row;
   using R = Dsv41Record<kBits>;
 
-  static __device__ __forceinline__ void prefetch(const Params& p, int row) {
-    if (row >= kWriterPrefetchRows || row >= p.num_rows) return;
-    const u16* src = static_cast<const u16*>(p.src) + row * p.src_row_stride;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], 1024;" ::"l"(src) : "memory");
-  }
-
-  static __device__ __forceinline__ Row load(const Params& p, int row, int lane) {
-    Row r;
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.src) + row * p.src_row_stride);
-    r.a = src[2 * lane];
-    r.b = src[2 * lane + 1];
-    return r;
-  }
-
-  // FP8 groups span two lanes; the scales are gathered into the storing lanes by shuffles.
   static __device__ __forceinline__ void encode(const Params& p, Row& r, int lane) {
     float x[16];
     dsv41_widen(r.a, r.b, p.src_fp16 != 0, x);

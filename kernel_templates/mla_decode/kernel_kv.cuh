@@ -288,8 +288,7 @@ __device__ __forceinline__ void mla_kv_piece(const MlaDecodeParams& p, u32 base,
           const float pv = fast_exp2(s[i] - muse[k]);
           l[k] += pv;
           const u16 h = float_to_bf16(pv);
-          const u32 chunk = static_cast<u32>(2 * warp + ((i >> 1) & 1));
-          const u32 off = static_cast<u32>(col * kMlaWgLineBytes) + ((chunk ^ static_cast<u32>(col & 7)) << 4) + p_tok_lo;
+          const u32 off = sw128(col, 2 * warp + ((i >> 1) & 1)) + p_tok_lo;
           sts16(p_hi + off, h);
           if constexpr (kSplitP) {
             sts16(p_lo + off, float_to_bf16(pv - bf16_to_float(h)));

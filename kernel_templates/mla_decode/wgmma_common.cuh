@@ -73,7 +73,7 @@ struct MlaTileLoader {
                                            int lane)
       : kv(static_cast<const unsigned char*>(kv_base)), bt_row(bt), t0(first), t1(end), n_tiles(tiles),
         ld_tok(4 * warp + (lane >> 3)), ld_chunk(lane & 7),
-        ld_dst(static_cast<u32>(ld_tok * kMlaWgLineBytes + ((ld_chunk ^ (ld_tok & 7)) << 4))) {}
+        ld_dst(sw128(ld_tok, ld_chunk)) {}
 
   __device__ __forceinline__ void pages_of(int j, int (&pages)[4]) const {
 #pragma unroll

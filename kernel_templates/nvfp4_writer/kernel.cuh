@@ -35,22 +35,6 @@ struct Nvfp4WriterFormat {
   using Params = Nvfp4WriterParams;
   using Row = Nvfp4WriterRow;
 
-  // In a chain of writer calls, warming L2 before the wait overlaps the next call's source reads
-  // with the current call's tail.
-  static __device__ __forceinline__ void prefetch(const Params& p, int row) {
-    if (row >= kWriterPrefetchRows || row >= p.num_rows) return;
-    const u16* src = static_cast<const u16*>(p.src) + row * p.src_row_stride;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], 1024;" ::"l"(src) : "memory");
-  }
-
-  static __device__ __forceinline__ Row load(const Params& p, int row, int lane) {
-    Row r;
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const u16*>(p.src) + row * p.src_row_stride);
-    r.a = src[2 * lane];
-    r.b = src[2 * lane + 1];
-    return r;
-  }
-
   static __device__ __forceinline__ void encode(const Params&, Row& r, int lane) {
     if (lane < kNvfp4Groups) r.scale = nvfp4_encode_group16(r.a, r.b, r.lo, r.hi);
   }
