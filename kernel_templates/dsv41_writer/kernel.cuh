@@ -44,6 +44,7 @@ struct Dsv41WriterFormat {
   using Row = Dsv41Row;
   using R = Dsv41Record<kBits>;
 
+  // FP8 groups span two lanes; the scales are gathered into the storing lanes by shuffles.
   static __device__ __forceinline__ void encode(const Params& p, Row& r, int lane) {
     float x[16];
     dsv41_widen(r.a, r.b, p.src_fp16 != 0, x);
