@@ -53,31 +53,32 @@ __device__ __forceinline__ u32 pack_p(float lo, float hi) {
   }
 }
 
-// Rows [row0, row0 + 16 * kRowGroups) of `piece`; slot < 0: the piece is the whole request, write
-// `out`; else write the normalised partial O and its LSE to `slot`.
-template <int kPageSize, bool kFp8, int kRowGroups, int kColGroups, int kTileTokens, int kStages, bool kSplitP>
-__device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned char* smem, const MlaPiece& piece,
-                                              int row0, int slot) {
-  static_assert(!(kFp8 && kSplitP), "fp8 pages run on one f16 P");
-  constexpr MlaTileConfig kCfg{kRowGroups, kColGroups, kTileTokens, kStages};
-  constexpr MlaSmemLayout kLayout = mla_smem_layout(kCfg, kFp8);
-  constexpr int kThreads = mla_threads(kCfg);
-  constexpr int kRows = mla_tile_rows(kCfg);
-  const int max_rows = mla_max_rows(p.heads, p.max_seq_len_q);
-  constexpr int kWarpTokens = kTileTokens / kColGroups;  // S columns per warp
-  constexpr int kNT = kWarpTokens / 8;                   // S n8 tiles per warp
-  constexpr int kWarpCols = kMlaDimV / kColGroups;       // O columns per warp
-  constexpr int kOT = kWarpCols / 8;                     // O n8 tiles per warp
-  constexpr int kRowBytes = kFp8 ? kMlaDimQk : kMlaDimQk * 2;
-  constexpr int kChunks = kRowBytes / 16;
-  constexpr int kThreadsPerToken = kThreads / kTileTokens;
-  constexpr int kChunksPerThread = (kChunks + kThreadsPerToken - 1) / kThreadsPerToken;
-  constexpr int kPitchBytes = kMlaSmemPitch * 2;
-  constexpr int kStagePitch = kFp8 ? kMlaDimQk : kPitchBytes;
-  constexpr int kPPitchBytes = kLayout.p_pitch * 2;
-  constexpr int kPLoBytes = kRows * kPPitchBytes;  // bf16: offset of the P residual tile
+// Compile-time geometry of one mma.sync configuration: the CTA's row tile, each warp's share of S
+// and O, and the byte layout of Q, the KV stages and P in shared memory.
+template <int kPageSize, bool kFp8, int kRowGroups, int kColGroups, int kTileTokens, int kStages>
+struct MlaMmaGeometry {
+  static constexpr int kPage = kPageSize;
+  static constexpr bool kF16 = kFp8;
+  static constexpr int kColGroupCount = kColGroups;
+  static constexpr int kTile = kTileTokens;
+  static constexpr MlaTileConfig kConfig{kRowGroups, kColGroups, kTileTokens, kStages};
+  static constexpr MlaSmemLayout kLayout = mla_smem_layout(kConfig, kFp8);
+  static constexpr int kThreads = mla_threads(kConfig);
+  static constexpr int kRows = mla_tile_rows(kConfig);
+  static constexpr int kWarpTokens = kTileTokens / kColGroups;  // S columns per warp
+  static constexpr int kNT = kWarpTokens / 8;                   // S n8 tiles per warp
+  static constexpr int kWarpCols = kMlaDimV / kColGroups;       // O columns per warp
+  static constexpr int kOT = kWarpCols / 8;                     // O n8 tiles per warp
+  static constexpr int kRowBytes = kFp8 ? kMlaDimQk : kMlaDimQk * 2;
+  static constexpr int kChunks = kRowBytes / 16;
+  static constexpr int kThreadsPerToken = kThreads / kTileTokens;
+  static constexpr int kChunksPerThread = (kChunks + kThreadsPerToken - 1) / kThreadsPerToken;
+  static constexpr int kPitchBytes = kMlaSmemPitch * 2;
+  static constexpr int kStagePitch = kFp8 ? kMlaDimQk : kPitchBytes;
+  static constexpr int kPPitchBytes = kLayout.p_pitch * 2;
+  static constexpr int kPLoBytes = kRows * kPPitchBytes;  // bf16: offset of the P residual tile
   // With one S tile per warp a single accumulator chain would serialise 36 dependent MMAs.
-  constexpr int kKSplit = kNT == 1 ? 4 : (kNT == 2 ? 2 : 1);
+  static constexpr int kKSplit = kNT == 1 ? 4 : (kNT == 2 ? 2 : 1);
 
   static_assert(kPageSize > 0 && (kPageSize & (kPageSize - 1)) == 0, "kPageSize must be a power of two");
   static_assert(kWarpTokens % 8 == 0 && kTileTokens % 16 == 0, "token slice per warp must be whole n8 tiles");
@@ -85,271 +86,273 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
   static_assert(kThreads % kTileTokens == 0, "tile loader maps a fixed thread group to each token");
   static_assert(kStages >= 2, "need at least double buffering");
   static_assert(kLayout.total <= 232448, "shared memory over the sm_90 per-block limit");
+};
 
-  const u32 sbase = smem_addr(smem);
+// One thread's place in the tile: its warp's row group and column group, its rows of the mma
+// fragments (row_lo and row_lo + 8), and its ldmatrix / P-store base addresses (bytes).
+// A operands: lanes 0-15 rows 0-15 at k 0, lanes 16-31 rows 0-15 at k 8. K as B (non-trans): lane
+// picks token lane%8, k offset 8*(lane/8) covering two k16 steps. V as B (trans): lane picks token
+// (lane%8) + 8*((lane/8)%2), column 8*(lane/16).
+struct MlaMmaLane {
+  int tid, cg, q4, row_lo;
+  u32 q_lane, k_lane, p_lane, v_lane, p_store, red_max, red_sum;
 
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int rg = warp / kColGroups;
-  const int cg = warp % kColGroups;
-  const int g = lane >> 2;
-  const int q4 = lane & 3;
-  const MlaPieceRows pv = mla_piece_rows<kRows, kTileTokens>(p, piece, row0);
+  template <class G>
+  __device__ __forceinline__ static MlaMmaLane make(u32 sbase, u32 q_smem) {
+    MlaMmaLane l;
+    l.tid = threadIdx.x;
+    const int lane = l.tid & 31;
+    const int warp = l.tid >> 5;
+    const int rg = warp / G::kColGroupCount;
+    l.cg = warp % G::kColGroupCount;
+    const int g = lane >> 2;
+    l.q4 = lane & 3;
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+    l.q_lane = q_smem + (rg * 16 + a_row) * G::kPitchBytes + (lane >> 4) * 16;
+    l.k_lane = (l.cg * G::kWarpTokens + (lane & 7)) * G::kPitchBytes + (lane >> 3) * 16;
+    l.p_lane = sbase + G::kLayout.p_offset + (rg * 16 + a_row) * G::kPPitchBytes + (lane >> 4) * 16;
+    l.v_lane = a_row * G::kPitchBytes + (l.cg * G::kWarpCols + (lane >> 4) * 8) * 2;
+    l.p_store = sbase + G::kLayout.p_offset + (rg * 16 + g) * G::kPPitchBytes + (l.cg * G::kWarpTokens + 2 * l.q4) * 2;
+    l.red_max = sbase + G::kLayout.red_max_offset;
+    l.red_sum = sbase + G::kLayout.red_sum_offset;
+    l.row_lo = rg * 16 + g;
+    return l;
+  }
+};
 
-  const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
-  const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
-
-  const u32 q_smem = sbase + kLayout.q_offset;
-  const u32 stage_smem = sbase + kLayout.stage_offset;
-
-  // Token tid / kThreadsPerToken of the tile, chunks sub, sub + kThreadsPerToken, ...
-  auto load_tile = [&](int tile, int stage) {
-    const int tok_local = tid / kThreadsPerToken;
-    const int sub = tid % kThreadsPerToken;
-    const int t = pv.t0 + tile * kTileTokens + tok_local;
-    const bool valid = t < pv.t1;
-    const unsigned char* src = kv;
-    if (valid) {
-      const int page = __ldg(bt_row + t / kPageSize);
-      src = kv + (static_cast<long long>(page) * kPageSize + t % kPageSize) * kRowBytes;
-    }
-    const u32 dst = stage_smem + stage * kLayout.stage_bytes + tok_local * kStagePitch;
+// Tile `tile` of the piece into `stage`: token tid / kThreadsPerToken of the tile, chunks sub,
+// sub + kThreadsPerToken, ... Tokens past the piece are zero-filled: masked P is 0, and 0 * garbage
+// could be NaN.
+template <class G>
+__device__ __forceinline__ void mla_mma_load_tile(const unsigned char* kv, const int* bt_row, const MlaPieceRows& pv,
+                                                  u32 stage_smem, int tid, int tile, int stage) {
+  const int tok_local = tid / G::kThreadsPerToken;
+  const int sub = tid % G::kThreadsPerToken;
+  const int t = pv.t0 + tile * G::kTile + tok_local;
+  const bool valid = t < pv.t1;
+  const unsigned char* src = kv;
+  if (valid) {
+    const int page = __ldg(bt_row + t / G::kPage);
+    src = kv + (static_cast<long long>(page) * G::kPage + t % G::kPage) * G::kRowBytes;
+  }
+  const u32 dst = stage_smem + stage * G::kLayout.stage_bytes + tok_local * G::kStagePitch;
 #pragma unroll
-    for (int k = 0; k < kChunksPerThread; ++k) {
-      const int c = sub + k * kThreadsPerToken;
-      if (kChunks % kThreadsPerToken == 0 || c < kChunks) {
-        // Rows past the range are zero-filled: masked P is 0, and 0 * garbage could be NaN.
-        cp_async_16_addr(dst + c * 16, valid ? src + c * 16 : src, valid ? 16u : 0u);
-      }
-    }
-  };
-
-  const unsigned char* q_rows =
-      static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * p.heads + row0) * kRowBytes;
-  if (pv.n_tiles > 0) {
-    if constexpr (!kFp8) {
-#pragma unroll
-      for (int k = 0; k < (kRows * kChunks + kThreads - 1) / kThreads; ++k) {
-        const int c = tid + k * kThreads;
-        if ((kRows * kChunks) % kThreads == 0 || c < kRows * kChunks) {
-          const int r = c / kChunks;
-          const int ch = c % kChunks;
-          const bool valid = row0 + r < pv.rows_b;
-          cp_async_16_addr(q_smem + r * kPitchBytes + ch * 16, valid ? q_rows + r * kRowBytes + ch * 16 : q_rows,
-                           valid ? 16u : 0u);
-        }
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < pv.n_tiles) load_tile(s, s);
-      cp_async_commit();
-    }
-    if constexpr (kFp8) {
-      // Q is small and read once: plain loads, widened while the KV prologue is in flight.
-#pragma unroll
-      for (int k = 0; k < (kRows * kChunks + kThreads - 1) / kThreads; ++k) {
-        const int c = tid + k * kThreads;
-        if ((kRows * kChunks) % kThreads == 0 || c < kRows * kChunks) {
-          const int r = c / kChunks;
-          const int ch = c % kChunks;
-          U32x4 v{0u, 0u, 0u, 0u};
-          if (row0 + r < pv.rows_b) v = ldg128_stream(q_rows + r * kRowBytes + ch * 16);
-          U32x4 lo, hi;
-          e4m3x16_to_f16(v, lo, hi);
-          sts128(q_smem + r * kPitchBytes + ch * 32, lo);
-          sts128(q_smem + r * kPitchBytes + ch * 32 + 16, hi);
-        }
-      }
+  for (int k = 0; k < G::kChunksPerThread; ++k) {
+    const int c = sub + k * G::kThreadsPerToken;
+    if (G::kChunks % G::kThreadsPerToken == 0 || c < G::kChunks) {
+      cp_async_16_addr(dst + c * 16, valid ? src + c * 16 : src, valid ? 16u : 0u);
     }
   }
+}
 
-  // Per-lane ldmatrix base addresses (bytes). A operands: lanes 0-15 rows 0-15 at k 0, lanes 16-31
-  // rows 0-15 at k 8. K as B (non-trans): lane picks token lane%8, k offset 8*(lane/8) covering two
-  // k16 steps. V as B (trans): lane picks token (lane%8) + 8*((lane/8)%2), column 8*(lane/16).
-  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8;
-  const u32 q_lane = q_smem + (rg * 16 + a_row) * kPitchBytes + (lane >> 4) * 16;
-  const u32 k_lane = (cg * kWarpTokens + (lane & 7)) * kPitchBytes + (lane >> 3) * 16;
-  const u32 p_lane = sbase + kLayout.p_offset + (rg * 16 + a_row) * kPPitchBytes + (lane >> 4) * 16;
-  const u32 v_lane = a_row * kPitchBytes + (cg * kWarpCols + (lane >> 4) * 8) * 2;
-  const u32 p_store = sbase + kLayout.p_offset + (rg * 16 + g) * kPPitchBytes + (cg * kWarpTokens + 2 * q4) * 2;
-  const u32 red_max = sbase + kLayout.red_max_offset;
-  const u32 red_sum = sbase + kLayout.red_sum_offset;
-  const int row_lo = rg * 16 + g;  // tile-local rows of this thread: row_lo and row_lo + 8
-
-  const int last_lo = mla_row_last(p, pv, row0 + row_lo);
-  const int last_hi = mla_row_last(p, pv, row0 + row_lo + 8);
-  const float scale = p.scale_log2;
-
-  float o[kOT][4];
+// bf16 Q rows [row0, row0 + kRows) into shared memory by cp.async (rows from rows_b on zero-filled).
+template <class G>
+__device__ __forceinline__ void mla_mma_load_q_async(u32 q_smem, const unsigned char* q_rows, int row0, int rows_b,
+                                                      int tid) {
+  constexpr int kTotal = G::kRows * G::kChunks;
 #pragma unroll
-  for (int n = 0; n < kOT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m_lo = neg_inf(), m_hi = neg_inf();
-  float l_lo = 0.f, l_hi = 0.f;
-
-  for (int it = 0; it < pv.n_tiles; ++it) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile `it` visible to all; everyone is done with iteration it - 1
-    {
-      const int next = it + kStages - 1;
-      if (next < pv.n_tiles) load_tile(next, next % kStages);
-      cp_async_commit();
+  for (int k = 0; k < (kTotal + G::kThreads - 1) / G::kThreads; ++k) {
+    const int c = tid + k * G::kThreads;
+    if (kTotal % G::kThreads == 0 || c < kTotal) {
+      const int r = c / G::kChunks;
+      const int ch = c % G::kChunks;
+      const bool valid = row0 + r < rows_b;
+      cp_async_16_addr(q_smem + r * G::kPitchBytes + ch * 16, valid ? q_rows + r * G::kRowBytes + ch * 16 : q_rows,
+                       valid ? 16u : 0u);
     }
-    const int stage = it % kStages;
-    u32 kt;
-    if constexpr (kFp8) {
-      const u32 src = stage_smem + stage * kLayout.stage_bytes;
-      kt = sbase + kLayout.tile_offset;
-#pragma unroll
-      for (int k = 0; k < (kTileTokens * kChunks + kThreads - 1) / kThreads; ++k) {
-        const int c = tid + k * kThreads;
-        if ((kTileTokens * kChunks) % kThreads == 0 || c < kTileTokens * kChunks) {
-          const int r = c / kChunks;
-          const int ch = c % kChunks;
-          U32x4 lo, hi;
-          e4m3x16_to_f16(lds128(src + r * kStagePitch + ch * 16), lo, hi);
-          sts128(kt + r * kPitchBytes + ch * 32, lo);
-          sts128(kt + r * kPitchBytes + ch * 32 + 16, hi);
-        }
-      }
-      __syncthreads();
-    } else {
-      kt = stage_smem + stage * kLayout.stage_bytes;
-    }
+  }
+}
 
-    // ---- S = Q K^T over this warp's token slice ----
-    float sacc[kKSplit][kNT][4];
+// fp8 Q rows: small and read once, so plain loads widened to f16 on their way to shared memory.
+template <class G>
+__device__ __forceinline__ void mla_mma_load_q_widened(u32 q_smem, const unsigned char* q_rows, int row0, int rows_b,
+                                                      int tid) {
+  constexpr int kTotal = G::kRows * G::kChunks;
 #pragma unroll
-    for (int a = 0; a < kKSplit; ++a)
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) sacc[a][j][0] = sacc[a][j][1] = sacc[a][j][2] = sacc[a][j][3] = 0.f;
-#pragma unroll
-    for (int ks2 = 0; ks2 < kMlaDimQk / 32; ++ks2) {
-      u32 a0[4], a1[4];
-      ldsm_x4(a0, q_lane + ks2 * 64);
-      ldsm_x4(a1, q_lane + ks2 * 64 + 32);
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        u32 bk[4];
-        ldsm_x4(bk, kt + k_lane + j * 8 * kPitchBytes + ks2 * 64);
-        const u32 b0[2] = {bk[0], bk[1]};
-        const u32 b1[2] = {bk[2], bk[3]};
-        mma_16816<kFp8>(sacc[(2 * ks2) % kKSplit][j], a0, b0);
-        mma_16816<kFp8>(sacc[(2 * ks2 + 1) % kKSplit][j], a1, b1);
-      }
+  for (int k = 0; k < (kTotal + G::kThreads - 1) / G::kThreads; ++k) {
+    const int c = tid + k * G::kThreads;
+    if (kTotal % G::kThreads == 0 || c < kTotal) {
+      const int r = c / G::kChunks;
+      const int ch = c % G::kChunks;
+      U32x4 v{0u, 0u, 0u, 0u};
+      if (row0 + r < rows_b) v = ldg128_stream(q_rows + r * G::kRowBytes + ch * 16);
+      U32x4 lo, hi;
+      e4m3x16_to_f16(v, lo, hi);
+      sts128(q_smem + r * G::kPitchBytes + ch * 32, lo);
+      sts128(q_smem + r * G::kPitchBytes + ch * 32 + 16, hi);
     }
-    float s[kNT][4];
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = sacc[0][j][e];
-#pragma unroll
-        for (int a = 1; a < kKSplit; ++a) v += sacc[a][j][e];
-        s[j][e] = v;
-      }
+  }
+}
 
-    // ---- mask, scale, row max across the column-group warps ----
-    const int tile_t0 = pv.t0 + it * kTileTokens + cg * kWarpTokens + 2 * q4;
-    float mx_lo = neg_inf(), mx_hi = neg_inf();
+// fp8: the staged e4m3 tile widened to f16 at `dst` (the MMA's operand layout).
+template <class G>
+__device__ __forceinline__ void mla_mma_widen_tile(u32 src, u32 dst, int tid) {
+  constexpr int kTotal = G::kTile * G::kChunks;
 #pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int t = tile_t0 + j * 8 + (e & 1);
-        const float x = t <= (e < 2 ? last_lo : last_hi) ? s[j][e] * scale : neg_inf();
-        s[j][e] = x;
-        if (e < 2) mx_lo = fmaxf(mx_lo, x);
-        else mx_hi = fmaxf(mx_hi, x);
-      }
-    mx_lo = quad_max(mx_lo);
-    mx_hi = quad_max(mx_hi);
-    if (q4 == 0) {
-      sts_f32(red_max + (cg * kRows + row_lo) * 4, mx_lo);
-      sts_f32(red_max + (cg * kRows + row_lo + 8) * 4, mx_hi);
+  for (int k = 0; k < (kTotal + G::kThreads - 1) / G::kThreads; ++k) {
+    const int c = tid + k * G::kThreads;
+    if (kTotal % G::kThreads == 0 || c < kTotal) {
+      const int r = c / G::kChunks;
+      const int ch = c % G::kChunks;
+      U32x4 lo, hi;
+      e4m3x16_to_f16(lds128(src + r * G::kStagePitch + ch * 16), lo, hi);
+      sts128(dst + r * G::kPitchBytes + ch * 32, lo);
+      sts128(dst + r * G::kPitchBytes + ch * 32 + 16, hi);
     }
-    __syncthreads();
-    float tmax_lo = neg_inf(), tmax_hi = neg_inf();
+  }
+}
+
+// S = Q K^T over the warp's token slice of the tile at `kt`, accumulated in kKSplit chains.
+template <class G>
+__device__ __forceinline__ void mla_mma_scores(float (&s)[G::kNT][4], const MlaMmaLane& ln, u32 kt) {
+  float sacc[G::kKSplit][G::kNT][4];
 #pragma unroll
-    for (int c = 0; c < kColGroups; ++c) {
-      tmax_lo = fmaxf(tmax_lo, lds_f32(red_max + (c * kRows + row_lo) * 4));
-      tmax_hi = fmaxf(tmax_hi, lds_f32(red_max + (c * kRows + row_lo + 8) * 4));
+  for (int a = 0; a < G::kKSplit; ++a)
+#pragma unroll
+    for (int j = 0; j < G::kNT; ++j) sacc[a][j][0] = sacc[a][j][1] = sacc[a][j][2] = sacc[a][j][3] = 0.f;
+#pragma unroll
+  for (int ks2 = 0; ks2 < kMlaDimQk / 32; ++ks2) {
+    u32 a0[4], a1[4];
+    ldsm_x4(a0, ln.q_lane + ks2 * 64);
+    ldsm_x4(a1, ln.q_lane + ks2 * 64 + 32);
+#pragma unroll
+    for (int j = 0; j < G::kNT; ++j) {
+      u32 bk[4];
+      ldsm_x4(bk, kt + ln.k_lane + j * 8 * G::kPitchBytes + ks2 * 64);
+      const u32 b0[2] = {bk[0], bk[1]};
+      const u32 b1[2] = {bk[2], bk[3]};
+      mma_16816<G::kF16>(sacc[(2 * ks2) % G::kKSplit][j], a0, b0);
+      mma_16816<G::kF16>(sacc[(2 * ks2 + 1) % G::kKSplit][j], a1, b1);
     }
-    const auto [muse_lo, alpha_lo] = online_softmax_step(m_lo, tmax_lo);
-    const auto [muse_hi, alpha_hi] = online_softmax_step(m_hi, tmax_hi);
-    float sum_lo = 0.f, sum_hi = 0.f;
+  }
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-      const float p0 = fast_exp2(s[j][0] - muse_lo);
-      const float p1 = fast_exp2(s[j][1] - muse_lo);
-      const float p2 = fast_exp2(s[j][2] - muse_hi);
-      const float p3 = fast_exp2(s[j][3] - muse_hi);
-      sum_lo += p0 + p1;
-      sum_hi += p2 + p3;
-      const u32 hi01 = pack_p<kFp8>(p0, p1);
-      const u32 hi23 = pack_p<kFp8>(p2, p3);
-      sts32(p_store + j * 16, hi01);
-      sts32(p_store + 8 * kPPitchBytes + j * 16, hi23);
+  for (int j = 0; j < G::kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v = sacc[0][j][e];
+#pragma unroll
+      for (int a = 1; a < G::kKSplit; ++a) v += sacc[a][j][e];
+      s[j][e] = v;
+    }
+}
+
+// Masks and scales S (tokens from tile_t0), and returns the tile's row maxima across the column-group
+// warps (through shared memory; ends with a CTA barrier).
+template <class G>
+__device__ __forceinline__ void mla_mma_row_max(float (&s)[G::kNT][4], const MlaMmaLane& ln, int tile_t0, int last_lo,
+                                                int last_hi, float scale, float& tmax_lo, float& tmax_hi) {
+  float mx_lo = neg_inf(), mx_hi = neg_inf();
+#pragma unroll
+  for (int j = 0; j < G::kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int t = tile_t0 + j * 8 + (e & 1);
+      const float x = t <= (e < 2 ? last_lo : last_hi) ? s[j][e] * scale : neg_inf();
+      s[j][e] = x;
+      if (e < 2) mx_lo = fmaxf(mx_lo, x);
+      else mx_hi = fmaxf(mx_hi, x);
+    }
+  mx_lo = quad_max(mx_lo);
+  mx_hi = quad_max(mx_hi);
+  if (ln.q4 == 0) {
+    sts_f32(ln.red_max + (ln.cg * G::kRows + ln.row_lo) * 4, mx_lo);
+    sts_f32(ln.red_max + (ln.cg * G::kRows + ln.row_lo + 8) * 4, mx_hi);
+  }
+  __syncthreads();
+  tmax_lo = neg_inf();
+  tmax_hi = neg_inf();
+#pragma unroll
+  for (int c = 0; c < G::kColGroupCount; ++c) {
+    tmax_lo = fmaxf(tmax_lo, lds_f32(ln.red_max + (c * G::kRows + ln.row_lo) * 4));
+    tmax_hi = fmaxf(tmax_hi, lds_f32(ln.red_max + (c * G::kRows + ln.row_lo + 8) * 4));
+  }
+}
+
+// P = exp2(S - m) into shared memory (bf16 with kSplitP: hi and the residual lo = P - hi, so P is
+// kept to ~16 bits), the running sums l and O rescaled by alpha.
+template <class G, bool kSplitP>
+__device__ __forceinline__ void mla_mma_store_p(const float (&s)[G::kNT][4], const MlaMmaLane& ln, float muse_lo,
+                                                float muse_hi, float alpha_lo, float alpha_hi, float& l_lo, float& l_hi,
+                                                float (&o)[G::kOT][4]) {
+  float sum_lo = 0.f, sum_hi = 0.f;
+#pragma unroll
+  for (int j = 0; j < G::kNT; ++j) {
+    const float p0 = fast_exp2(s[j][0] - muse_lo);
+    const float p1 = fast_exp2(s[j][1] - muse_lo);
+    const float p2 = fast_exp2(s[j][2] - muse_hi);
+    const float p3 = fast_exp2(s[j][3] - muse_hi);
+    sum_lo += p0 + p1;
+    sum_hi += p2 + p3;
+    const u32 hi01 = pack_p<G::kF16>(p0, p1);
+    const u32 hi23 = pack_p<G::kF16>(p2, p3);
+    sts32(ln.p_store + j * 16, hi01);
+    sts32(ln.p_store + 8 * G::kPPitchBytes + j * 16, hi23);
+    if constexpr (kSplitP) {
+      sts32(ln.p_store + G::kPLoBytes + j * 16, pack_bf16x2(p0 - bf16x2_lo(hi01), p1 - bf16x2_hi(hi01)));
+      sts32(ln.p_store + G::kPLoBytes + 8 * G::kPPitchBytes + j * 16,
+            pack_bf16x2(p2 - bf16x2_lo(hi23), p3 - bf16x2_hi(hi23)));
+    }
+  }
+  l_lo = l_lo * alpha_lo + sum_lo;
+  l_hi = l_hi * alpha_hi + sum_hi;
+#pragma unroll
+  for (int n = 0; n < G::kOT; ++n) {
+    o[n][0] *= alpha_lo;
+    o[n][1] *= alpha_lo;
+    o[n][2] *= alpha_hi;
+    o[n][3] *= alpha_hi;
+  }
+}
+
+// O += P V over the warp's output column slice of the tile at `kt`.
+template <class G, bool kSplitP>
+__device__ __forceinline__ void mla_mma_pv(float (&o)[G::kOT][4], const MlaMmaLane& ln, u32 kt) {
+#pragma unroll
+  for (int ks = 0; ks < G::kTile / 16; ++ks) {
+    u32 a[4], a_lo[4];
+    ldsm_x4(a, ln.p_lane + ks * 32);
+    if constexpr (kSplitP) ldsm_x4(a_lo, ln.p_lane + G::kPLoBytes + ks * 32);
+#pragma unroll
+    for (int jn = 0; jn < G::kOT / 2; ++jn) {
+      u32 bv[4];
+      ldsm_x4_trans(bv, kt + ln.v_lane + ks * 16 * G::kPitchBytes + jn * 32);
+      const u32 b0[2] = {bv[0], bv[1]};
+      const u32 b1[2] = {bv[2], bv[3]};
+      mma_16816<G::kF16>(o[2 * jn], a, b0);
+      mma_16816<G::kF16>(o[2 * jn + 1], a, b1);
       if constexpr (kSplitP) {
-        // Residual of the bf16 rounding: P = hi + lo to ~16 bits.
-        sts32(p_store + kPLoBytes + j * 16, pack_bf16x2(p0 - bf16x2_lo(hi01), p1 - bf16x2_hi(hi01)));
-        sts32(p_store + kPLoBytes + 8 * kPPitchBytes + j * 16, pack_bf16x2(p2 - bf16x2_lo(hi23), p3 - bf16x2_hi(hi23)));
-      }
-    }
-    l_lo = l_lo * alpha_lo + sum_lo;
-    l_hi = l_hi * alpha_hi + sum_hi;
-#pragma unroll
-    for (int n = 0; n < kOT; ++n) {
-      o[n][0] *= alpha_lo;
-      o[n][1] *= alpha_lo;
-      o[n][2] *= alpha_hi;
-      o[n][3] *= alpha_hi;
-    }
-    __syncthreads();  // P complete for the whole tile
-
-    // ---- O += P V over this warp's column slice ----
-#pragma unroll
-    for (int ks = 0; ks < kTileTokens / 16; ++ks) {
-      u32 a[4], a_lo[4];
-      ldsm_x4(a, p_lane + ks * 32);
-      if constexpr (kSplitP) ldsm_x4(a_lo, p_lane + kPLoBytes + ks * 32);
-#pragma unroll
-      for (int jn = 0; jn < kOT / 2; ++jn) {
-        u32 bv[4];
-        ldsm_x4_trans(bv, kt + v_lane + ks * 16 * kPitchBytes + jn * 32);
-        const u32 b0[2] = {bv[0], bv[1]};
-        const u32 b1[2] = {bv[2], bv[3]};
-        mma_16816<kFp8>(o[2 * jn], a, b0);
-        mma_16816<kFp8>(o[2 * jn + 1], a, b1);
-        if constexpr (kSplitP) {
-          mma_16816<kFp8>(o[2 * jn], a_lo, b0);
-          mma_16816<kFp8>(o[2 * jn + 1], a_lo, b1);
-        }
+        mma_16816<G::kF16>(o[2 * jn], a_lo, b0);
+        mma_16816<G::kF16>(o[2 * jn + 1], a_lo, b1);
       }
     }
   }
-  cp_async_wait<0>();
+}
 
-  // ---- epilogue: row sums across column groups, normalise, store ----
+// Row sums across the column groups, then O / l to `out` (slot < 0: the piece is the whole request)
+// or the normalised partial O and its LSE to `slot`.
+template <class G>
+__device__ __forceinline__ void mla_mma_epilogue(const MlaDecodeParams& p, const MlaPieceRows& pv, const MlaMmaLane& ln,
+                                                 const float (&o)[G::kOT][4], float m_lo, float m_hi, float l_lo,
+                                                 float l_hi, int row0, int slot) {
   l_lo = quad_sum(l_lo);
   l_hi = quad_sum(l_hi);
-  if (q4 == 0) {
-    sts_f32(red_sum + (cg * kRows + row_lo) * 4, l_lo);
-    sts_f32(red_sum + (cg * kRows + row_lo + 8) * 4, l_hi);
+  if (ln.q4 == 0) {
+    sts_f32(ln.red_sum + (ln.cg * G::kRows + ln.row_lo) * 4, l_lo);
+    sts_f32(ln.red_sum + (ln.cg * G::kRows + ln.row_lo + 8) * 4, l_hi);
   }
   __syncthreads();
   float lt_lo = 0.f, lt_hi = 0.f;
 #pragma unroll
-  for (int c = 0; c < kColGroups; ++c) {
-    lt_lo += lds_f32(red_sum + (c * kRows + row_lo) * 4);
-    lt_hi += lds_f32(red_sum + (c * kRows + row_lo + 8) * 4);
+  for (int c = 0; c < G::kColGroupCount; ++c) {
+    lt_lo += lds_f32(ln.red_sum + (c * G::kRows + ln.row_lo) * 4);
+    lt_hi += lds_f32(ln.red_sum + (c * G::kRows + ln.row_lo + 8) * 4);
   }
 
-  const int col0 = cg * kWarpCols + 2 * q4;
+  const int max_rows = mla_max_rows(p.heads, p.max_seq_len_q);
+  const int col0 = ln.cg * G::kWarpCols + 2 * ln.q4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int row = row0 + row_lo + half * 8;
+    const int row = row0 + ln.row_lo + half * 8;
     if (row >= pv.rows_b) continue;
     const float lt = half ? lt_hi : lt_lo;
     const float m = half ? m_hi : m_lo;
@@ -357,7 +360,7 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
       const float inv = lt > 0.f ? p.out_scale / lt : 0.f;  // nothing visible -> zeros
       u16* out = static_cast<u16*>(p.out) + (static_cast<long long>(pv.tok0) * p.heads + row) * kMlaDimV + col0;
 #pragma unroll
-      for (int n = 0; n < kOT; ++n) {
+      for (int n = 0; n < G::kOT; ++n) {
         *reinterpret_cast<u32*>(out + n * 8) = pack_bf16x2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
       }
     } else {
@@ -366,15 +369,84 @@ __device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned
         const float inv = 1.f / lt;
         float* op = static_cast<float*>(p.o_partial) + idx * kMlaDimV + col0;
 #pragma unroll
-        for (int n = 0; n < kOT; ++n) {
+        for (int n = 0; n < G::kOT; ++n) {
           *reinterpret_cast<float2*>(op + n * 8) = make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
         }
       }
-      if (cg == 0 && q4 == 0) {
+      if (ln.cg == 0 && ln.q4 == 0) {
         static_cast<float*>(p.lse_partial)[idx] = lt > 0.f ? m + __log2f(lt) : neg_inf();
       }
     }
   }
+}
+
+// Rows [row0, row0 + 16 * kRowGroups) of `piece`; slot < 0: the piece is the whole request, write
+// `out`; else write the normalised partial O and its LSE to `slot`.
+template <int kPageSize, bool kFp8, int kRowGroups, int kColGroups, int kTileTokens, int kStages, bool kSplitP>
+__device__ __forceinline__ void mla_mma_piece(const MlaDecodeParams& p, unsigned char* smem, const MlaPiece& piece,
+                                              int row0, int slot) {
+  static_assert(!(kFp8 && kSplitP), "fp8 pages run on one f16 P");
+  using G = MlaMmaGeometry<kPageSize, kFp8, kRowGroups, kColGroups, kTileTokens, kStages>;
+  const u32 sbase = smem_addr(smem);
+  const u32 q_smem = sbase + G::kLayout.q_offset;
+  const u32 stage_smem = sbase + G::kLayout.stage_offset;
+  const MlaMmaLane ln = MlaMmaLane::make<G>(sbase, q_smem);
+  const MlaPieceRows pv = mla_piece_rows<G::kRows, kTileTokens>(p, piece, row0);
+
+  const unsigned char* kv = static_cast<const unsigned char*>(p.kv);
+  const int* bt_row = static_cast<const int*>(p.block_tables) + static_cast<long long>(pv.b) * p.block_table_stride;
+  const unsigned char* q_rows =
+      static_cast<const unsigned char*>(p.q) + (static_cast<long long>(pv.tok0) * p.heads + row0) * G::kRowBytes;
+  if (pv.n_tiles > 0) {
+    if constexpr (!kFp8) mla_mma_load_q_async<G>(q_smem, q_rows, row0, pv.rows_b, ln.tid);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < pv.n_tiles) mla_mma_load_tile<G>(kv, bt_row, pv, stage_smem, ln.tid, s, s);
+      cp_async_commit();
+    }
+    // fp8 Q is widened while the KV prologue is in flight.
+    if constexpr (kFp8) mla_mma_load_q_widened<G>(q_smem, q_rows, row0, pv.rows_b, ln.tid);
+  }
+
+  const int last_lo = mla_row_last(p, pv, row0 + ln.row_lo);
+  const int last_hi = mla_row_last(p, pv, row0 + ln.row_lo + 8);
+  const float scale = p.scale_log2;
+
+  float o[G::kOT][4];
+#pragma unroll
+  for (int n = 0; n < G::kOT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m_lo = neg_inf(), m_hi = neg_inf();
+  float l_lo = 0.f, l_hi = 0.f;
+
+  for (int it = 0; it < pv.n_tiles; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile `it` visible to all; everyone is done with iteration it - 1
+    {
+      const int next = it + kStages - 1;
+      if (next < pv.n_tiles) mla_mma_load_tile<G>(kv, bt_row, pv, stage_smem, ln.tid, next, next % kStages);
+      cp_async_commit();
+    }
+    const u32 staged = stage_smem + (it % kStages) * G::kLayout.stage_bytes;
+    u32 kt = staged;
+    if constexpr (kFp8) {
+      kt = sbase + G::kLayout.tile_offset;
+      mla_mma_widen_tile<G>(staged, kt, ln.tid);
+      __syncthreads();
+    }
+
+    float s[G::kNT][4];
+    mla_mma_scores<G>(s, ln, kt);
+    float tmax_lo, tmax_hi;
+    mla_mma_row_max<G>(s, ln, pv.t0 + it * kTileTokens + ln.cg * G::kWarpTokens + 2 * ln.q4, last_lo, last_hi, scale,
+                       tmax_lo, tmax_hi);
+    const auto [muse_lo, alpha_lo] = online_softmax_step(m_lo, tmax_lo);
+    const auto [muse_hi, alpha_hi] = online_softmax_step(m_hi, tmax_hi);
+    mla_mma_store_p<G, kSplitP>(s, ln, muse_lo, muse_hi, alpha_lo, alpha_hi, l_lo, l_hi, o);
+    __syncthreads();  // P complete for the whole tile
+    mla_mma_pv<G, kSplitP>(o, ln, kt);
+  }
+  cp_async_wait<0>();
+  mla_mma_epilogue<G>(p, pv, ln, o, m_lo, m_hi, l_lo, l_hi, row0, slot);
 }
 
 }  // namespace mla_detail
