@@ -145,61 +145,51 @@ __device__ __forceinline__ void mla_mma_load_tile(const unsigned char* kv, const
   }
 }
 
+// f(r, ch) for every 16-byte chunk ch of rows [0, kRowCount), the CTA's threads taking chunks in turn.
+template <class G, int kRowCount, class F>
+__device__ __forceinline__ void mla_mma_for_chunks(int tid, F&& f) {
+  constexpr int kTotal = kRowCount * G::kChunks;
+#pragma unroll
+  for (int k = 0; k < (kTotal + G::kThreads - 1) / G::kThreads; ++k) {
+    const int c = tid + k * G::kThreads;
+    if (kTotal % G::kThreads == 0 || c < kTotal) f(c / G::kChunks, c % G::kChunks);
+  }
+}
+
 // bf16 Q rows [row0, row0 + kRows) into shared memory by cp.async (rows from rows_b on zero-filled).
 template <class G>
 __device__ __forceinline__ void mla_mma_load_q_async(u32 q_smem, const unsigned char* q_rows, int row0, int rows_b,
                                                       int tid) {
-  constexpr int kTotal = G::kRows * G::kChunks;
-#pragma unroll
-  for (int k = 0; k < (kTotal + G::kThreads - 1) / G::kThreads; ++k) {
-    const int c = tid + k * G::kThreads;
-    if (kTotal % G::kThreads == 0 || c < kTotal) {
-      const int r = c / G::kChunks;
-      const int ch = c % G::kChunks;
-      const bool valid = row0 + r < rows_b;
-      cp_async_16_addr(q_smem + r * G::kPitchBytes + ch * 16, valid ? q_rows + r * G::kRowBytes + ch * 16 : q_rows,
-                       valid ? 16u : 0u);
-    }
-  }
+  mla_mma_for_chunks<G, G::kRows>(tid, [&](int r, int ch) {
+    const bool valid = row0 + r < rows_b;
+    cp_async_16_addr(q_smem + r * G::kPitchBytes + ch * 16, valid ? q_rows + r * G::kRowBytes + ch * 16 : q_rows,
+                     valid ? 16u : 0u);
+  });
 }
 
 // fp8 Q rows: small and read once, so plain loads widened to f16 on their way to shared memory.
 template <class G>
 __device__ __forceinline__ void mla_mma_load_q_widened(u32 q_smem, const unsigned char* q_rows, int row0, int rows_b,
                                                       int tid) {
-  constexpr int kTotal = G::kRows * G::kChunks;
-#pragma unroll
-  for (int k = 0; k < (kTotal + G::kThreads - 1) / G::kThreads; ++k) {
-    const int c = tid + k * G::kThreads;
-    if (kTotal % G::kThreads == 0 || c < kTotal) {
-      const int r = c / G::kChunks;
-      const int ch = c % G::kChunks;
-      U32x4 v{0u, 0u, 0u, 0u};
-      if (row0 + r < rows_b) v = ldg128_stream(q_rows + r * G::kRowBytes + ch * 16);
-      U32x4 lo, hi;
-      e4m3x16_to_f16(v, lo, hi);
-      sts128(q_smem + r * G::kPitchBytes + ch * 32, lo);
-      sts128(q_smem + r * G::kPitchBytes + ch * 32 + 16, hi);
-    }
-  }
+  mla_mma_for_chunks<G, G::kRows>(tid, [&](int r, int ch) {
+    U32x4 v{0u, 0u, 0u, 0u};
+    if (row0 + r < rows_b) v = ldg128_stream(q_rows + r * G::kRowBytes + ch * 16);
+    U32x4 lo, hi;
+    e4m3x16_to_f16(v, lo, hi);
+    sts128(q_smem + r * G::kPitchBytes + ch * 32, lo);
+    sts128(q_smem + r * G::kPitchBytes + ch * 32 + 16, hi);
+  });
 }
 
 // fp8: the staged e4m3 tile widened to f16 at `dst` (the MMA's operand layout).
 template <class G>
 __device__ __forceinline__ void mla_mma_widen_tile(u32 src, u32 dst, int tid) {
-  constexpr int kTotal = G::kTile * G::kChunks;
-#pragma unroll
-  for (int k = 0; k < (kTotal + G::kThreads - 1) / G::kThreads; ++k) {
-    const int c = tid + k * G::kThreads;
-    if (kTotal % G::kThreads == 0 || c < kTotal) {
-      const int r = c / G::kChunks;
-      const int ch = c % G::kChunks;
-      U32x4 lo, hi;
-      e4m3x16_to_f16(lds128(src + r * G::kStagePitch + ch * 16), lo, hi);
-      sts128(dst + r * G::kPitchBytes + ch * 32, lo);
-      sts128(dst + r * G::kPitchBytes + ch * 32 + 16, hi);
-    }
-  }
+  mla_mma_for_chunks<G, G::kTile>(tid, [&](int r, int ch) {
+    U32x4 lo, hi;
+    e4m3x16_to_f16(lds128(src + r * G::kStagePitch + ch * 16), lo, hi);
+    sts128(dst + r * G::kPitchBytes + ch * 32, lo);
+    sts128(dst + r * G::kPitchBytes + ch * 32 + 16, hi);
+  });
 }
 
 // S = Q K^T over the warp's token slice of the tile at `kt`, accumulated in kKSplit chains.
