@@ -16,7 +16,6 @@ namespace kiln::dsv41 {
 namespace {
 
 using sparse::SparseCall;
-using sparse::SparseCallArgs;
 
 // At T == 0 the split planner gives the same plan for every SM count >= 4 (no CTA reaches any
 // threshold), so the zero-token path resolves its plan with this stand-in and needs no driver.
@@ -38,12 +37,7 @@ PagedCacheGeometry check_extra(const TensorView& cache, std::string_view arg) {
 
 constexpr sparse::SparseCallFormat kDsv41Format{&check_heads, &check_main, &check_extra, 1};
 
-struct Args : SparseCallArgs {
-  const Dsv41Options& opt;
-  Args(const TensorView& q, const TensorView& kv, const TensorView& idx, const TensorView& out, const TensorView& lse,
-       double sm_scale, const Dsv41Options& o)
-      : SparseCallArgs{q, kv, idx, out, lse, sm_scale, o}, opt(o) {}
-};
+using Args = sparse::SparseFamilyArgs<Dsv41Options>;
 
 // Every rule that does not depend on the device (no driver call).
 SparseCall check_static(const Args& a) {

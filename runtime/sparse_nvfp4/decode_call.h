@@ -45,6 +45,15 @@ struct SparseCallArgs {
   const SparseCallOptions& opt;
 };
 
+// A family's call arguments: the shared part, and its own options type for the family's own rules.
+template <class Options>
+struct SparseFamilyArgs : SparseCallArgs {
+  const Options& opt;
+  SparseFamilyArgs(const TensorView& q, const TensorView& kv, const TensorView& idx, const TensorView& out,
+                   const TensorView& lse, double sm_scale, const Options& o)
+      : SparseCallArgs{q, kv, idx, out, lse, sm_scale, o}, opt(o) {}
+};
+
 // What differs between the families' argument checks.
 struct SparseCallFormat {
   // Throws for a head count H the family does not serve (q's shape is [T, H, 512] by then).

@@ -34,19 +34,12 @@ PagedCacheGeometry check_nvfp4_pool(const TensorView& cache, std::string_view ar
 
 constexpr SparseCallFormat kNvfp4Format{&check_nvfp4_heads, &check_nvfp4_pool, &check_nvfp4_pool, 0};
 
-using Checked = SparseCall;
-
-struct Args : SparseCallArgs {
-  const SparseOptions& opt;
-  Args(const TensorView& q, const TensorView& kv, const TensorView& idx, const TensorView& out, const TensorView& lse,
-       double sm_scale, const SparseOptions& o)
-      : SparseCallArgs{q, kv, idx, out, lse, sm_scale, o}, opt(o) {}
-};
+using Args = SparseFamilyArgs<SparseOptions>;
 
 // Every rule that does not depend on the device (no driver call).
-Checked check_static(const Args& a) {
+SparseCall check_static(const Args& a) {
   const SparseOptions& opt = a.opt;
-  const Checked c = check_sparse_tensors(a, kNvfp4Format);
+  const SparseCall c = check_sparse_tensors(a, kNvfp4Format);
 
   // Plan overrides and the parts of the plan the device cannot change.
   if (opt.head_tiles) {
@@ -66,7 +59,7 @@ Checked check_static(const Args& a) {
 }
 
 // The plan for `sms` SMs and the checks that depend on it (still no driver call).
-SplitPlanResult finish_plan(const Args& a, const Checked& c, int sms) {
+SplitPlanResult finish_plan(const Args& a, const SparseCall& c, int sms) {
   const SparseOptions& opt = a.opt;
   const int tokens = static_cast<int>(c.tokens);
   const SplitPlanResult plan = resolve_plan(tokens, c.heads, c.topk, c.extra_topk, sms, opt.num_splits, opt.max_splits, opt.head_tiles);
@@ -114,7 +107,7 @@ SplitPlanResult plan_sparse_decode(const TensorView& q, const TensorView& kv_cac
                                    const SparseOptions& opt, int sms) {
   if (sms < 1) check::fail("sms", ">= 1", fmt::format("{}", sms));
   const Args a{q, kv_cache, indices, output, out_lse, sm_scale, opt};
-  const Checked c = check_static(a);
+  const SparseCall c = check_static(a);
   return finish_plan(a, c, c.tokens == 0 ? kZeroTokenSms : sms);
 }
 
@@ -124,7 +117,7 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
                                                        const SparseOptions& opt, CUstream stream,
                                                        KernelService& service) {
   const Args a{q, kv_cache, indices, output, out_lse, sm_scale, opt};
-  const Checked c = check_static(a);
+  const SparseCall c = check_static(a);
   if (c.tokens == 0) return finish_plan(a, c, kZeroTokenSms);
   const StreamDevice on(stream);
   check_sparse_devices(on, a);
