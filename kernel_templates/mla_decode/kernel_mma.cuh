@@ -226,6 +226,25 @@ __device__ __forceinline__ void mla_mma_scores(float (&s)[G::kNT][4], const MlaM
     }
 }
 
+// A row pair's value across the column-group warps: lane 0 of each quad posts its warp's lo / hi row
+// values at `red`, then every thread folds the kColGroups values of its rows with `op` from `init`.
+template <class G, class Op>
+__device__ __forceinline__ void mla_mma_across_warps(const MlaMmaLane& ln, u32 red, float lo, float hi, float init, Op op,
+                                                     float& out_lo, float& out_hi) {
+  if (ln.q4 == 0) {
+    sts_f32(red + (ln.cg * G::kRows + ln.row_lo) * 4, lo);
+    sts_f32(red + (ln.cg * G::kRows + ln.row_lo + 8) * 4, hi);
+  }
+  __syncthreads();
+  out_lo = init;
+  out_hi = init;
+#pragma unroll
+  for (int c = 0; c < G::kColGroupCount; ++c) {
+    out_lo = op(out_lo, lds_f32(red + (c * G::kRows + ln.row_lo) * 4));
+    out_hi = op(out_hi, lds_f32(red + (c * G::kRows + ln.row_lo + 8) * 4));
+  }
+}
+
 // Masks and scales S (tokens from tile_t0), and returns the tile's row maxima across the column-group
 // warps (through shared memory; ends with a CTA barrier).
 template <class G>
@@ -242,20 +261,8 @@ __device__ __forceinline__ void mla_mma_row_max(float (&s)[G::kNT][4], const Mla
       if (e < 2) mx_lo = fmaxf(mx_lo, x);
       else mx_hi = fmaxf(mx_hi, x);
     }
-  mx_lo = quad_max(mx_lo);
-  mx_hi = quad_max(mx_hi);
-  if (ln.q4 == 0) {
-    sts_f32(ln.red_max + (ln.cg * G::kRows + ln.row_lo) * 4, mx_lo);
-    sts_f32(ln.red_max + (ln.cg * G::kRows + ln.row_lo + 8) * 4, mx_hi);
-  }
-  __syncthreads();
-  tmax_lo = neg_inf();
-  tmax_hi = neg_inf();
-#pragma unroll
-  for (int c = 0; c < G::kColGroupCount; ++c) {
-    tmax_lo = fmaxf(tmax_lo, lds_f32(ln.red_max + (c * G::kRows + ln.row_lo) * 4));
-    tmax_hi = fmaxf(tmax_hi, lds_f32(ln.red_max + (c * G::kRows + ln.row_lo + 8) * 4));
-  }
+  mla_mma_across_warps<G>(ln, ln.red_max, quad_max(mx_lo), quad_max(mx_hi), neg_inf(),
+                          [](float a, float b) { return fmaxf(a, b); }, tmax_lo, tmax_hi);
 }
 
 // P = exp2(S - m) into shared memory (bf16 with kSplitP: hi and the residual lo = P - hi, so P is
@@ -324,19 +331,9 @@ template <class G>
 __device__ __forceinline__ void mla_mma_epilogue(const MlaDecodeParams& p, const MlaPieceRows& pv, const MlaMmaLane& ln,
                                                  const float (&o)[G::kOT][4], float m_lo, float m_hi, float l_lo,
                                                  float l_hi, int row0, int slot) {
-  l_lo = quad_sum(l_lo);
-  l_hi = quad_sum(l_hi);
-  if (ln.q4 == 0) {
-    sts_f32(ln.red_sum + (ln.cg * G::kRows + ln.row_lo) * 4, l_lo);
-    sts_f32(ln.red_sum + (ln.cg * G::kRows + ln.row_lo + 8) * 4, l_hi);
-  }
-  __syncthreads();
-  float lt_lo = 0.f, lt_hi = 0.f;
-#pragma unroll
-  for (int c = 0; c < G::kColGroupCount; ++c) {
-    lt_lo += lds_f32(ln.red_sum + (c * G::kRows + ln.row_lo) * 4);
-    lt_hi += lds_f32(ln.red_sum + (c * G::kRows + ln.row_lo + 8) * 4);
-  }
+  float lt_lo, lt_hi;
+  mla_mma_across_warps<G>(ln, ln.red_sum, quad_sum(l_lo), quad_sum(l_hi), 0.f, [](float a, float b) { return a + b; },
+                          lt_lo, lt_hi);
 
   const int max_rows = mla_max_rows(p.heads, p.max_seq_len_q);
   const int col0 = ln.cg * G::kWarpCols + 2 * ln.q4;
