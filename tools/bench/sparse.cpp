@@ -5,14 +5,13 @@
 // "us_per_call" is the time of the one the launcher picks for the call ("kernel"), so the choice
 // rule can be checked against the same run.
 //
-// Method: one 4.5 GiB pool per page size in the 384-byte format (the extra pool of the
-// "main 128 + extra 512" candidates is a second view of it, as its gathers are as random). For each
-// config, N launcher calls are captured in ONE CUDA graph, each with its own random index set over
-// the whole pool, so one replay gathers >= 1 GiB (at most 1024 calls) that the 50 MB L2 cannot hold
-// from the call before. Q, outputs and split scratch are shared by the calls (an engine's Q and
-// outputs are L2-hot too). One warm-up replay (outputs poisoned before it, checked finite after),
-// then 7 replays timed with driver events (>= 5 when replays are long); per-call time = median
-// replay / N. Ceilings: a 1 GiB cuMemcpyDtoDAsync (read + write) and the mma.sync bf16 peak kernel
+// Method (tools/bench/sparse_common.h, shared with kiln bench sparse_dsv41): one 4.5 GiB pool per
+// page size in the 384-byte format (the extra pool of the "main 128 + extra 512" candidates is a
+// second view of it, as its gathers are as random); per config, N launcher calls in ONE CUDA graph,
+// each with its own random index set over the whole pool, so one replay gathers >= 1 GiB (at most
+// 1024 calls) that the 50 MB L2 cannot hold from the call before. One warm-up replay, then 7 replays
+// timed with driver events (>= 5 when replays are long); per-call time = median replay / N.
+// Ceilings: a 1 GiB cuMemcpyDtoDAsync (read + write) and the mma.sync bf16 peak kernel
 // (tools/bench/ceilings.h), each at the start and the end of the run, the larger used; on sm_90a
 // also the wgmma bf16 peak, read with them.
 #include "tools/bench/sparse.h"
@@ -21,7 +20,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,25 +43,15 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kTokenBytes = 384;
-constexpr std::size_t kPoolBytes = 4608 * kBenchMiB;  // 4.83 GB: >= 4 GB of candidates
-constexpr std::size_t kPatternBytes = 24 * kBenchMiB; // distinct host-made pages, replicated
-constexpr std::size_t kRotateBytes = 1024 * kBenchMiB;  // gathered per replay, at least (L2: 50 MB)
-constexpr int kMinCalls = 4;                          // distinct index sets per graph, at least
-constexpr int kMaxCalls = 1024;
-constexpr double kSmScale = 0.044194173824159216;     // 512^-0.5, DeepSeek V4's
-constexpr double kLongReplayMs = 100;                 // stop at 5 samples past this (time budget)
 
-struct BenchConfig {
-  int tokens, heads, topk, extra_topk;
+struct BenchConfig : SparseShape {
   int page = 64;          // page size of both pools (DeepSeek V4's main page is 64)
   int length = 0;         // > 0: every token's topk_length (active main prefix), shorter than topk
   bool extended = false;  // not in the anchor grid
   std::optional<int> splits;  // forced split count (--splits), else the planner's
   int candidates() const { return (length > 0 ? length : topk) + extra_topk; }
-  bool has_extra() const { return extra_topk > 0; }
   std::string name() const {
-    std::string n = extra_topk ? fmt::format("T={} H={} topk={}+{}", tokens, heads, topk, extra_topk)
-                               : fmt::format("T={} H={} topk={}", tokens, heads, topk);
+    std::string n = SparseShape::name();
     if (page != 64) n += fmt::format(" page={}", page);
     if (length > 0) n += fmt::format(" len={}", length);
     return n;
@@ -75,75 +63,47 @@ struct BenchConfig {
 
 std::vector<BenchConfig> bench_grid(bool quick) {
   std::vector<BenchConfig> grid;
-  const int candidate_sets[3][2] = {{512, 0}, {2048, 0}, {128, 512}};
-  if (quick) {
-    for (int t : {1, 64})
-      for (int c = 0; c < 2; ++c) grid.push_back({t, 128, candidate_sets[c][0], candidate_sets[c][1]});
-    return grid;
-  }
-  for (int t : {1, 8, 64, 128, 512})
-    for (int h : {64, 128})
-      for (const auto& c : candidate_sets) grid.push_back({t, h, c[0], c[1]});
+  for (const SparseShape& s : sparse_anchor_grid(quick, {{512, 0}, {2048, 0}, {128, 512}})) grid.push_back({s});
+  if (quick) return grid;
   // Extended: TP 8 of smaller models (H 16, 32), T between 1 and 8, other page sizes, short lengths.
   for (int h : {16, 32})
-    for (int t : {1, 8, 64, 512}) grid.push_back({t, h, 2048, 0, 64, 0, true});
+    for (int t : {1, 8, 64, 512}) grid.push_back({{t, h, 2048, 0}, 64, 0, true});
   for (int t : {2, 4})
-    for (int h : {64, 128}) grid.push_back({t, h, 2048, 0, 64, 0, true});
+    for (int h : {64, 128}) grid.push_back({{t, h, 2048, 0}, 64, 0, true});
   for (int page : {32, 128}) {
-    grid.push_back({1, 128, 2048, 0, page, 0, true});
-    grid.push_back({64, 128, 2048, 0, page, 0, true});
+    grid.push_back({{1, 128, 2048, 0}, page, 0, true});
+    grid.push_back({{64, 128, 2048, 0}, page, 0, true});
   }
-  grid.push_back({64, 128, 2048, 0, 64, 1000, true});
-  grid.push_back({8, 64, 2048, 0, 64, 700, true});
-  grid.push_back({1, 128, 2048, 0, 64, 300, true});
+  grid.push_back({{64, 128, 2048, 0}, 64, 1000, true});
+  grid.push_back({{8, 64, 2048, 0}, 64, 700, true});
+  grid.push_back({{1, 128, 2048, 0}, 64, 300, true});
   return grid;
 }
 
-// The pool: random pages in the exact 384-byte format (any code byte is a valid E2M1 pair; scales
-// are finite e4m3 0.25 .. 0.94, padding bytes zero; RoPE bf16 in (-1, 1)), so the decode does real
-// work on finite values. kPatternBytes of pages are made on the host, then replicated on the device.
-void fill_pool(const BenchDeviceMemory& pool, int page_size, CUstream stream) {
-  const Driver& d = Driver::get();
-  const std::size_t page_bytes = page_size * kTokenBytes;
-  const std::size_t pattern_pages = kPatternBytes / page_bytes;
-  std::vector<std::uint8_t> host(pattern_pages * page_bytes);
-  BenchRng rng(0x5b4b5e + page_size);
-  for (std::size_t pg = 0; pg < pattern_pages; ++pg) {
-    std::uint8_t* page = &host[pg * page_bytes];
-    for (int r = 0; r < page_size; ++r) {
-      std::uint8_t* data = page + r * 352;
-      for (int i = 0; i < 224; i += 8) {
-        const std::uint64_t v = rng.next();
-        std::memcpy(data + i, &v, 8);
-      }
-      for (int j = 0; j < 64; j += 4) {
-        const std::uint64_t v = rng.next();
-        for (int k = 0; k < 4; ++k) {
-          const std::uint16_t b = bench_bf16_bits(static_cast<float>((v >> (16 * k)) & 0xffff) / 32768.f - 1.f);
-          std::memcpy(data + 224 + 2 * (j + k), &b, 2);
-        }
-      }
-      std::uint8_t* scales = page + page_size * 352 + r * 32;
-      for (int g = 0; g < 28; ++g) scales[g] = static_cast<std::uint8_t>(0x28 + rng.next() % 16);
-      std::memset(scales + 28, 0, 4);
+// A random page in the exact 384-byte format (any code byte is a valid E2M1 pair; scales are finite
+// e4m3 0.25 .. 0.94, padding bytes zero; RoPE bf16 in (-1, 1)), so the decode does real work on
+// finite values.
+void make_page(std::uint8_t* page, int page_size, BenchRng& rng) {
+  for (int r = 0; r < page_size; ++r) {
+    std::uint8_t* data = page + r * 352;
+    for (int i = 0; i < 224; i += 8) {
+      const std::uint64_t v = rng.next();
+      std::memcpy(data + i, &v, 8);
     }
+    for (int j = 0; j < 64; j += 4) {
+      const std::uint64_t v = rng.next();
+      for (int k = 0; k < 4; ++k) {
+        const std::uint16_t b = bench_bf16_bits(static_cast<float>((v >> (16 * k)) & 0xffff) / 32768.f - 1.f);
+        std::memcpy(data + 224 + 2 * (j + k), &b, 2);
+      }
+    }
+    std::uint8_t* scales = page + page_size * 352 + r * 32;
+    for (int g = 0; g < 28; ++g) scales[g] = static_cast<std::uint8_t>(0x28 + rng.next() % 16);
+    std::memset(scales + 28, 0, 4);
   }
-  const std::size_t pattern_bytes = host.size();
-  bench_check(d.cuMemcpyHtoD(pool.ptr(), host.data(), pattern_bytes), "cuMemcpyHtoD", "sparse pool pattern");
-  for (std::size_t filled = pattern_bytes; filled < pool.bytes();) {  // doubling device copies
-    const std::size_t n = std::min(filled, pool.bytes() - filled);
-    bench_check(d.cuMemcpyDtoDAsync(pool.ptr() + filled, pool.ptr(), n, stream), "cuMemcpyDtoDAsync", "sparse pool replicate");
-    filled += n;
-  }
-  bench_check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", "sparse pool fill");
 }
 
-struct Timing : BenchReplayTimes {
-  int calls = 0;
-  double gathered_mib_per_replay = 0;
-  sparse::SplitPlanResult plan;
-  std::size_t bad_outputs = 0;  // NaN/Inf outputs or LSE after the warm-up replay
-};
+using Timing = SparseTiming<sparse::SplitPlanResult>;
 
 // One pool per page size, made on first use.
 class Pools {
@@ -153,9 +113,10 @@ class Pools {
     for (const auto& [size, mem] : pools_)
       if (size == page_size) return *mem;
     const std::size_t page_bytes = page_size * kTokenBytes;
-    auto mem = std::make_unique<BenchDeviceMemory>(kPoolBytes / page_bytes * page_bytes, fmt::format("sparse NVFP4 pool (page {})", page_size));
+    auto mem = std::make_unique<BenchDeviceMemory>(kSparsePoolBytes / page_bytes * page_bytes, fmt::format("sparse NVFP4 pool (page {})", page_size));
     const auto t0 = BenchClock::now();
-    fill_pool(*mem, page_size, stream_);
+    fill_sparse_pool(*mem, page_bytes, BenchRng(0x5b4b5e + page_size),
+                     [&](std::uint8_t* page, BenchRng& rng) { make_page(page, page_size, rng); }, stream_, "sparse pool");
     std::fprintf(stderr, "pool (page %d): %.2f GB, filled in %.0f ms\n", page_size, static_cast<double>(mem->bytes()) * 1e-9,
                  bench_ms_since(t0));
     pools_.emplace_back(page_size, std::move(mem));
@@ -183,20 +144,6 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
   const std::int64_t pool_tokens = pool_pages * c.page;
   Timing t;
   t.plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms, c.splits);
-  t.calls = static_cast<int>(std::clamp<double>(std::ceil(static_cast<double>(kRotateBytes) / c.gathered_bytes()), kMinCalls, kMaxCalls));
-  t.gathered_mib_per_replay = c.gathered_bytes() * t.calls / kBenchMiB;
-
-  // Distinct index sets per call over the whole pool (main, then extra, per call).
-  const std::size_t main_elems = static_cast<std::size_t>(c.tokens) * c.topk;
-  const std::size_t extra_elems = static_cast<std::size_t>(c.tokens) * c.extra_topk;
-  const std::size_t per_call = main_elems + extra_elems;
-  std::vector<std::int32_t> idx(per_call * t.calls);
-  for (auto& v : idx) v = static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(pool_tokens));
-  BenchDeviceMemory indices(idx.size() * 4, where + " indices");
-  bench_check(d.cuMemcpyHtoD(indices.ptr(), idx.data(), idx.size() * 4), "cuMemcpyHtoD", where + " indices");
-
-  const SparseCallBuffers buffers(c.tokens, c.heads, c.topk, t.plan.num_splits, where);
-  bench_check(d.cuCtxSynchronize(), "cuCtxSynchronize", where + " uploads");
 
   std::optional<BenchDeviceMemory> lengths;
   if (c.length > 0) {
@@ -211,74 +158,22 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
   opt.num_splits = c.splits;
   if (lengths) opt.topk_length = TensorView::contiguous(lengths->at(0), DType::kI32, {c.tokens});
   if (c.has_extra()) opt.extra_kv_cache = cache;
-  opt.mid_out = buffers.mid_out();
-  opt.mid_lse = buffers.mid_lse();
-  const TensorView q_view = buffers.q(), out_view = buffers.output(), lse_view = buffers.out_lse();
 
-  const auto capture = [&] {
-    for (int call = 0; call < t.calls; ++call) {
-      const std::size_t base = per_call * call * 4;
-      if (c.has_extra()) {
-        opt.extra_indices = TensorView::contiguous(indices.at(base + main_elems * 4), DType::kI32, {c.tokens, c.extra_topk});
-      }
-      const sparse::SplitPlanResult plan = sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(
-          q_view, cache, TensorView::contiguous(indices.at(base), DType::kI32, {c.tokens, c.topk}), out_view, lse_view, kSmScale, opt,
-          stream, service);
-      if (!(plan == t.plan)) {
-        throw Error(ErrorCode::kInternal, fmt::format("sparse bench {}: the launcher resolved plan {}/{}/{}, the bench expected {}/{}/{}",
-                                                      where, plan.head_tiles, plan.num_splits, plan.chunks_per_block, t.plan.head_tiles,
-                                                      t.plan.num_splits, t.plan.chunks_per_block));
-      }
+  const auto launch = [&](const TensorView& q, const TensorView& indices, const TensorView& output, const TensorView& out_lse) {
+    const sparse::SplitPlanResult plan =
+        sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(q, cache, indices, output, out_lse, kSparseSmScale, opt, stream, service);
+    if (!(plan == t.plan)) {
+      throw Error(ErrorCode::kInternal, fmt::format("sparse bench {}: the launcher resolved plan {}/{}/{}, the bench expected {}/{}/{}",
+                                                    where, plan.head_tiles, plan.num_splits, plan.chunks_per_block, t.plan.head_tiles,
+                                                    t.plan.num_splits, t.plan.chunks_per_block));
     }
   };
-  // Every output and LSE written and finite (every index is valid: no empty rows).
-  const auto check_warm_up = [&] { t.bad_outputs += buffers.nonfinite(where); };
-  static_cast<BenchReplayTimes&>(t) = bench_graph_replays(stream, where, t.calls, kLongReplayMs, capture, check_warm_up);
+  static_cast<SparseGraphTimes&>(t) =
+      time_sparse_graph(c, c.gathered_bytes(), pool_tokens, pool_tokens, t.plan.num_splits, opt, launch, rng, stream, where);
   return t;
 }
 
 }  // namespace
-
-SparseCallBuffers::SparseCallBuffers(int tokens, int heads, int topk, int splits, const std::string& where)
-    : tokens_(tokens),
-      heads_(heads),
-      splits_(splits),
-      q_(static_cast<std::size_t>(tokens) * heads * 512 * 2, where + " q"),
-      out_(q_.bytes(), where + " output"),
-      lse_(static_cast<std::size_t>(tokens) * heads * 4, where + " out_lse") {
-  if (splits > 1) {
-    mid_out_.emplace(q_.bytes() * splits, where + " mid_out");
-    mid_lse_.emplace(lse_.bytes() * splits, where + " mid_lse");
-  }
-  const Driver& d = Driver::get();
-  bench_fill_bf16(q_.ptr(), q_.bytes(), static_cast<std::size_t>(tokens) * heads + topk, where + " q");
-  bench_check(d.cuMemsetD8(out_.ptr(), 0xff, out_.bytes()), "cuMemsetD8", where + " poison output");  // bf16 NaN
-  bench_check(d.cuMemsetD8(lse_.ptr(), 0xff, lse_.bytes()), "cuMemsetD8", where + " poison out_lse");
-}
-
-TensorView SparseCallBuffers::q() const { return TensorView::contiguous(q_.at(0), DType::kBf16, {tokens_, heads_, 512}); }
-TensorView SparseCallBuffers::output() const { return TensorView::contiguous(out_.at(0), DType::kBf16, {tokens_, heads_, 512}); }
-TensorView SparseCallBuffers::out_lse() const { return TensorView::contiguous(lse_.at(0), DType::kF32, {tokens_, heads_}); }
-std::optional<TensorView> SparseCallBuffers::mid_out() const {
-  if (!mid_out_) return std::nullopt;
-  return TensorView::contiguous(mid_out_->at(0), DType::kBf16, {tokens_, heads_, splits_, 512});
-}
-std::optional<TensorView> SparseCallBuffers::mid_lse() const {
-  if (!mid_lse_) return std::nullopt;
-  return TensorView::contiguous(mid_lse_->at(0), DType::kF32, {tokens_, heads_, splits_});
-}
-
-std::size_t SparseCallBuffers::nonfinite(const std::string& where) const {
-  const Driver& d = Driver::get();
-  std::size_t bad = 0;
-  std::vector<std::uint16_t> words(out_.bytes() / 2);
-  bench_check(d.cuMemcpyDtoH(words.data(), out_.ptr(), out_.bytes()), "cuMemcpyDtoH", where + " output check");
-  for (std::uint16_t w : words) bad += (w & 0x7f80) == 0x7f80;
-  std::vector<float> l(lse_.bytes() / 4);
-  bench_check(d.cuMemcpyDtoH(l.data(), lse_.ptr(), lse_.bytes()), "cuMemcpyDtoH", where + " out_lse check");
-  for (float f : l) bad += !std::isfinite(f);
-  return bad;
-}
 
 struct SparseNvfp4Timer::State {
   KernelService& service;
@@ -296,11 +191,11 @@ SparseNvfp4Timer::SparseNvfp4Timer(KernelService& service, CUstream stream) : st
 
 SparseNvfp4Timer::~SparseNvfp4Timer() = default;
 
-void SparseNvfp4Timer::warm(const std::vector<SparseNvfp4Config>& configs) {
+void SparseNvfp4Timer::warm(const std::vector<SparseShape>& configs) {
   State& s = *state_;
   std::vector<SemanticKey> keys;
-  for (const SparseNvfp4Config& sc : configs) {
-    const BenchConfig c{sc.tokens, sc.heads, sc.topk, sc.extra_topk};
+  for (const SparseShape& shape : configs) {
+    const BenchConfig c{shape};
     const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, s.sms);
     const sparse::SparseKernel kernel = sparse::choose_kernel(s.dev, c.tokens, c.heads, plan);
     for (const sparse::SplitPlanResult& p : {plan, launch_plan(c, plan, s.dev, kernel)}) {
@@ -311,9 +206,9 @@ void SparseNvfp4Timer::warm(const std::vector<SparseNvfp4Config>& configs) {
   s.service.warm(keys, {0});
 }
 
-SparseNvfp4Time SparseNvfp4Timer::time(const SparseNvfp4Config& sc) {
+SparseNvfp4Time SparseNvfp4Timer::time(const SparseShape& shape) {
   State& s = *state_;
-  const BenchConfig c{sc.tokens, sc.heads, sc.topk, sc.extra_topk};
+  const BenchConfig c{shape};
   const Timing t = time_config(c, s.pools.get(c.page), s.sms, std::nullopt, std::nullopt, s.stream, s.rng, s.service);
   if (t.bad_outputs > 0) {
     throw Error(ErrorCode::kInternal, fmt::format("sparse NVFP4 timing {}: {} NaN/Inf values in the outputs after a replay", c.name(),
@@ -349,13 +244,7 @@ int run_bench_sparse(const BenchOptions& options) {
   const CUstream stream = bench_stream.get();
 
   std::vector<BenchConfig> grid = bench_grid(quick);
-  if (!options.only.empty()) {
-    std::erase_if(grid, [&](const BenchConfig& c) { return c.name() != options.only; });
-    if (grid.empty()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("--only \"{}\" names no config of the grid; use a name as the sweep prints it, e.g. \"T=64 H=128 topk=2048\"", options.only));
-    }
-  }
+  sparse_keep_only(grid, options.only, "T=64 H=128 topk=2048");
   if (options.splits != 0) {
     if (options.only.empty() || options.splits < 1) {
       throw Error(ErrorCode::kInvalidArgument, fmt::format("--splits {}: give a count >= 1 together with --only (one config)", options.splits));
@@ -438,41 +327,17 @@ int run_bench_sparse(const BenchOptions& options) {
 
   // Ceilings, second reading: clocks and power may have moved over the sweep.
   ceilings.read_end(stream);
-  const double copy_ceiling = ceilings.copy_tb_s();
-  const double mma_ceiling = ceilings.mma_tflop_s();
-  const double wgmma_ceiling = ceilings.wgmma_tflop_s();
 
   json results = json::array(), extended = json::array();
   json bars = {{"h128_2048_t64plus_vs_flashmla", json::array()}, {"t1_latency_12us", json::array()}};
   for (const Row& row : rows) {
     const BenchConfig& c = row.c;
     const Timing& t = row.picked(kernels);
-    const double gb_s = c.gathered_bytes() / (t.us * 1e-6) * 1e-9;
-    const double tflop_s = c.flop() / (t.us * 1e-6) * 1e-12;
-    json r = {{"T", c.tokens},
-              {"H", c.heads},
-              {"topk", c.topk},
-              {"extra_topk", c.extra_topk},
-              {"page_size", c.page},
-              {"candidates", c.candidates()},
-              {"kernel", sparse::sparse_kernel_name(row.kernel)},
-              {"us_per_call", t.us},
-              {"us_min", t.us_min},
-              {"us_max", t.us_max},
-              {"gathered_gb_s", gb_s},
-              {"pct_copy", 100 * gb_s * 1e-3 / copy_ceiling},
-              {"tflop_s", tflop_s},
-              {"pct_mma_sync_peak", 100 * tflop_s / mma_ceiling},
-              {"gathered_bytes_per_call", c.gathered_bytes()},
-              {"flop_per_call", c.flop()},
-              {"head_tiles", t.plan.head_tiles},
-              {"num_splits", t.plan.num_splits},
-              {"chunks_per_block", t.plan.chunks_per_block},
-              {"calls_per_graph", t.calls},
-              {"replays_timed", t.replays},
-              {"gathered_mib_per_replay", t.gathered_mib_per_replay}};
+    json r = sparse_row(c, c.gathered_bytes(), c.flop(), t, ceilings);
+    r["page_size"] = c.page;
+    r["candidates"] = c.candidates();
+    r["kernel"] = sparse::sparse_kernel_name(row.kernel);
     if (c.length > 0) r["topk_length"] = c.length;
-    if (wgmma_ceiling > 0) r["pct_wgmma_peak"] = 100 * tflop_s / wgmma_ceiling;
     for (std::size_t k = 0; k < kernels.size(); ++k) r[fmt::format("us_{}", sparse::sparse_kernel_name(kernels[k]))] = row.t[k].us;
     if (hopper) r["mma_cluster"] = row.cluster;
     if (c.splits) r["num_splits_forced"] = true;
@@ -488,8 +353,10 @@ int run_bench_sparse(const BenchOptions& options) {
     const json key = {{"T", c.tokens}, {"H", c.heads}, {"topk", c.topk}, {"extra_topk", c.extra_topk}};
     // FlashMLA's FP8 sparse decode on an H200 reaches 412-416 TFLOP/s here
     // (tools/bench/results/flashmla_h200_sparse.csv).
-    if (c.heads == 128 && c.topk == 2048 && c.extra_topk == 0 && c.tokens >= 64)
+    if (c.heads == 128 && c.topk == 2048 && c.extra_topk == 0 && c.tokens >= 64) {
+      const double tflop_s = r["tflop_s"].get<double>();
       bars["h128_2048_t64plus_vs_flashmla"].push_back({{"config", key}, {"tflop_s", tflop_s}, {"pass", tflop_s >= 412}});
+    }
     if (c.tokens == 1) bars["t1_latency_12us"].push_back({{"config", key}, {"us", t.us}, {"pass", t.us <= 12}});
   }
   const json bar_summary = bench_bar_summary(bars);
@@ -498,15 +365,11 @@ int run_bench_sparse(const BenchOptions& options) {
   report["sm_count"] = sms;
   report["cluster_residency"] = std::vector<int>(dev.residency.clusters.begin() + 1, dev.residency.clusters.end());
   report["arch"] = arch;
-  report["pool"] = {{"bytes", kPoolBytes}, {"page_sizes", "64 (32 and 128 in extended rows), one pool each"},
+  report["pool"] = {{"bytes", kSparsePoolBytes}, {"page_sizes", "64 (32 and 128 in extended rows), one pool each"},
                     {"layout", "[P, page, 384] (compact)"},
                     {"extra_pool", "a second view of the same pool, indices drawn independently"}};
   report["method"] = {
-      {"timing", fmt::format("per config, N launcher calls captured in one CUDA graph, each with its own random indices over the "
-                             "whole {:.2f} GB pool, N = clamp(ceil(1 GiB / gathered bytes per call), {}, {}); Q, outputs and split "
-                             "scratch shared by the calls; one warm-up replay (outputs poisoned before, checked finite after), then "
-                             "5-7 replays timed with cuEvents; us_per_call = median replay time / N",
-                             static_cast<double>(kPoolBytes) * 1e-9, kMinCalls, kMaxCalls)},
+      {"timing", sparse_timing_method("pool")},
       {"plan", "the launcher's own (planners for this device's SM count; no overrides)"},
       {"kernel", "the launcher's choice for the call; us_<kernel>: the same calls forced onto each kernel it may pick here"},
       {"mma_cluster", "CTAs per cluster sharing a split's chunks in the mma.sync launch (sparse_cluster_size of the plan it runs, "
@@ -517,7 +380,7 @@ int run_bench_sparse(const BenchOptions& options) {
                     "gives another size"},
       {"gathered_bytes", "T * active candidates * 384 (index reads, Q and outputs not counted)"},
       {"flop", "2 * T * H * candidates * 1024"},
-      {"sm_scale", kSmScale},
+      {"sm_scale", kSparseSmScale},
       {"indices", "uniform random over the pool, all valid; no sink; topk_length only where a row has one"},
       {"quick", quick}};
   report["ceilings"] = ceilings.report();
@@ -536,8 +399,7 @@ int run_bench_sparse(const BenchOptions& options) {
                "dl", "sm90 no deal", "df", "sm90 deal df");
   for (const json* list : {&results, &extended}) {
     for (const json& r : *list) {
-      const std::string cands = r["extra_topk"].get<int>() ? fmt::format("{}+{}", r["topk"].get<int>(), r["extra_topk"].get<int>())
-                                                           : fmt::format("{}", r["topk"].get<int>());
+      const std::string cands = sparse_candidates(r["topk"].get<int>(), r["extra_topk"].get<int>());
       std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %-9s %8.1f %6.1f %8.1f %6.1f %9.2f %9.2f %-16s %2d %12.2f %2d %12.2f %2d %12.2f\n", r["T"].get<int>(),
                    r["H"].get<int>(), cands.c_str(), r["page_size"].get<int>(), r.value("topk_length", 0), r["us_per_call"].get<double>(),
                    r["kernel"].get<std::string>().c_str(), r["gathered_gb_s"].get<double>(), r["pct_copy"].get<double>(),

@@ -2,21 +2,14 @@
 #include <cuda.h>
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/runtime/kernel_service.h"
-#include "kiln/runtime/tensor_view.h"
-#include "tools/bench/ceilings.h"
 #include "tools/bench/options.h"
+#include "tools/bench/sparse_common.h"
 
 namespace kiln::tools {
-
-// One decode call's shape: T tokens, H heads, topk main and extra_topk extra candidates.
-struct SparseNvfp4Config {
-  int tokens = 1, heads = 64, topk = 512, extra_topk = 0;
-};
 
 // `kiln bench sparse`: sparse NVFP4 MLA decode (runtime/sparse_nvfp4/README.md) over T in {1, 8, 64,
 // 128, 512} x H in {64, 128} x candidates (topk 512; topk 2048; main 128 + extra 512), random
@@ -36,26 +29,6 @@ struct SparseNvfp4Time {
   int head_tiles = 1, num_splits = 1, chunks_per_block = 1;
 };
 
-// The per-call buffers of a timed sparse decode (NVFP4 or DeepSeek-V4.1: the same Q, output, LSE and
-// split scratch): Q filled with bf16 values, output and out_lse poisoned with NaN, mid_out/mid_lse
-// for `splits` > 1.
-class SparseCallBuffers {
- public:
-  SparseCallBuffers(int tokens, int heads, int topk, int splits, const std::string& where);
-  TensorView q() const;
-  TensorView output() const;
-  TensorView out_lse() const;
-  std::optional<TensorView> mid_out() const;
-  std::optional<TensorView> mid_lse() const;
-  // NaN/Inf values among the outputs and LSEs (none when every row had a valid candidate).
-  std::size_t nonfinite(const std::string& where) const;
-
- private:
-  int tokens_, heads_, splits_;
-  BenchDeviceMemory q_, out_, lse_;
-  std::optional<BenchDeviceMemory> mid_out_, mid_lse_;
-};
-
 class SparseNvfp4Timer {
  public:
   SparseNvfp4Timer(KernelService& service, CUstream stream);
@@ -63,9 +36,9 @@ class SparseNvfp4Timer {
   SparseNvfp4Timer(const SparseNvfp4Timer&) = delete;
   SparseNvfp4Timer& operator=(const SparseNvfp4Timer&) = delete;
   // Compiles and loads, in parallel, every key the calls of these configs launch.
-  void warm(const std::vector<SparseNvfp4Config>& configs);
+  void warm(const std::vector<SparseShape>& configs);
   // The pool is made on the first call. Throws if the outputs are not finite after the warm-up replay.
-  SparseNvfp4Time time(const SparseNvfp4Config& config);
+  SparseNvfp4Time time(const SparseShape& config);
 
  private:
   struct State;
