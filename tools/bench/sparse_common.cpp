@@ -111,7 +111,7 @@ void fill_sparse_pool(const BenchDeviceMemory& pool, std::size_t page_bytes, Ben
 }
 
 SparseGraphTimes time_sparse_graph(const SparseShape& c, double gathered_bytes, std::int64_t main_slots, std::int64_t extra_slots,
-                                   int splits, sparse::SparseCallOptions& opt, const SparseLaunch& launch, BenchRng& rng,
+                                   int splits, sparse::SparseCallOptions& opt, const SparseBenchCall& launch, BenchRng& rng,
                                    CUstream stream, const std::string& where) {
   const Driver& d = Driver::get();
   SparseGraphTimes t;

@@ -76,7 +76,7 @@ struct SparseTiming : SparseGraphTimes {
 };
 
 // One launcher call of a timed graph; `opt` (time_sparse_graph's) carries the call's extra indices.
-using SparseLaunch = std::function<void(const TensorView& q, const TensorView& indices, const TensorView& output, const TensorView& out_lse)>;
+using SparseBenchCall = std::function<void(const TensorView& q, const TensorView& indices, const TensorView& output, const TensorView& out_lse)>;
 
 // Times config `c` as both benches do. N = clamp(ceil(1 GiB / gathered_bytes), kSparseMinCalls,
 // kSparseMaxCalls) calls, each with index sets of its own: main [T, topk] uniform over `main_slots`,
@@ -84,7 +84,7 @@ using SparseLaunch = std::function<void(const TensorView& q, const TensorView& i
 // are shared; `opt.mid_out` and `opt.mid_lse` are pointed at the scratch and `opt.extra_indices` at
 // each call's extra set (views valid during this call only). `where` names the config in errors.
 SparseGraphTimes time_sparse_graph(const SparseShape& c, double gathered_bytes, std::int64_t main_slots, std::int64_t extra_slots,
-                                   int splits, sparse::SparseCallOptions& opt, const SparseLaunch& launch, BenchRng& rng,
+                                   int splits, sparse::SparseCallOptions& opt, const SparseBenchCall& launch, BenchRng& rng,
                                    CUstream stream, const std::string& where);
 
 // The report's method.timing line for time_sparse_graph, over the bench's `pools` ("pool", "pools").
