@@ -34,6 +34,7 @@
 #include "kiln/runtime/mla_decode/launcher.h"
 #include "kiln/runtime/mla_decode/planner.h"
 #include "tests/support/device_buffer.h"
+#include "tests/support/graph_capture.h"
 #include "tests/support/mla_matrix.h"
 #include "tests/support/mla_reference.h"
 #include "tests/support/rng.h"
@@ -772,22 +773,10 @@ void graph_replay(MlaCase c, std::uint64_t seed) {
   const kiln::mla::MlaCombinePolicy combine{c.policy().heads, c.policy().max_seq_len_q, c.policy().packed};
   CHECK(handle->companion(0).key == combine.key(service.device_arch(0)).str());
   CHECK(handle->companion(0).functions.size() == 2);
-  CUstream stream = nullptr;
-  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const kiln::testing::Stream stream;
   const auto before = service.counters();
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
-  try {
-    dev.launch(p, stream);
-  } catch (...) {
-    d.cuStreamEndCapture(stream, &graph);
-    if (graph) d.cuGraphDestroy(graph);
-    d.cuStreamDestroy(stream);
-    throw;
-  }
-  d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-  d.check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+  kiln::testing::CapturedGraph graph(stream.get(), [&] { dev.launch(p, stream.get()); });
+  graph.instantiate();
   const auto after = service.counters();
   CHECK(after.compiles == before.compiles);
   CHECK(after.loads == before.loads);
@@ -819,13 +808,13 @@ void graph_replay(MlaCase c, std::uint64_t seed) {
     INFO(label.str());
 
     dev.poison();
-    d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
-    d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize after replay");
+    graph.launch(stream.get());
+    d.check(d.cuStreamSynchronize(stream.get()), "cuStreamSynchronize after replay");
     const auto replayed = dev.download_out(p.out_elems());
 
     dev.poison();
-    dev.launch(p, stream);
-    d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize after eager launch");
+    dev.launch(p, stream.get());
+    d.check(d.cuStreamSynchronize(stream.get()), "cuStreamSynchronize after eager launch");
     const auto eager = dev.download_out(p.out_elems());
 
     std::size_t first_diff = replayed.size();
@@ -846,9 +835,6 @@ void graph_replay(MlaCase c, std::uint64_t seed) {
                      << " NaN; worst at " << where(p, cmp.worst) << ": got " << cmp.worst_got << ", want " << cmp.worst_ref);
     CHECK(cmp.ok);
   }
-  d.cuGraphExecDestroy(exec);
-  d.cuGraphDestroy(graph);
-  d.cuStreamDestroy(stream);
 }
 
 }  // namespace

@@ -32,11 +32,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -50,9 +48,11 @@
 #include "kiln/runtime/sparse_nvfp4/planner.h"
 #include "tests/support/h200_residency.h"
 #include "tests/support/device_buffer.h"
+#include "tests/support/graph_capture.h"
 #include "tests/support/nvfp4_device.h"
 #include "tests/support/nvfp4_reference.h"
 #include "tests/support/rng.h"
+#include "tests/support/sparse_decode.h"
 #include "tests/support/sparse_matrix.h"
 #include "tests/support/sparse_reference.h"
 #include "tests/support/parallel.h"
@@ -76,8 +76,8 @@ constexpr int kMaxChunksPerBlock = 16;
 // 0xff is NaN in bf16 (0xffff), fp32 (0xffffffff) and e4m3fn (0xff): one poison byte for all buffers.
 constexpr std::uint8_t kNanByte = 0xff;
 constexpr float kLn2 = 0.69314718055994531f;
-constexpr double kOutTol = 5e-2;
-constexpr double kLseTol = 2e-2;
+constexpr kt::Tolerance kOutTol{5e-2, 5e-2};
+constexpr kt::Tolerance kLseTol{2e-2, 0};
 // An index no pool reaches: placed only in slots past topk_length, which the spec says are never read.
 constexpr std::int32_t kFarIndex = 0x7fffff00;
 
@@ -368,37 +368,12 @@ HostCase make_host_case(const SparseCase& c, std::uint64_t seed) {
 }
 
 // Device buffers of one case; the launcher's tensor views over them.
-struct DeviceCase {
+struct DeviceCase : kt::SparseDecodeBuffers {
   const SparseCase c;
-  DeviceBuffer q, idx, xidx, len, xlen, sink, out, lse, mid_out, mid_lse;
-  int split_stride;
 
-  explicit DeviceCase(const HostCase& h)
-      : c(h.c),
-        q(h.q.size() * 2),
-        idx(h.idx.size() * 4),
-        xidx(std::max<std::size_t>(h.xidx.size(), 1) * 4),
-        len(std::max<std::size_t>(c.tokens, 1) * 4),
-        xlen(std::max<std::size_t>(c.tokens, 1) * 4),
-        sink(static_cast<std::size_t>(c.heads) * 4),
-        out(static_cast<std::size_t>(c.tokens) * c.heads * kDims * 2),
-        lse(static_cast<std::size_t>(c.tokens) * c.heads * 4),
-        mid_out(static_cast<std::size_t>(c.tokens) * c.heads * c.chunks() * kDims * 2),
-        mid_lse(static_cast<std::size_t>(c.tokens) * c.heads * c.chunks() * 4),
-        split_stride(c.chunks()) {  // S = chunks covers every plan
+  explicit DeviceCase(const HostCase& h) : SparseDecodeBuffers(h.c.tokens, h.c.heads, h.c.chunks(), h.idx.size(), h.xidx.size()), c(h.c) {
     upload(h);
     sink.upload(h.sink);
-  }
-  // In place: the graph test replays after these change.
-  void upload(const HostCase& h) {
-    q.upload(h.q);
-    idx.upload(h.idx);
-    if (!h.xidx.empty()) xidx.upload(h.xidx);
-    if (!h.len.empty()) len.upload(h.len);
-    if (!h.xlen.empty()) xlen.upload(h.xlen);
-  }
-  void poison() {
-    for (DeviceBuffer* b : {&out, &lse, &mid_out, &mid_lse}) b->fill(kNanByte);
   }
 
   TensorView q_view() const { return TensorView::contiguous(q.get(), DType::kBf16, {c.tokens, c.heads, kDims}); }
@@ -448,76 +423,27 @@ struct DeviceCase {
   }
 };
 
-struct Comparison {
-  std::size_t bad = 0, bad_lse = 0, nan = 0;
-  double max_err = 0, max_lse_err = 0;
-  std::size_t worst = 0, worst_lse = 0;
-  float worst_got = 0, worst_ref = 0;
-  bool ok() const { return bad == 0 && bad_lse == 0; }
-};
-
-Comparison compare(const std::vector<std::uint16_t>& out, const std::vector<float>& lse, const HostCase& h) {
-  Comparison r;
-  for (std::size_t i = 0; i < h.ref.size(); ++i) {
-    const float o = kt::bf16_to_float(out[i]);
-    const double e = std::fabs(static_cast<double>(o) - h.ref[i]);
-    if (std::isnan(o)) ++r.nan;
-    if (!(e <= kOutTol + kOutTol * std::fabs(h.ref[i]))) ++r.bad;
-    if (!(e <= r.max_err)) {  // NaN compares false: a NaN becomes the worst
-      r.max_err = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
-      r.worst = i;
-      r.worst_got = o;
-      r.worst_ref = h.ref[i];
-    }
-  }
-  for (std::size_t i = 0; i < h.ref_lse.size(); ++i) {
-    const bool same_inf = std::isinf(h.ref_lse[i]) && lse[i] == h.ref_lse[i];
-    const double e = same_inf ? 0.0 : std::fabs(static_cast<double>(lse[i]) - h.ref_lse[i]);
-    if (!(e <= kLseTol)) ++r.bad_lse;
-    if (!(e <= r.max_lse_err)) {
-      r.max_lse_err = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
-      r.worst_lse = i;
-    }
-  }
-  return r;
+kt::SparseDecodeErrors compare(const kt::SparseDecodeOutputs& o, const HostCase& h) {
+  return kt::compare_outputs(o, h.ref, h.ref_lse, kOutTol, kLseTol);
 }
 
-std::string where(const SparseCase& c, std::size_t i, bool lse) {
-  std::ostringstream s;
-  const std::size_t row = lse ? i : i / kDims;
-  s << "token " << row / c.heads << " head " << row % c.heads;
-  if (!lse) s << " dim " << i % kDims;
-  return s.str();
-}
-
-struct Outputs {
-  std::vector<std::uint16_t> out;
-  std::vector<float> lse;
+struct Outputs : kt::SparseDecodeOutputs {
   SplitPlanResult plan;
 };
 
 // Poison, launch on the legacy stream, download.
 Outputs run_variant(DeviceCase& dev, const HostCase& h, const Variant& v, bool with_scratch) {
   dev.poison();
-  Outputs o;
-  o.plan = dev.launch(v, h.sm_scale, with_scratch, nullptr);
+  const SplitPlanResult plan = dev.launch(v, h.sm_scale, with_scratch, nullptr);
   const kiln::Driver& d = kiln::Driver::get();
   d.check(d.cuCtxSynchronize(), "cuCtxSynchronize after sparse launch");
-  o.out = dev.out.download<std::uint16_t>(h.ref.size());
-  o.lse = dev.lse.download<float>(h.ref_lse.size());
-  return o;
-}
-
-bool same_bits(const Outputs& a, const Outputs& b) {
-  return a.out.size() == b.out.size() && a.lse.size() == b.lse.size() &&
-         std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2) == 0 &&
-         std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0;
+  return {kt::download_outputs(dev), plan};
 }
 
 // CHECKs one launch against the oracle; returns whether it passed. Prints only failures (the
 // per-case summary line is printed by the caller).
-bool check_against_oracle(const HostCase& h, const Outputs& o, const std::string& what, Comparison* worst) {
-  const Comparison cmp = compare(o.out, o.lse, h);
+bool check_against_oracle(const HostCase& h, const Outputs& o, const std::string& what, kt::SparseDecodeErrors* worst) {
+  const kt::SparseDecodeErrors cmp = compare(o, h);
   if (worst != nullptr) {
     worst->max_err = std::max(worst->max_err, cmp.max_err);
     worst->max_lse_err = std::max(worst->max_lse_err, cmp.max_lse_err);
@@ -529,15 +455,15 @@ bool check_against_oracle(const HostCase& h, const Outputs& o, const std::string
     std::printf("FAIL sparse %s [%s] plan tiles %d splits %d cpb %d: %zu bad outputs (%zu NaN), max|err| %.3g at %s (got %g, want %g); "
                 "%zu bad LSE, max %.3g at %s (got %g, want %g)\n",
                 h.c.label().c_str(), what.c_str(), o.plan.head_tiles, o.plan.num_splits, o.plan.chunks_per_block, cmp.bad, cmp.nan,
-                cmp.max_err, where(h.c, cmp.worst, false).c_str(), cmp.worst_got, cmp.worst_ref, cmp.bad_lse, cmp.max_lse_err,
-                where(h.c, cmp.worst_lse, true).c_str(), o.lse[cmp.worst_lse], h.ref_lse[cmp.worst_lse]);
+                cmp.max_err, kt::output_position(h.c.heads, cmp.worst, false).c_str(), cmp.worst_got, cmp.worst_ref, cmp.bad_lse,
+                cmp.max_lse_err, kt::output_position(h.c.heads, cmp.worst_lse, true).c_str(), o.lse[cmp.worst_lse], h.ref_lse[cmp.worst_lse]);
     std::fflush(stdout);
   }
   INFO(h.c.label() << " [" << what << "] plan tiles " << o.plan.head_tiles << " splits " << o.plan.num_splits << " cpb "
                    << o.plan.chunks_per_block);
   INFO(cmp.bad << " outputs out of tolerance (" << cmp.nan << " NaN), max|err| " << cmp.max_err << " at "
-               << where(h.c, cmp.worst, false) << "; " << cmp.bad_lse << " LSE out of tolerance, max " << cmp.max_lse_err << " at "
-               << where(h.c, cmp.worst_lse, true));
+               << kt::output_position(h.c.heads, cmp.worst, false) << "; " << cmp.bad_lse << " LSE out of tolerance, max "
+               << cmp.max_lse_err << " at " << kt::output_position(h.c.heads, cmp.worst_lse, true));
   CHECK(cmp.ok());
   return cmp.ok();
 }
@@ -550,7 +476,7 @@ void run_case(const SparseCase& c, std::uint64_t seed, int case_number) {
   run_oracle(h);
   const double oracle_ms = ms_since(t0);
   DeviceCase dev(h);
-  Comparison worst;
+  kt::SparseDecodeErrors worst;
   int launches = 0, failed = 0;
   SplitPlanResult planned;
   for (const Variant& v : variants(c)) {
@@ -595,25 +521,14 @@ void run_case(const SparseCase& c, std::uint64_t seed, int case_number) {
   std::fflush(stdout);
 }
 
-// Every key the cases will launch, warmed in parallel (compiles overlap on the host's cores).
+// Every key the cases will launch, warmed up front.
 void warm_all(const std::vector<SparseCase>& cases) {
-  kiln::KernelService& service = kiln::KernelService::global();
-  const std::string arch = service.device_arch(0);
+  const std::string arch = kiln::KernelService::global().device_arch(0);
   std::vector<kiln::SemanticKey> keys;
-  std::set<std::string> seen;
   for (const SparseCase& c : cases) {
-    for (const Variant& v : variants(c)) {
-      const kiln::SemanticKey key = variant_key(c, v, arch);
-      if (seen.insert(key.str()).second) keys.push_back(key);
-    }
+    for (const Variant& v : variants(c)) keys.push_back(variant_key(c, v, arch));
   }
-  const auto t0 = Clock::now();
-  const auto before = service.counters();
-  service.warm(keys, {0});
-  const auto after = service.counters();
-  std::printf("sparse: warmed %zu keys in %.0f ms (%llu compiled, %.0f ms of compile time over threads)\n", keys.size(), ms_since(t0),
-              static_cast<unsigned long long>(after.compiles - before.compiles), after.compile_ms - before.compile_ms);
-  std::fflush(stdout);
+  kt::warm_distinct(keys, "sparse");
 }
 
 }  // namespace
@@ -742,7 +657,7 @@ TEST_CASE("sparse: magnitude-30 cache groups, split-path error bound", "[gpu][sp
     double worst_ratio = 0;  // |err| / bound
     for (std::size_t i = 0; i < h.ref.size(); ++i) {
       const double ref = h.ref[i], got = kt::bf16_to_float(o.out[i]);
-      const double err = std::fabs(got - ref), tol = kOutTol + kOutTol * std::fabs(ref);
+      const double err = std::fabs(got - ref), tol = kOutTol.bound(ref);
       const double bound = tol + std::ldexp(static_cast<double>(m[(i / kDims / c.heads) * kDims + i % kDims]), -8);
       past_tol += !(err <= tol);
       past_bound += !(err <= bound);
@@ -755,7 +670,7 @@ TEST_CASE("sparse: magnitude-30 cache groups, split-path error bound", "[gpu][sp
     INFO(v.name() << ": splits " << o.plan.num_splits);
     if (split) CHECK(past_bound == 0);
     else CHECK(past_tol == 0);
-    const Comparison lse = compare(o.out, o.lse, h);
+    const kt::SparseDecodeErrors lse = compare(o, h);
     CHECK(lse.bad_lse == 0);
   }
 }
@@ -795,7 +710,6 @@ TEST_CASE("sparse: Q groups with NaN, +-Inf, huge and -0 elements", "[gpu][spars
 }
 
 TEST_CASE("sparse: T == 0 returns the plan without launching, even on a capturing stream with a cold key", "[gpu][sparse][sanitizer]") {
-  const kiln::Driver& d = kiln::Driver::get();
   ScopedPools pools;
   // H = 120 appears nowhere else in this suite: its keys are never warm, so any launch attempt
   // during capture would throw kNotWarm, and any compile or load would move the counters.
@@ -806,27 +720,15 @@ TEST_CASE("sparse: T == 0 returns the plan without launching, even on a capturin
   opt.extra_kv_cache = pool(2).view(Layout::kCompact);
   opt.extra_indices = TensorView::contiguous(xidx.get(), DType::kI32, {0, 512});
   opt.num_splits = 4;
-  CUstream stream = nullptr;
-  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const kt::Stream stream;
   const auto before = kiln::KernelService::global().counters();
-  d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
   SplitPlanResult plan;
-  try {
+  const kt::CapturedGraph graph(stream.get(), [&] {
     plan = kiln::sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(
         TensorView::contiguous(q.get(), DType::kBf16, {0, heads, kDims}), p.view(Layout::kCompact),
         TensorView::contiguous(idx.get(), DType::kI32, {0, topk}), TensorView::contiguous(out.get(), DType::kBf16, {0, heads, kDims}),
-        TensorView::contiguous(lse.get(), DType::kF32, {0, heads}), 1.0 / std::sqrt(512.0), opt, stream);
-  } catch (...) {
-    CUgraph g = nullptr;
-    d.cuStreamEndCapture(stream, &g);
-    if (g) d.cuGraphDestroy(g);
-    d.cuStreamDestroy(stream);
-    throw;
-  }
-  CUgraph graph = nullptr;
-  d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-  if (graph) d.cuGraphDestroy(graph);
-  d.cuStreamDestroy(stream);
+        TensorView::contiguous(lse.get(), DType::kF32, {0, heads}), 1.0 / std::sqrt(512.0), opt, stream.get());
+  });
   const auto after = kiln::KernelService::global().counters();
   CHECK(after.compiles == before.compiles);
   CHECK(after.loads == before.loads);
@@ -865,22 +767,10 @@ TEST_CASE("sparse: graph replay after in-place index and length changes equals e
     CHECK(plan == variant_plan(c, v));
     kiln::KernelService::global().warm({variant_key(c, v, kiln::KernelService::global().device_arch(0))}, {0});
 
-    CUstream stream = nullptr;
-    d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    CUgraph graph = nullptr;
-    CUgraphExec exec = nullptr;
-    d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    const kt::Stream stream;
     SplitPlanResult captured;
-    try {
-      captured = dev.launch(v, h.sm_scale, true, stream);
-    } catch (...) {
-      d.cuStreamEndCapture(stream, &graph);
-      if (graph) d.cuGraphDestroy(graph);
-      d.cuStreamDestroy(stream);
-      throw;
-    }
-    d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-    d.check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+    kt::CapturedGraph graph(stream.get(), [&] { captured = dev.launch(v, h.sm_scale, true, stream.get()); });
+    graph.instantiate();
     CHECK(captured == plan);
 
     for (int round = 0; round < 3; ++round) {
@@ -891,12 +781,9 @@ TEST_CASE("sparse: graph replay after in-place index and length changes equals e
       }
       dev.poison();
       d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
-      d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
-      d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize after replay");
-      Outputs replayed;
-      replayed.plan = captured;
-      replayed.out = dev.out.download<std::uint16_t>(h.ref.size());
-      replayed.lse = dev.lse.download<float>(h.ref_lse.size());
+      graph.launch(stream.get());
+      d.check(d.cuStreamSynchronize(stream.get()), "cuStreamSynchronize after replay");
+      const Outputs replayed{kt::download_outputs(dev), captured};
       const Outputs eager = run_variant(dev, h, v, true);
       const std::string what = "graph round " + std::to_string(round);
       INFO(c.label() << " " << what << ": replay differs from eager");
@@ -906,8 +793,5 @@ TEST_CASE("sparse: graph replay after in-place index and length changes equals e
                   what.c_str(), captured.head_tiles, captured.num_splits, captured.chunks_per_block);
       std::fflush(stdout);
     }
-    d.cuGraphExecDestroy(exec);
-    d.cuGraphDestroy(graph);
-    d.cuStreamDestroy(stream);
   }
 }

@@ -24,7 +24,6 @@
 #include <limits>
 #include <memory>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,8 +38,10 @@
 #include "tests/support/dsv41_inputs.h"
 #include "tests/support/dsv41_matrix.h"
 #include "tests/support/dsv41_reference.h"
+#include "tests/support/graph_capture.h"
 #include "tests/support/nvfp4_reference.h"
 #include "tests/support/rng.h"
+#include "tests/support/sparse_decode.h"
 
 using namespace kiln::testing::dsv41_matrix;  // Dsv41Case, Launch, HostCase, the matrix and its helpers
 
@@ -53,11 +54,10 @@ using kiln::dsv41::Dsv41Plan;
 using kiln::dsv41::Dsv41Variant;
 using kiln::testing::base_seed;
 using kiln::testing::DeviceBuffer;
-using kiln::testing::Dsv41Format;
 namespace kt = kiln::testing;
 
 constexpr int kDims = 512;
-constexpr double kTol = 1e-2;  // output and LSE: atol = rtol
+constexpr kt::Tolerance kTol{1e-2, 1e-2};  // output and LSE
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -80,31 +80,20 @@ struct Scratch {
 };
 
 // Device buffers of one case; the launcher's tensor views over them.
-struct DeviceCase {
+struct DeviceCase : kt::SparseDecodeBuffers {
   const HostCase& h;
   const Dsv41Case& c;
-  DeviceBuffer main_pool, extra_pool, q, idx, xidx, len, xlen, sink, out, lse, mid_out, mid_lse;
-  int split_stride;
+  DeviceBuffer main_pool, extra_pool;
   TensorView main_view, extra_view;
   double lse_scale;
   std::optional<Scratch> external;  // used instead of mid_out / mid_lse when set
 
   explicit DeviceCase(const HostCase& hc, int round = 0)
-      : h(hc),
+      : SparseDecodeBuffers(hc.c.tokens, hc.c.heads, hc.c.chunks(), hc.rounds[0].idx.size(), hc.rounds[0].xidx.size()),
+        h(hc),
         c(hc.c),
         main_pool(hc.main.bytes.size()),
         extra_pool(std::max<std::size_t>(hc.extra.bytes.size(), 1)),
-        q(hc.rounds[0].q.size() * 2),
-        idx(hc.rounds[0].idx.size() * 4),
-        xidx(std::max<std::size_t>(hc.rounds[0].xidx.size(), 1) * 4),
-        len(std::max<std::size_t>(hc.c.tokens, 1) * 4),
-        xlen(std::max<std::size_t>(hc.c.tokens, 1) * 4),
-        sink(static_cast<std::size_t>(hc.c.heads) * 4),
-        out(static_cast<std::size_t>(hc.c.tokens) * hc.c.heads * kDims * 2),
-        lse(static_cast<std::size_t>(hc.c.tokens) * hc.c.heads * 4),
-        mid_out(static_cast<std::size_t>(hc.c.tokens) * hc.c.heads * hc.c.chunks() * kDims * 2),
-        mid_lse(static_cast<std::size_t>(hc.c.tokens) * hc.c.heads * hc.c.chunks() * 4),
-        split_stride(hc.c.chunks()),  // S = chunks covers every plan
         main_view(hc.main.view(main_pool.get(), hc.c.view)),
         extra_view(hc.c.has_extra ? hc.extra.view(extra_pool.get(), hc.c.extra_view) : TensorView{}),
         lse_scale(hc.c.lse_scale) {
@@ -112,17 +101,6 @@ struct DeviceCase {
     if (c.has_extra) extra_pool.upload(h.extra.bytes);
     upload(h.rounds[round]);
     sink.upload(h.sink);
-  }
-  // In place: the graph test replays after these change.
-  void upload(const Inputs& in) {
-    q.upload(in.q);
-    idx.upload(in.idx);
-    if (!in.xidx.empty()) xidx.upload(in.xidx);
-    if (!in.len.empty()) len.upload(in.len);
-    if (!in.xlen.empty()) xlen.upload(in.xlen);
-  }
-  void poison() {
-    for (DeviceBuffer* b : {&out, &lse, &mid_out, &mid_lse}) b->fill(kNanByte);
   }
 
   CallBuffers buffers(bool with_scratch) const {
@@ -157,27 +135,17 @@ struct DeviceCase {
   }
 };
 
-struct Outputs {
-  std::vector<std::uint16_t> out;
-  std::vector<float> lse;
+struct Outputs : kt::SparseDecodeOutputs {
   Dsv41Plan plan;
 };
 
 // Poison, launch on the legacy stream, download.
 Outputs run(DeviceCase& dev, const Launch& l, bool with_scratch) {
   dev.poison();
-  Outputs o;
-  o.plan = dev.launch(l, with_scratch, nullptr);
+  const Dsv41Plan plan = dev.launch(l, with_scratch, nullptr);
   const kiln::Driver& d = kiln::Driver::get();
   d.check(d.cuCtxSynchronize(), "cuCtxSynchronize after dsv41 launch");
-  o.out = dev.out.download<std::uint16_t>(static_cast<std::size_t>(dev.c.tokens) * dev.c.heads * kDims);
-  o.lse = dev.lse.download<float>(static_cast<std::size_t>(dev.c.tokens) * dev.c.heads);
-  return o;
-}
-
-bool same_bits(const Outputs& a, const Outputs& b) {
-  return a.out.size() == b.out.size() && a.lse.size() == b.lse.size() && std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2) == 0 &&
-         std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0;
+  return {kt::download_outputs(dev), plan};
 }
 
 std::string plan_string(const Dsv41Plan& p) {
@@ -188,41 +156,8 @@ std::string plan_string(const Dsv41Plan& p) {
 
 // ---- comparison ----
 
-struct Comparison {
-  std::size_t bad = 0, bad_lse = 0, nan = 0, bad_empty = 0;
-  double max_err = 0, max_lse_err = 0, max_ratio = 0;  // ratio: |err| / (atol + rtol |ref|), output and LSE
-  std::size_t worst = 0, worst_lse = 0;
-  float worst_got = 0, worst_ref = 0;
-  bool ok() const { return bad == 0 && bad_lse == 0 && bad_empty == 0; }
-};
-
-double ratio_of(double err, double ref) { return std::isnan(err) ? std::numeric_limits<double>::infinity() : err / (kTol + kTol * std::fabs(ref)); }
-
-Comparison compare(const Outputs& o, const Reference& ref, const Dsv41Case& c) {
-  Comparison r;
-  for (std::size_t i = 0; i < ref.out.size(); ++i) {
-    const float got = kt::bf16_to_float(o.out[i]);
-    const double e = std::fabs(static_cast<double>(got) - ref.out[i]);
-    r.nan += std::isnan(got);
-    if (!(e <= kTol + kTol * std::fabs(ref.out[i]))) ++r.bad;
-    r.max_ratio = std::max(r.max_ratio, ratio_of(e, ref.out[i]));
-    if (!(e <= r.max_err)) {  // NaN compares false: a NaN becomes the worst
-      r.max_err = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
-      r.worst = i;
-      r.worst_got = got;
-      r.worst_ref = ref.out[i];
-    }
-  }
-  for (std::size_t i = 0; i < ref.lse.size(); ++i) {
-    const bool same_inf = std::isinf(ref.lse[i]) && o.lse[i] == ref.lse[i];
-    const double e = same_inf ? 0.0 : std::fabs(static_cast<double>(o.lse[i]) - ref.lse[i]);
-    if (!(e <= kTol + kTol * std::fabs(ref.lse[i]))) ++r.bad_lse;
-    if (!same_inf) r.max_ratio = std::max(r.max_ratio, ratio_of(e, ref.lse[i]));
-    if (!(e <= r.max_lse_err)) {
-      r.max_lse_err = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
-      r.worst_lse = i;
-    }
-  }
+kt::SparseDecodeErrors compare(const Outputs& o, const Reference& ref, const Dsv41Case& c) {
+  kt::SparseDecodeErrors r = kt::compare_outputs(o, ref.out, ref.lse, kTol, kTol);
   // A token with no candidate: exactly zero output, and -inf without a sink.
   for (int t = 0; t < c.tokens; ++t) {
     if (!ref.empty[t]) continue;
@@ -235,21 +170,13 @@ Comparison compare(const Outputs& o, const Reference& ref, const Dsv41Case& c) {
   return r;
 }
 
-std::string where(const Dsv41Case& c, std::size_t i, bool lse) {
-  std::ostringstream s;
-  const std::size_t row = lse ? i : i / kDims;
-  s << "token " << row / c.heads << " head " << row % c.heads;
-  if (!lse) s << " dim " << i % kDims;
-  return s.str();
-}
-
 // Errors over every launch of the suite against the oracle: the accuracy table the README quotes.
 struct AccuracyTally {
   std::size_t launches = 0, elements = 0, outside = 0, lse_values = 0, lse_outside = 0;
   double max_err = 0, max_lse_err = 0, max_ratio = 0;
   std::string worst;
 
-  void add(const Dsv41Case& c, const Launch& l, const Comparison& cmp, std::size_t n, std::size_t n_lse) {
+  void add(const Dsv41Case& c, const Launch& l, const kt::SparseDecodeErrors& cmp, std::size_t n, std::size_t n_lse) {
     ++launches;
     elements += n;
     lse_values += n_lse;
@@ -265,27 +192,28 @@ struct AccuracyTally {
   void print(const char* what) const {
     std::printf("ACCURACY dsv41 %s: launches %zu  max|err| %.3e  max LSE err %.3e (atol = rtol = %.0e)  max err/tol %.3f  outputs outside "
                 "%zu of %zu, LSE outside %zu of %zu\n  worst err/tol: %s\n",
-                what, launches, max_err, max_lse_err, kTol, max_ratio, outside, elements, lse_outside, lse_values, worst.c_str());
+                what, launches, max_err, max_lse_err, kTol.atol, max_ratio, outside, elements, lse_outside, lse_values, worst.c_str());
     std::fflush(stdout);
   }
 };
 
 // CHECKs one launch against the oracle; returns whether it passed (prints failures only).
 bool check_against_oracle(const Dsv41Case& c, const Reference& ref, const Outputs& o, const Launch& l, AccuracyTally* tally) {
-  const Comparison cmp = compare(o, ref, c);
+  const kt::SparseDecodeErrors cmp = compare(o, ref, c);
   if (tally) tally->add(c, l, cmp, ref.out.size(), ref.lse.size());
   if (!cmp.ok()) {
     std::printf("FAIL dsv41 %s [%s] plan %s: %zu bad outputs (%zu NaN), max|err| %.3g at %s (got %g, want %g); %zu bad LSE, max %.3g at %s "
                 "(got %g, want %g); %zu wrong values in empty rows\n",
                 c.label().c_str(), l.name().c_str(), plan_string(o.plan).c_str(), cmp.bad, cmp.nan, cmp.max_err,
-                where(c, cmp.worst, false).c_str(), cmp.worst_got, cmp.worst_ref, cmp.bad_lse, cmp.max_lse_err,
-                where(c, cmp.worst_lse, true).c_str(), o.lse[cmp.worst_lse], ref.lse[cmp.worst_lse], cmp.bad_empty);
+                kt::output_position(c.heads, cmp.worst, false).c_str(), cmp.worst_got, cmp.worst_ref, cmp.bad_lse, cmp.max_lse_err,
+                kt::output_position(c.heads, cmp.worst_lse, true).c_str(), o.lse[cmp.worst_lse], ref.lse[cmp.worst_lse], cmp.bad_empty);
     std::fflush(stdout);
   }
   INFO(c.label() << " [" << l.name() << "] plan " << plan_string(o.plan));
-  INFO(cmp.bad << " outputs out of tolerance (" << cmp.nan << " NaN), max|err| " << cmp.max_err << " at " << where(c, cmp.worst, false)
-               << "; " << cmp.bad_lse << " LSE out of tolerance, max " << cmp.max_lse_err << " at " << where(c, cmp.worst_lse, true) << "; "
-               << cmp.bad_empty << " wrong values in rows without candidates");
+  INFO(cmp.bad << " outputs out of tolerance (" << cmp.nan << " NaN), max|err| " << cmp.max_err << " at "
+               << kt::output_position(c.heads, cmp.worst, false) << "; " << cmp.bad_lse << " LSE out of tolerance, max " << cmp.max_lse_err
+               << " at " << kt::output_position(c.heads, cmp.worst_lse, true) << "; " << cmp.bad_empty
+               << " wrong values in rows without candidates");
   CHECK(cmp.ok());
   return cmp.ok();
 }
@@ -306,27 +234,18 @@ void check_plan(const DeviceCase& dev, const Launch& l, const Dsv41Plan& got) {
   CHECK(got.precision == 0);
 }
 
-// Every key a list of cases launches, warmed in parallel (compiles overlap on the host's cores), so
-// that compiles stay out of the per-case times. Plans from shapes (the launcher's own rule).
+// Every key a list of cases launches, warmed up front. Plans from shapes (the launcher's own rule).
 void warm_all(const std::vector<Dsv41Case>& cases) {
   std::vector<kiln::SemanticKey> keys;
-  std::set<std::string> seen;
   for (const Dsv41Case& c : cases) {
     for (const Launch& l : launches(c, on_sm90())) {
       const std::optional<Dsv41Variant> v = l.variant ? std::optional(to_kiln(*l.variant)) : std::nullopt;
       const Dsv41Plan plan = kiln::dsv41::resolve_dsv41_plan(c.tokens, c.heads, c.topk, c.xtopk(), device(), v, l.num_splits, 16,
                                                              c.main_lengths_given() || c.extra_lengths_given());
-      const kiln::SemanticKey key = kiln::dsv41::dsv41_policy(c.heads, c.has_extra, plan).key(device_arch());
-      if (seen.insert(key.str()).second) keys.push_back(key);
+      keys.push_back(kiln::dsv41::dsv41_policy(c.heads, c.has_extra, plan).key(device_arch()));
     }
   }
-  const auto t0 = Clock::now();
-  const auto before = service().counters();
-  service().warm(keys, {0});
-  const auto after = service().counters();
-  std::printf("dsv41: warmed %zu keys in %.0f ms (%llu compiled)\n", keys.size(), ms_since(t0),
-              static_cast<unsigned long long>(after.compiles - before.compiles));
-  std::fflush(stdout);
+  kt::warm_distinct(keys, "dsv41");
 }
 
 // One case: oracle, every launch (the first twice: bitwise repeat), host rejection of num_splits
@@ -530,34 +449,19 @@ TEST_CASE("dsv41: graph replay and enable_pdl give the same bits as eager launch
       CHECK(same_bits(o, eager0));
     }
 
-    CUstream stream = nullptr;
-    d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    CUgraph graph = nullptr;
-    CUgraphExec exec = nullptr;
-    d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    const kt::Stream stream;
     Dsv41Plan captured;
-    try {
-      captured = dev.launch(l, true, stream);
-    } catch (...) {
-      d.cuStreamEndCapture(stream, &graph);
-      if (graph) d.cuGraphDestroy(graph);
-      d.cuStreamDestroy(stream);
-      throw;
-    }
-    d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-    d.check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+    kt::CapturedGraph graph(stream.get(), [&] { captured = dev.launch(l, true, stream.get()); });
+    graph.instantiate();
     CHECK(captured == eager0.plan);
     for (int round = 0; round < 3; ++round) {
       dev.upload(h.rounds[round]);
       const Reference ref = run_oracle(h, h.rounds[round], c.lse_scale);
       dev.poison();
       d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
-      d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
-      d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize after replay");
-      Outputs replayed;
-      replayed.plan = captured;
-      replayed.out = dev.out.download<std::uint16_t>(ref.out.size());
-      replayed.lse = dev.lse.download<float>(ref.lse.size());
+      graph.launch(stream.get());
+      d.check(d.cuStreamSynchronize(stream.get()), "cuStreamSynchronize after replay");
+      const Outputs replayed{kt::download_outputs(dev), captured};
       const Outputs eager = run(dev, l, true);
       INFO(c.label() << " [" << l.name() << "] graph round " << round << ": replay differs from eager");
       CHECK(same_bits(replayed, eager));
@@ -566,9 +470,6 @@ TEST_CASE("dsv41: graph replay and enable_pdl give the same bits as eager launch
                   plan_string(captured).c_str());
       std::fflush(stdout);
     }
-    d.cuGraphExecDestroy(exec);
-    d.cuGraphDestroy(graph);
-    d.cuStreamDestroy(stream);
   }
 }
 
@@ -591,17 +492,13 @@ TEST_CASE("dsv41: stale and shared split scratch never changes a result", "[gpu]
       dev.mid_out.fill(fill);
       dev.mid_lse.fill(fill);
       dev.launch(l, true, nullptr);
-      Outputs o;
-      o.out = dev.out.download<std::uint16_t>(base.out.size());
-      o.lse = dev.lse.download<float>(base.lse.size());
+      const kt::SparseDecodeOutputs o = kt::download_outputs(dev);
       INFO(l.name() << ": scratch filled with 0x" << std::hex << int(fill));
       CHECK(same_bits(o, base));
     }
     // Scratch left by the previous launch (no poison between): same bits again.
     dev.launch(l, true, nullptr);
-    Outputs again;
-    again.out = dev.out.download<std::uint16_t>(base.out.size());
-    again.lse = dev.lse.download<float>(base.lse.size());
+    const kt::SparseDecodeOutputs again = kt::download_outputs(dev);
     CHECK(same_bits(again, base));
   }
 
@@ -625,43 +522,28 @@ TEST_CASE("dsv41: stale and shared split scratch never changes a result", "[gpu]
     shared.out.fill(kNanByte);
     shared.lse.fill(kNanByte);
     shared.launch(l, true, nullptr);
-    Outputs got;
-    got.out = shared.out.download<std::uint16_t>(want.out.size());
-    got.lse = shared.lse.download<float>(want.lse.size());
+    const kt::SparseDecodeOutputs got = kt::download_outputs(shared);
     INFO(seq[i].label() << " (step " << i << ", plan " << plan_string(want.plan) << "): shared workspace differs from fresh scratch");
     CHECK(same_bits(got, want));
   }
 }
 
 TEST_CASE("dsv41: T == 0 returns the plan without launching, even on a capturing stream", "[gpu][dsv41][sanitizer]") {
-  const kiln::Driver& d = kiln::Driver::get();
   const int heads = 112, topk = 2048;
   DeviceBuffer q(4096), out(4096), lse(4096), idx(4096), xidx(4096), cache(528 * 64), xcache(288 * 64);
   Dsv41Options opt;
   opt.extra_kv_cache = TensorView::contiguous(xcache.get(), DType::kU8, {1, 64, 288});
   opt.extra_indices = TensorView::contiguous(xidx.get(), DType::kI32, {0, 512});
   opt.num_splits = 4;
-  CUstream stream = nullptr;
-  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const kt::Stream stream;
   const auto before = service().counters();
-  d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
   Dsv41Plan plan;
-  try {
+  const kt::CapturedGraph graph(stream.get(), [&] {
     plan = kiln::dsv41::cake_sparse_mla_sm120_dsv41_mixed_decode(
         TensorView::contiguous(q.get(), DType::kBf16, {0, heads, kDims}), TensorView::contiguous(cache.get(), DType::kU8, {1, 64, 528}),
         TensorView::contiguous(idx.get(), DType::kI32, {0, topk}), TensorView::contiguous(out.get(), DType::kBf16, {0, heads, kDims}),
-        TensorView::contiguous(lse.get(), DType::kF32, {0, heads}), 1.0 / std::sqrt(512.0), opt, stream);
-  } catch (...) {
-    CUgraph g = nullptr;
-    d.cuStreamEndCapture(stream, &g);
-    if (g) d.cuGraphDestroy(g);
-    d.cuStreamDestroy(stream);
-    throw;
-  }
-  CUgraph graph = nullptr;
-  d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-  if (graph) d.cuGraphDestroy(graph);
-  d.cuStreamDestroy(stream);
+        TensorView::contiguous(lse.get(), DType::kF32, {0, heads}), 1.0 / std::sqrt(512.0), opt, stream.get());
+  });
   const auto after = service().counters();
   CHECK(after.compiles == before.compiles);
   CHECK(after.loads == before.loads);
