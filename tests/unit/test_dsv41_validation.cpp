@@ -21,6 +21,7 @@
 #include "kiln/runtime/sparse_dsv41/launcher.h"
 #include "kiln/runtime/sparse_dsv41/planner.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/fake_decode_call.h"
 #include "tests/support/h200_residency.h"
 
 namespace {
@@ -31,54 +32,13 @@ using kiln::ErrorCode;
 using kiln::TensorView;
 namespace d = kiln::dsv41;
 
-void* addr(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
-
-// Each tensor gets its own 1 GiB region, so views only overlap where a test makes them.
-constexpr std::uintptr_t region(int i) { return std::uintptr_t(i) << 30; }
-constexpr std::uintptr_t kQ = region(1), kKv = region(2), kIdx = region(3), kOut = region(4), kLse = region(5),
-                         kLen = region(6), kSink = region(7), kXKv = region(8), kXIdx = region(9), kXLen = region(10),
-                         kMidOut = region(11), kMidLse = region(12);
-
-TensorView view(std::uintptr_t a, DType t, std::initializer_list<std::int64_t> shape) {
-  return TensorView::contiguous(addr(a), t, shape);
-}
-
-// [P, page, record] with an optional padded page stride (bytes).
-TensorView cache3(std::uintptr_t a, std::int64_t pages, std::int64_t page, std::int64_t record, std::int64_t page_stride = 0) {
-  TensorView v = view(a, DType::kU8, {pages, page, record});
-  if (page_stride) v.strides[0] = page_stride;
-  return v;
-}
+using namespace kiln::testing::fake;  // region constants, view, cache3
 
 const d::Dsv41Device kH200{"sm_90a", 132, false, kiln::testing::h200_residency()};
 const d::Dsv41Device kRtx{"sm_120a", 188, false};
 
-struct Call {
-  int tokens, heads, topk;
-  TensorView q, kv, indices, output, out_lse;
-  double sm_scale = 1.0 / std::sqrt(512.0);
-  d::Dsv41Options opt;
-
-  Call(int t = 4, int h = 64, int k = 128)
-      : tokens(t),
-        heads(h),
-        topk(k),
-        q(view(kQ, DType::kBf16, {t, h, 512})),
-        kv(cache3(kKv, 16, 64, 528)),
-        indices(view(kIdx, DType::kI32, {t, k})),
-        output(view(kOut, DType::kBf16, {t, h, 512})),
-        out_lse(view(kLse, DType::kF32, {t, h})) {}
-
-  Call& with_extra(int extra_topk, int extra_page = 2) {
-    opt.extra_kv_cache = cache3(kXKv, 64, extra_page, 288);
-    opt.extra_indices = view(kXIdx, DType::kI32, {tokens, extra_topk});
-    return *this;
-  }
-  Call& with_mid(int splits) {
-    opt.mid_out = view(kMidOut, DType::kBf16, {tokens, heads, splits, 512});
-    opt.mid_lse = view(kMidLse, DType::kF32, {tokens, heads, splits});
-    return *this;
-  }
+struct Call : DecodeCall<Call, d::Dsv41Options> {
+  Call(int t = 4, int h = 64, int k = 128) : DecodeCall(t, h, k, 528, 288) {}
 
   d::Dsv41Plan plan(const d::Dsv41Device& device = kH200) const {
     return d::plan_dsv41_decode(q, kv, indices, output, out_lse, sm_scale, opt, device);

@@ -17,6 +17,7 @@
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "kiln/runtime/sparse_nvfp4/planner.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/fake_decode_call.h"
 #include "tests/support/h200_residency.h"
 
 namespace {
@@ -27,54 +28,18 @@ using kiln::ErrorCode;
 using kiln::TensorView;
 namespace sp = kiln::sparse;
 
-void* addr(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+using namespace kiln::testing::fake;  // region constants, view, cache3
 
 // A GPU of target `arch` and `sms` SMs with the H200's cluster residency scaled to it.
 sp::SparseDevice dev(std::string_view arch, int sms) { return sp::SparseDevice{arch, sms, kiln::testing::h200_residency(sms)}; }
 
-// Each tensor gets its own 1 GiB region, so views only overlap where a test makes them.
-constexpr std::uintptr_t region(int i) { return std::uintptr_t(i) << 30; }
-constexpr std::uintptr_t kQ = region(1), kKv = region(2), kIdx = region(3), kOut = region(4), kLse = region(5),
-                         kLen = region(6), kSink = region(7), kXKv = region(8), kXIdx = region(9), kXLen = region(10),
-                         kMidOut = region(11), kMidLse = region(12);
-
-TensorView view(std::uintptr_t a, DType t, std::initializer_list<std::int64_t> shape) {
-  return TensorView::contiguous(addr(a), t, shape);
+// An NVFP4 cache [P, page, 384] with an optional padded page stride (bytes).
+TensorView nvfp4_cache(std::uintptr_t a, std::int64_t pages, std::int64_t page, std::int64_t page_stride = 0) {
+  return cache3(a, pages, page, 384, page_stride);
 }
 
-// [P, page, 384] with an optional padded page stride (bytes).
-TensorView cache3(std::uintptr_t a, std::int64_t pages, std::int64_t page, std::int64_t page_stride = 0) {
-  TensorView v = view(a, DType::kU8, {pages, page, 384});
-  if (page_stride) v.strides[0] = page_stride;
-  return v;
-}
-
-struct Call {
-  int tokens, heads, topk;
-  TensorView q, kv, indices, output, out_lse;
-  double sm_scale = 1.0 / std::sqrt(512.0);
-  sp::SparseOptions opt;
-
-  Call(int t = 4, int h = 64, int k = 128)
-      : tokens(t),
-        heads(h),
-        topk(k),
-        q(view(kQ, DType::kBf16, {t, h, 512})),
-        kv(cache3(kKv, 16, 64)),
-        indices(view(kIdx, DType::kI32, {t, k})),
-        output(view(kOut, DType::kBf16, {t, h, 512})),
-        out_lse(view(kLse, DType::kF32, {t, h})) {}
-
-  Call& with_extra(int extra_topk, int extra_page = 2) {
-    opt.extra_kv_cache = cache3(kXKv, 64, extra_page);
-    opt.extra_indices = view(kXIdx, DType::kI32, {tokens, extra_topk});
-    return *this;
-  }
-  Call& with_mid(int splits) {
-    opt.mid_out = view(kMidOut, DType::kBf16, {tokens, heads, splits, 512});
-    opt.mid_lse = view(kMidLse, DType::kF32, {tokens, heads, splits});
-    return *this;
-  }
+struct Call : DecodeCall<Call, sp::SparseOptions> {
+  Call(int t = 4, int h = 64, int k = 128) : DecodeCall(t, h, k, 384, 384) {}
 
   sp::SplitPlanResult plan(int sms = 132) const {
     return sp::plan_sparse_decode(q, kv, indices, output, out_lse, sm_scale, opt, sms);
@@ -309,9 +274,9 @@ TEST_CASE("sparse validation: kv_cache layouts, strides and alignment", "[unit]"
   // The three layouts, dense and with a padded page stride, at several page sizes.
   for (int page : {1, 2, 32, 64, 128, 100}) {
     INFO("page " << page);
-    c.kv = cache3(kKv, 16, page);
+    c.kv = nvfp4_cache(kKv, 16, page);
     CHECK_NOTHROW(c.plan());
-    c.kv = cache3(kKv, 16, page, page * 384 + 16);
+    c.kv = nvfp4_cache(kKv, 16, page, page * 384 + 16);
     CHECK_NOTHROW(c.plan());
     c.kv = view(kKv, DType::kU8, {16, 1, page, 384});  // HND
     CHECK_NOTHROW(c.plan());
@@ -322,7 +287,7 @@ TEST_CASE("sparse validation: kv_cache layouts, strides and alignment", "[unit]"
     c.kv.strides[0] = page * 384 + 48;
     CHECK_NOTHROW(c.plan());
   }
-  c.kv = cache3(kKv, 1, 64, 7);  // one page: its stride is never used
+  c.kv = nvfp4_cache(kKv, 1, 64, 7);  // one page: its stride is never used
   CHECK_NOTHROW(c.plan());
 
   c.kv = view(kKv, DType::kI8, {16, 64, 384});
@@ -333,16 +298,16 @@ TEST_CASE("sparse validation: kv_cache layouts, strides and alignment", "[unit]"
   expect_rejected(c, "kv_cache", {"384"});
   c.kv = view(kKv, DType::kU8, {16, 2, 32, 384});
   expect_rejected(c, "kv_cache", {"HND [P, 1, page, 384]", "[16, 2, 32, 384]"});
-  c.kv = cache3(kKv, 16, 64);
+  c.kv = nvfp4_cache(kKv, 16, 64);
   c.kv.strides = {64 * 384 * 2, 384 * 2, 2, 0, 0, 0};
   expect_rejected(c, "kv_cache", {"stride(-1) == 1"});
-  c.kv = cache3(kKv + 8, 16, 64);
+  c.kv = nvfp4_cache(kKv + 8, 16, 64);
   expect_rejected(c, "kv_cache", {"16-byte aligned"});
-  c.kv = cache3(kKv, 16, 64, 64 * 384 + 8);
+  c.kv = nvfp4_cache(kKv, 16, 64, 64 * 384 + 8);
   expect_rejected(c, "kv_cache", {"multiple of 16", "24584"});
-  c.kv = cache3(kKv, 16, 64, 64 * 384 - 16);
+  c.kv = nvfp4_cache(kKv, 16, 64, 64 * 384 - 16);
   expect_rejected(c, "kv_cache", {">= page_size * 384 = 24576"});
-  c.kv = cache3(kKv, 16, 64);
+  c.kv = nvfp4_cache(kKv, 16, 64);
   c.kv.strides[1] = 512;  // tokens not packed within a page
   c.kv.strides[0] = 64 * 512;
   expect_rejected(c, "kv_cache", {"token stride 384", "512"});
@@ -352,7 +317,7 @@ TEST_CASE("sparse validation: kv_cache layouts, strides and alignment", "[unit]"
   expect_rejected(c, "kv_cache", {"token stride 384"});
   c.kv = view(kKv, DType::kU8, {16, 0, 384});
   expect_rejected(c, "kv_cache", {"page size >= 1"});
-  c.kv = cache3(kKv, 16, 64);
+  c.kv = nvfp4_cache(kKv, 16, 64);
   c.kv.data = nullptr;
   expect_rejected(c, "kv_cache", {"null"});
 }
@@ -428,7 +393,7 @@ TEST_CASE("sparse validation: extra cache, indices and lengths come together", "
   expect_rejected(c, "extra_topk_length", {"at least T = 4"});
 
   Call alone;
-  alone.opt.extra_kv_cache = cache3(kXKv, 64, 2);
+  alone.opt.extra_kv_cache = nvfp4_cache(kXKv, 64, 2);
   expect_rejected(alone, "extra_indices", {"extra_kv_cache"});
   alone.opt.extra_kv_cache.reset();
   alone.opt.extra_indices = view(kXIdx, DType::kI32, {4, 512});
@@ -446,17 +411,17 @@ TEST_CASE("sparse validation: extra cache, indices and lengths come together", "
     x.opt.extra_kv_cache = view(kXKv, DType::kU8, {64, page, 1, 384});
     CHECK_NOTHROW(x.plan());
   }
-  x.opt.extra_kv_cache = cache3(kXKv + 4, 64, 2);
+  x.opt.extra_kv_cache = nvfp4_cache(kXKv + 4, 64, 2);
   expect_rejected(x, "extra_kv_cache", {"16-byte aligned"});
-  x.opt.extra_kv_cache = cache3(kXKv, 64, 2, 2 * 384 + 4);
+  x.opt.extra_kv_cache = nvfp4_cache(kXKv, 64, 2, 2 * 384 + 4);
   expect_rejected(x, "extra_kv_cache", {"multiple of 16"});
-  x.opt.extra_kv_cache = cache3(kXKv, 64, 2, 384);
+  x.opt.extra_kv_cache = nvfp4_cache(kXKv, 64, 2, 384);
   expect_rejected(x, "extra_kv_cache", {">= page_size * 384 = 768"});
   x.opt.extra_kv_cache = view(kXKv, DType::kU8, {64, 2, 2, 384});
   expect_rejected(x, "extra_kv_cache", {"NHD"});
   x.opt.extra_kv_cache = view(kXKv, DType::kBf16, {64, 2, 384});
   expect_rejected(x, "extra_kv_cache", {"uint8"});
-  x.opt.extra_kv_cache = cache3(kXKv, 64, 2);
+  x.opt.extra_kv_cache = nvfp4_cache(kXKv, 64, 2);
   x.opt.extra_indices = view(kXIdx, DType::kI32, {5, 64});
   expect_rejected(x, "extra_indices", {"T = 4"});
   x.opt.extra_indices = view(kXIdx, DType::kF32, {4, 64});
