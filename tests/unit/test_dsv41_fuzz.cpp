@@ -17,6 +17,7 @@
 
 #include "kiln/jit/error.h"
 #include "kiln/runtime/sparse_dsv41/launcher.h"
+#include "tests/support/fuzz_views.h"
 
 namespace {
 
@@ -24,11 +25,8 @@ using kiln::DType;
 using kiln::Error;
 using kiln::ErrorCode;
 using kiln::TensorView;
-using Rng = std::mt19937_64;
 namespace d = kiln::dsv41;
-
-std::int64_t rnd(Rng& r, std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(r); }
-bool coin(Rng& r, double p = 0.5) { return std::uniform_real_distribution<double>(0, 1)(r) < p; }
+using namespace kiln::testing::fuzz;  // Rng, rnd, coin, region, make, cache_view
 std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 constexpr int kHeads[] = {8, 16, 32, 48, 64, 80, 96, 112, 128};
@@ -78,36 +76,10 @@ std::pair<int, int> contract_plan(std::int64_t T, int H, int topk, int extra, in
   return {static_cast<int>(cdiv(chunks, cpb)), static_cast<int>(cpb)};
 }
 
-TensorView make(std::uintptr_t a, DType t, std::vector<std::int64_t> shape) {
-  TensorView v;
-  v.data = reinterpret_cast<void*>(a);
-  v.dtype = t;
-  v.rank = static_cast<int>(shape.size());
-  std::int64_t stride = 1;
-  for (int i = v.rank - 1; i >= 0; --i) {
-    v.shape[i] = shape[i];
-    v.strides[i] = stride;
-    stride *= shape[i];
-  }
-  return v;
-}
-
-// Tensor i in its own 1 TiB region, 256-byte aligned.
-std::uintptr_t region(Rng& r, int i) { return (std::uintptr_t(i + 1) << 40) + std::uintptr_t(rnd(r, 0, 4095)) * 256; }
-
 // A FOOTER cache view of `record`-byte rows: 2-D, 3-D, HND or NHD, page stride padded by a multiple of 16.
 TensorView footer_cache(Rng& r, std::uintptr_t a, int record) {
   const std::int64_t pages = rnd(r, 1, 64), page = coin(r) ? rnd(r, 1, 130) : (std::int64_t(1) << rnd(r, 0, 7));
-  const std::int64_t stride = page * record + (coin(r, 0.3) ? 16 * rnd(r, 1, 16) : 0);
-  TensorView v;
-  switch (rnd(r, 0, 3)) {
-    case 0: v = make(a, DType::kU8, {pages, page * record}); break;
-    case 1: v = make(a, DType::kU8, {pages, page, record}); break;
-    case 2: v = make(a, DType::kU8, {pages, 1, page, record}); break;
-    default: v = make(a, DType::kU8, {pages, page, 1, record}); break;
-  }
-  v.strides[0] = stride;
-  return v;
+  return cache_view(r, a, pages, page, record, 16);
 }
 
 struct Case {

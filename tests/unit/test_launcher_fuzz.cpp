@@ -33,6 +33,7 @@
 #include "kiln/runtime/mla_decode/launcher.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
+#include "tests/support/fuzz_views.h"
 
 namespace {
 
@@ -40,7 +41,7 @@ using kiln::DType;
 using kiln::Error;
 using kiln::ErrorCode;
 using kiln::TensorView;
-using Rng = std::mt19937_64;
+using namespace kiln::testing::fuzz;  // Rng, rnd, coin, region, make, cache_view
 
 constexpr std::int64_t kI32Max = std::numeric_limits<std::int32_t>::max();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -49,32 +50,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // ------------------------------------------------------------------------------------------------
 // Helpers
 
-std::int64_t rnd(Rng& r, std::int64_t lo, std::int64_t hi) {  // inclusive
-  return std::uniform_int_distribution<std::int64_t>(lo, hi)(r);
-}
-bool coin(Rng& r, double p = 0.5) { return std::uniform_real_distribution<double>(0, 1)(r) < p; }
 template <class T>
 T pick(Rng& r, std::initializer_list<T> xs) {
   return *(xs.begin() + rnd(r, 0, static_cast<std::int64_t>(xs.size()) - 1));
 }
 
-// Tensor i lives in its own 1 TiB region at a random 256-byte aligned offset: disjoint and aligned.
-std::uintptr_t region(Rng& r, int i) { return (std::uintptr_t(i + 1) << 40) + std::uintptr_t(rnd(r, 0, 4095)) * 256; }
 
-TensorView make(std::uintptr_t a, DType t, std::vector<std::int64_t> shape) {
-  TensorView v;
-  v.data = reinterpret_cast<void*>(a);
-  v.dtype = t;
-  v.rank = static_cast<int>(shape.size());
-  std::int64_t s = 1;
-  for (int d = v.rank - 1; d >= 0; --d) {
-    v.shape[d] = shape[d];
-    v.strides[d] = s;
-    // Fuzzed shapes can be huge: saturate instead of overflowing (signed overflow is UB).
-    if (__builtin_mul_overflow(s, shape[d], &s)) s = INT64_MAX;
-  }
-  return v;
-}
 std::uintptr_t ptr(const TensorView& v) { return reinterpret_cast<std::uintptr_t>(v.data); }
 void set_ptr(TensorView& v, std::uintptr_t a) { v.data = reinterpret_cast<void*>(a); }
 // Misaligns: `bytes` past the 256-byte boundary at or below the pointer (every generated pointer is
@@ -1130,27 +1111,13 @@ struct Dsv41Case {
 
 int dsv41_row_dim(const TensorView& v) { return v.rank == 2 ? -1 : cache_row_dim(v); }
 
-// Any accepted view: 2-D [P, page * rec], 3-D, HND or NHD; page stride >= page * rec, a multiple of 16.
-TensorView dsv41_cache(Rng& r, std::uintptr_t a, std::int64_t pages, std::int64_t page, std::int64_t rec) {
-  const std::int64_t stride = page * rec + (coin(r, 0.3) ? 16 * rnd(r, 1, 64) : 0);
-  TensorView v;
-  switch (rnd(r, 0, 3)) {
-    case 0: v = make(a, DType::kU8, {pages, page * rec}); break;
-    case 1: v = make(a, DType::kU8, {pages, page, rec}); break;
-    case 2: v = make(a, DType::kU8, {pages, 1, page, rec}); break;
-    default: v = make(a, DType::kU8, {pages, page, 1, rec}); break;
-  }
-  v.strides[0] = stride;
-  return v;
-}
-
 Dsv41Case dsv41_generate(Rng& r) {
   Dsv41Case c;
   c.format = coin(r) ? dw::CacheFormat::kFp8 : dw::CacheFormat::kFp4;
   c.rec = c.format == dw::CacheFormat::kFp8 ? 528 : 288;
   c.P = rnd(r, 1, 64);
   c.page = coin(r, 0.5) ? pick<std::int64_t>(r, {1, 2, 32, 53, 61, 64, 128}) : rnd(r, 1, 300);
-  c.cache = dsv41_cache(r, region(r, 0), c.P, c.page, c.rec);
+  c.cache = cache_view(r, region(r, 0), c.P, c.page, c.rec, 64);
   const DType dt = coin(r) ? DType::kBf16 : DType::kF16;
   c.latent = make(region(r, 1), dt, {c.P, c.page, 512});
   c.N = coin(r, 0.03) ? 0 : rnd(r, 1, 600);
@@ -1173,7 +1140,7 @@ std::vector<Mutation<Dsv41Case>> dsv41_catalogue(bool append) {
        }},
       {"cache: another accepted view of the same pages", K, [](Dsv41Case& c, Rng& r) {
          const std::int64_t ps = c.cache.strides[0];
-         c.cache = dsv41_cache(r, ptr(c.cache), c.P, c.page, c.rec);
+         c.cache = cache_view(r, ptr(c.cache), c.P, c.page, c.rec, 64);
          c.cache.strides[0] = ps;
          return true;
        }},
