@@ -904,9 +904,14 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         const int b = i & 1;
         const u64 dk = wgmma_desc_advance(dk0, u32(b) * kTileBytes), dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
         wait_tile(b, u32((i >> 1) & 1));
+        // The tile mask is read by lane 0, the lane that later releases the tile, so the read and the
+        // release are in one thread's order (racecheck does not carry __syncwarp's ordering to the
+        // producer's rewrite of this word two chunks on). Read before S, shared after: off S's path.
+        const u64 lane0_mask = lane == 0 ? lds64(sbase + kMaskOff + 8 * b) : 0ull;
         wg0_scores<F>(s, dq, dk);
+        const u64 mask = (u64(__shfl_sync(0xffffffffu, u32(lane0_mask >> 32), 0)) << 32) | __shfl_sync(0xffffffffu, u32(lane0_mask), 0);
         float alpha[2];
-        wg0_softmax<F>(s, lds64(sbase + kMaskOff + 8 * b), scale_log2, q4, m_run, l_run, pf, alpha);
+        wg0_softmax<F>(s, mask, scale_log2, q4, m_run, l_run, pf, alpha);
         if (rows_moved(alpha)) rescale_rows(o, alpha);
         publish_p(sbase, pf, alpha, i, bar_p_free, wtid, row_lo, q4);
         wg0_pv<F>(o, pf, dv);
