@@ -597,7 +597,7 @@ TEST_CASE("sparse: sanitizer subset", "[gpu][sparse][sanitizer]") {
   std::vector<Variant> forced = {Variant{3, 1}, Variant{3, 2}, Variant{3, 1, SparseKernel::kMmaSmall}};
   if (on_sm90()) forced.push_back(Variant{3, 1, SparseKernel::kSm90});
   for (const Variant& v : forced) {
-    kiln::KernelService::global().warm({variant_key(split_extra, v, kiln::KernelService::global().device_arch(0))}, {0});
+    kiln::KernelService::global().warm(variant_key(split_extra, v, kiln::KernelService::global().device_arch(0)), 0);
     const Outputs o = run_variant(dev, h, v, true);
     CHECK(o.plan.num_splits == 3);
     check_against_oracle(h, o, v.name(), nullptr);
@@ -608,7 +608,7 @@ TEST_CASE("sparse: sanitizer subset", "[gpu][sparse][sanitizer]") {
     for (const Variant& v : {Variant{1, 1, SparseKernel::kMma, true}, Variant{2, 1, SparseKernel::kMma, true},
                              Variant{2, 2, SparseKernel::kMma, true}, Variant{1, 1, SparseKernel::kSm90, true},
                              Variant{2, 1, SparseKernel::kSm90, true}}) {
-      kiln::KernelService::global().warm({variant_key(split_extra, v, kiln::KernelService::global().device_arch(0))}, {0});
+      kiln::KernelService::global().warm(variant_key(split_extra, v, kiln::KernelService::global().device_arch(0)), 0);
       const Outputs o = run_variant(dev, h, v, true);
       CHECK(o.plan.num_splits == *v.num_splits);
       check_against_oracle(h, o, v.name(), nullptr);
@@ -707,7 +707,7 @@ TEST_CASE("sparse: Q groups with NaN, +-Inf, huge and -0 elements", "[gpu][spars
   if (on_sm90()) runs.push_back(Variant{2, std::nullopt, SparseKernel::kSm90});
   const std::string arch = kiln::KernelService::global().device_arch(0);
   for (const Variant& v : runs) {
-    kiln::KernelService::global().warm({variant_key(c, v, arch)}, {0});
+    kiln::KernelService::global().warm(variant_key(c, v, arch), 0);
     const Outputs o = run_variant(dev, h, v, true);
     check_against_oracle(h, o, v.name(), nullptr);
   }
@@ -769,7 +769,7 @@ TEST_CASE("sparse: graph replay after in-place index and length changes equals e
     const SplitPlanResult plan = kiln::sparse::plan_sparse_decode(dev.q_view(), pool(c.page, c.large).view(c.layout), dev.indices_view(),
                                                                   dev.out_view(), dev.lse_view(), h.sm_scale, opt, sm_count());
     CHECK(plan == variant_plan(c, v));
-    kiln::KernelService::global().warm({variant_key(c, v, kiln::KernelService::global().device_arch(0))}, {0});
+    kiln::KernelService::global().warm(variant_key(c, v, kiln::KernelService::global().device_arch(0)), 0);
 
     const kt::Stream stream;
     SplitPlanResult captured;
