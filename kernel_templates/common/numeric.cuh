@@ -1,6 +1,6 @@
 #pragma once
-// Scalar types and conversions shared by every family. Compiled only by NVRTC (or nvcc in
-// standalone checks): no host headers, no cuda_bf16.h (NVRTC 13.0 does not ship it).
+// Scalar types, conversions and a warp shuffle shared by every family. Compiled only by NVRTC (or
+// nvcc in standalone checks): no host headers, no cuda_bf16.h (NVRTC 13.0 does not ship it).
 
 namespace kiln {
 
@@ -54,6 +54,13 @@ __device__ __forceinline__ u8 float_to_e4m3_satfinite(float f) {
   u16 r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
   return u8(r & 0xffu);
+}
+
+// ---- warp ----
+// Lane `src`'s 64-bit value (a pointer, a bit mask), as two 32-bit shuffles over the whole warp.
+__device__ __forceinline__ u64 shfl_u64(u64 v, int src) {
+  const u32 hi = __shfl_sync(0xffffffffu, u32(v >> 32), src);
+  return (u64(hi) << 32) | __shfl_sync(0xffffffffu, u32(v), src);
 }
 
 #endif  // __CUDACC__

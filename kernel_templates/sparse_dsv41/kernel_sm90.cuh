@@ -76,8 +76,8 @@ struct Sm90Format {
     const u32 scale_at = extra ? u32(kDsv41ExtraDataBytes) : u32(kDsv41MainDataBytes);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const u64 d = (u64(__shfl_sync(0xffffffffu, u32(addr >> 32), k)) << 32) | __shfl_sync(0xffffffffu, u32(addr), k);
-      const u64 s = (u64(__shfl_sync(0xffffffffu, u32(addr >> 32), 8 + k)) << 32) | __shfl_sync(0xffffffffu, u32(addr), 8 + k);
+      const u64 d = shfl_u64(addr, k);
+      const u64 s = shfl_u64(addr, 8 + k);
       const u32 row = rows + u32(k) * stride;
       cp_async_16_if(row + 16u * lane, d ? reinterpret_cast<const u8*>(d) + 16 * lane : fallback, d ? 16u : 0u,
                                   lane < data_pieces);

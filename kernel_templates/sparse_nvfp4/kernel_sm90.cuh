@@ -909,7 +909,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         // producer's rewrite of this word two chunks on). Read before S, shared after: off S's path.
         const u64 lane0_mask = lane == 0 ? lds64(sbase + kMaskOff + 8 * b) : 0ull;
         wg0_scores<F>(s, dq, dk);
-        const u64 mask = (u64(__shfl_sync(0xffffffffu, u32(lane0_mask >> 32), 0)) << 32) | __shfl_sync(0xffffffffu, u32(lane0_mask), 0);
+        const u64 mask = shfl_u64(lane0_mask, 0);
         float alpha[2];
         wg0_softmax<F>(s, mask, scale_log2, q4, m_run, l_run, pf, alpha);
         if (rows_moved(alpha)) rescale_rows(o, alpha);
