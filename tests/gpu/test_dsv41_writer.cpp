@@ -20,6 +20,7 @@
 #include "kiln/runtime/kernel_service.h"
 #include "tests/support/device_buffer.h"
 #include "tests/support/dsv41_reference_encode.h"
+#include "tests/support/graph_capture.h"
 
 namespace {
 
@@ -415,19 +416,15 @@ TEST_CASE("dsv41 append captured in a CUDA graph and replayed with new rows equa
       const auto view_rows = TensorView::contiguous(src.get(), DType::kBf16, {n, 512});
       const auto view_map = TensorView::contiguous(map.get(), DType::kI64, {n});
       const auto view_cache = cache_view(cache.get(), "HND", pages, page, stride, rec);
-      CUstream stream = nullptr;
-      d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      const kt::Stream owned;
+      const CUstream stream = owned.get();
       dw::warm({api_format(f), dw::WriterOp::kAppend}, {0});  // before capture
-      CUgraph graph = nullptr;
-      CUgraphExec exec = nullptr;
-      d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
-      dw::append(api_format(f), view_rows, view_map, view_cache, stream);
-      d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-      d.check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
+      kt::CapturedGraph graph(stream, [&] { dw::append(api_format(f), view_rows, view_map, view_cache, stream); });
+      graph.instantiate();
       for (std::uint32_t round = 0; round < 3; ++round) {
         const Rows rows = random_rows(DType::kBf16, n, 100 + round, -4, 4);
         src.upload(rows.bits);
-        d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
+        graph.launch(stream);
         d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
         const auto replayed = cache.download<std::uint8_t>(cache.bytes());
         dw::append(api_format(f), view_rows, view_map, view_cache, stream);  // eager, same values
@@ -436,9 +433,6 @@ TEST_CASE("dsv41 append captured in a CUDA graph and replayed with new rows equa
         CHECK(same_bytes(replayed, reference(f, rows, slots, std::vector<std::uint8_t>(cache.bytes(), 0), page, stride, pages * page)));
         cache.fill(0);
       }
-      d.cuGraphExecDestroy(exec);
-      d.cuGraphDestroy(graph);
-      d.cuStreamDestroy(stream);
     }
   }
 }

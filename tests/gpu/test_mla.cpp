@@ -702,15 +702,12 @@ TEST_CASE("mla: packed launch with no query rows returns without launching", "[g
   indptr.upload(zeros);
   lens.upload(ones);
   bt.upload(table);
-  CUstream stream = nullptr;
-  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const kiln::testing::Stream owned;
+  const CUstream stream = owned.get();
   const auto before = service.counters();
-  for (const bool capture : {false, true}) {
-    INFO((capture ? "during capture" : "eager"));
-    if (capture) d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
-    TensorView result;
+  const auto launch_empty = [&] {
     try {
-      result = kiln::mla::prims_ts_batch_decode_with_kv_cache_mla(
+      return kiln::mla::prims_ts_batch_decode_with_kv_cache_mla(
           TensorView::contiguous(q.get(), DType::kBf16, {0, heads, kDimQk}),
           TensorView::contiguous(kv.get(), DType::kBf16, {2, page, kDimQk}),
           ws_view, 512, 64,
@@ -722,10 +719,15 @@ TEST_CASE("mla: packed launch with no query rows returns without launching", "[g
     } catch (const kiln::Error& e) {
       FAIL("an empty packed launch threw: " << e.what());
     }
+    return TensorView{};
+  };
+  for (const bool capture : {false, true}) {
+    INFO((capture ? "during capture" : "eager"));
+    TensorView result;
     if (capture) {
-      CUgraph graph = nullptr;
-      d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-      if (graph) d.cuGraphDestroy(graph);
+      const kiln::testing::CapturedGraph graph(stream, [&] { result = launch_empty(); });
+    } else {
+      result = launch_empty();
     }
     CHECK(result.numel() == 0);
     CHECK(result.rank == 3);
@@ -743,7 +745,6 @@ TEST_CASE("mla: packed launch with no query rows returns without launching", "[g
   CHECK(after.compiles == before.compiles);
   CHECK(after.loads == before.loads);
   d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
-  d.cuStreamDestroy(stream);
 }
 
 namespace {

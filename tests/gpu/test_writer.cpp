@@ -17,6 +17,7 @@
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/nvfp4_writer/writer.h"
 #include "tests/support/device_buffer.h"
+#include "tests/support/graph_capture.h"
 #include "tests/support/nvfp4_device.h"
 #include "tests/support/nvfp4_reference.h"
 
@@ -322,21 +323,17 @@ TEST_CASE("writer append captured in a CUDA graph and replayed with new rows equ
     const auto view_map = TensorView::contiguous(map.get(), DType::kI32, {n});
     const auto view_cache = cache_view(cache.get(), "compact", pages, page, page * kNvfp4TokenBytes);
 
-    CUstream stream = nullptr;
-    d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    const kt::Stream owned;
+    const CUstream stream = owned.get();
     kiln::nvfp4::warm({kiln::nvfp4::WriterOp::kAppend, page}, {0});  // warm before capture
-    CUgraph graph = nullptr;
-    CUgraphExec exec = nullptr;
-    d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
-    kiln::nvfp4::append(view_rows, view_map, view_cache, stream);
-    d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-    d.check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
+    kt::CapturedGraph graph(stream, [&] { kiln::nvfp4::append(view_rows, view_map, view_cache, stream); });
+    graph.instantiate();
 
     for (std::uint32_t round = 0; round < 3; ++round) {
       INFO("N " << n << " round " << round);
       const auto rows = random_rows(n, 100 + round, -4, 4);
       src.upload(rows);  // new values at the same address
-      d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
+      graph.launch(stream);
       d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
       const auto replayed = cache.download<std::uint8_t>(cache.bytes());
       kiln::nvfp4::append(view_rows, view_map, view_cache, stream);  // eager, same values
@@ -352,35 +349,28 @@ TEST_CASE("writer append captured in a CUDA graph and replayed with new rows equ
       CHECK(replayed == want);
       cache.fill(0);
     }
-    d.cuGraphExecDestroy(exec);
-    d.cuGraphDestroy(graph);
-    d.cuStreamDestroy(stream);
   }
 }
 
 TEST_CASE("a launch during capture whose key is not warm fails naming the key and compiles nothing", "[gpu][writer]") {
-  const kiln::Driver& d = kiln::Driver::get();
   const int page = 16;  // never warmed in this process
   DeviceBuffer cache(2 * page * kNvfp4TokenBytes), src(512 * 2), map(4);
-  CUstream stream = nullptr;
-  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const kt::Stream stream;
   const auto before = kiln::KernelService::global().counters();
-  d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
   try {
-    kiln::nvfp4::append(TensorView::contiguous(src.get(), DType::kBf16, {1, 512}), TensorView::contiguous(map.get(), DType::kI32, {1}),
-                        cache_view(cache.get(), "compact", 2, page, page * kNvfp4TokenBytes), stream);
+    // The launch throws inside the capture; CapturedGraph ends the capture before passing it on.
+    const kt::CapturedGraph graph(stream.get(), [&] {
+      kiln::nvfp4::append(TensorView::contiguous(src.get(), DType::kBf16, {1, 512}), TensorView::contiguous(map.get(), DType::kI32, {1}),
+                          cache_view(cache.get(), "compact", 2, page, page * kNvfp4TokenBytes), stream.get());
+    });
     FAIL("launch during capture of a cold key did not throw");
   } catch (const kiln::Error& e) {
     CHECK(e.code() == kiln::ErrorCode::kNotWarm);
     CHECK_THAT(e.details().key, Catch::Contains("nvfp4_writer:sm_") && Catch::Contains("page_size=16"));
   }
-  CUgraph graph = nullptr;
-  d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-  if (graph) d.cuGraphDestroy(graph);
   const auto after = kiln::KernelService::global().counters();
   CHECK(after.compiles == before.compiles);
   CHECK(after.loads == before.loads);
-  d.cuStreamDestroy(stream);
 }
 
 TEST_CASE("threads warm different keys while another captures and replays a graph", "[gpu][writer]") {
@@ -394,15 +384,17 @@ TEST_CASE("threads warm different keys while another captures and replays a grap
   const auto rows = random_rows(n, 42, -3, 3);
   src.upload(rows);
   kiln::nvfp4::warm({kiln::nvfp4::WriterOp::kAppend, page}, {0});
-  CUstream stream = nullptr;
-  d.check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
-  kiln::nvfp4::append(TensorView::contiguous(src.get(), DType::kBf16, {n, 512}), TensorView::contiguous(map.get(), DType::kI32, {n}),
-                      cache_view(cache.get(), "compact", pages, page, page * kNvfp4TokenBytes), stream);
-  d.check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-  d.check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
+  const kt::Stream owned;
+  const CUstream stream = owned.get();
+  // Thread-local mode: the warming threads below may use the driver while this thread captures.
+  kt::CapturedGraph graph(
+      stream,
+      [&] {
+        kiln::nvfp4::append(TensorView::contiguous(src.get(), DType::kBf16, {n, 512}), TensorView::contiguous(map.get(), DType::kI32, {n}),
+                            cache_view(cache.get(), "compact", pages, page, page * kNvfp4TokenBytes), stream);
+      },
+      CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  graph.instantiate();
 
   std::vector<std::thread> warmers;
   std::atomic<int> failures{0};
@@ -416,17 +408,14 @@ TEST_CASE("threads warm different keys while another captures and replays a grap
       }
     });
   }
-  for (int i = 0; i < 50; ++i) d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
+  for (int i = 0; i < 50; ++i) graph.launch(stream);
   d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   for (auto& t : warmers) t.join();
   CHECK(failures == 0);
   std::vector<std::uint8_t> want(cache.bytes(), 0);
   cache.fill(0);
-  d.check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
+  graph.launch(stream);
   d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   for (std::int64_t i = 0; i < n; ++i) kt::nvfp4_write_token(want.data(), page * kNvfp4TokenBytes, page, slots[i], &rows[i * 512], device_reciprocals());
   CHECK(cache.download<std::uint8_t>(cache.bytes()) == want);
-  d.cuGraphExecDestroy(exec);
-  d.cuGraphDestroy(graph);
-  d.cuStreamDestroy(stream);
 }

@@ -15,9 +15,9 @@ CapturedGraph::~CapturedGraph() {
   if (graph_) d.cuGraphDestroy(graph_);
 }
 
-void CapturedGraph::begin(CUstream stream) {
+void CapturedGraph::begin(CUstream stream, CUstreamCaptureMode mode) {
   const Driver& d = Driver::get();
-  d.check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  d.check(d.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture");
 }
 
 void CapturedGraph::abandon(CUstream stream) {

@@ -17,15 +17,15 @@ class Stream {
   CUstream stream_ = nullptr;
 };
 
-// What `enqueue` puts on a stream, captured in global mode; the graph and its instance (once
-// instantiated) are destroyed with the object.
+// What `enqueue` puts on a stream, captured in `mode` (global unless a test needs another); the
+// graph and its instance (once instantiated) are destroyed with the object.
 class CapturedGraph {
  public:
   // A launch that throws mid-capture would leave the stream capturing, failing every later call on
   // it: the capture is ended and its partial graph destroyed before the exception goes on.
   template <class Enqueue>
-  CapturedGraph(CUstream stream, Enqueue&& enqueue) {
-    begin(stream);
+  CapturedGraph(CUstream stream, Enqueue&& enqueue, CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL) {
+    begin(stream, mode);
     try {
       enqueue();
     } catch (...) {
@@ -42,7 +42,7 @@ class CapturedGraph {
   void launch(CUstream stream) const;  // after instantiate()
 
  private:
-  static void begin(CUstream stream);
+  static void begin(CUstream stream, CUstreamCaptureMode mode);
   static void abandon(CUstream stream);
   void end(CUstream stream);
 
