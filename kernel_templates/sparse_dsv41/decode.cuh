@@ -12,25 +12,34 @@ namespace kiln {
 #ifdef __CUDACC__
 namespace dsv41 {
 
-// UE8M0 scale byte -> 2^(b - 127); 0xFF is NaN and 0x00 is 2^-127 (an f32 subnormal: kiln compiles
-// without flush-to-zero, so the product keeps it).
-__device__ __forceinline__ float ue8m0_to_float(u32 b) {
-  return b == 255u ? __uint_as_float(0x7fc00000u) : b == 0u ? __uint_as_float(0x00400000u) : __uint_as_float(b << 23);
+// UE8M0 scale byte -> 2^(b - 127) in both halves of a packed bf16 pair; 0xFF is NaN and 0x00 is
+// 2^-127 (a bf16 subnormal, which the bf16 multiply keeps).
+__device__ __forceinline__ u32 ue8m0_to_bf16x2(u32 b) {
+  const u32 h = b == 255u ? 0x7fc0u : b == 0u ? 0x0040u : b << 7;
+  return h | (h << 16);
 }
 
-// Two f16 values (packed) times `scale`, as packed bf16 (exact for every value this file produces).
-__device__ __forceinline__ u32 f16x2_scaled_to_bf16x2(u32 v, float scale) {
-  return pack_bf16x2(f16_bits_to_float(u16(v & 0xffffu)) * scale, f16_bits_to_float(u16(v >> 16)) * scale);
+__device__ __forceinline__ u32 mul_bf16x2(u32 a, u32 b) {
+  u32 r;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+// Two f16 values (packed) times a power of two (packed bf16), as packed bf16. Every value this file
+// converts has at most 6 significant bits, so the bf16 pack is exact and the one rounding is the
+// multiply's: the same bits as the product in f32 rounded to bf16, with one multiply per pair.
+__device__ __forceinline__ u32 f16x2_scaled_to_bf16x2(u32 v, u32 scale2) {
+  return mul_bf16x2(pack_bf16x2(f16_bits_to_float(u16(v & 0xffffu)), f16_bits_to_float(u16(v >> 16))), scale2);
 }
 
 // 16 E4M3 codes of one 32-dim scale group (low byte first) -> 8 packed bf16 pairs in memory order:
 // out[0..3] is dims 0..7 of the 16, out[4..7] dims 8..15.
-__device__ __forceinline__ void e4m3x16_to_bf16(U32x4 codes, float scale, u32 (&out)[8]) {
+__device__ __forceinline__ void e4m3x16_to_bf16(U32x4 codes, u32 scale2, u32 (&out)[8]) {
   const u32 w[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    out[2 * i] = f16x2_scaled_to_bf16x2(e4m3x2_to_f16x2(u16(w[i] & 0xffffu)), scale);
-    out[2 * i + 1] = f16x2_scaled_to_bf16x2(e4m3x2_to_f16x2(u16(w[i] >> 16)), scale);
+    out[2 * i] = f16x2_scaled_to_bf16x2(e4m3x2_to_f16x2(u16(w[i] & 0xffffu)), scale2);
+    out[2 * i + 1] = f16x2_scaled_to_bf16x2(e4m3x2_to_f16x2(u16(w[i] >> 16)), scale2);
   }
 }
 
@@ -40,11 +49,12 @@ __device__ __forceinline__ void e4m3x16_to_bf16(U32x4 codes, float scale, u32 (&
 // conversion scales back by 2^7.
 __device__ __forceinline__ void e2m1x32_to_bf16(const u32 (&codes)[4], u16 two_scales, u32 (&out)[4][4]) {
   constexpr int kShift = 7;
+  constexpr u32 kUndo = (127u + kShift) << 7;  // 2^7 as bf16
   e2m1x32_to_f16_scaled<kE2m1RawExponent - kShift>(codes, two_scales, out);
 #pragma unroll
   for (int p = 0; p < 4; ++p)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) out[p][i] = f16x2_scaled_to_bf16x2(out[p][i], float(1 << kShift));
+    for (int i = 0; i < 4; ++i) out[p][i] = f16x2_scaled_to_bf16x2(out[p][i], kUndo | (kUndo << 16));
 }
 
 }  // namespace dsv41
