@@ -12,11 +12,13 @@ namespace kiln {
 #ifdef __CUDACC__
 namespace dsv41 {
 
-// UE8M0 scale byte -> 2^(b - 127) in both halves of a packed bf16 pair; 0xFF is NaN and 0x00 is
-// 2^-127 (a bf16 subnormal, which the bf16 multiply keeps).
-__device__ __forceinline__ u32 ue8m0_to_bf16x2(u32 b) {
-  const u32 h = b == 255u ? 0x7fc0u : b == 0u ? 0x0040u : b << 7;
-  return h | (h << 16);
+// Byte j (0-3) of `word`, a UE8M0 scale, -> 2^(b - 127) in both halves of a packed bf16 pair; 0xFF
+// is NaN and 0x00 is 2^-127 (a bf16 subnormal, which the bf16 multiply keeps). Both special bytes
+// take the same 0x0040 per half: added to b << 7 it makes 0x7fc0 (NaN) from 0xFF and 0x0040 from 0x00.
+__device__ __forceinline__ u32 ue8m0_to_bf16x2(u32 word, u32 j) {
+  const u32 x = prmt(word, 0u, 0x4040u | j | (j << 8));  // b in the low byte of each half
+  const bool special = ((x + 0x00010001u) & 0x00fe00feu) == 0u;
+  return x * 128u + (special ? 0x00400040u : 0u);
 }
 
 __device__ __forceinline__ u32 mul_bf16x2(u32 a, u32 b) {

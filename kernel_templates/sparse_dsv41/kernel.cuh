@@ -58,7 +58,7 @@ struct Format {
       for (int k = 0; k < 16; ++k) {
         const int u = 2 * k + half;  // dims 16u .. 16u + 15, scale group u / 2 = k
         u32 o[8];
-        e4m3x16_to_bf16(rec.data[k], ue8m0_to_bf16x2((sc[k >> 2] >> (8 * (k & 3))) & 0xffu), o);
+        e4m3x16_to_bf16(rec.data[k], ue8m0_to_bf16x2(sc[k >> 2], u32(k & 3)), o);
         put(2 * u, o[0], o[1], o[2], o[3]);
         put(2 * u + 1, o[4], o[5], o[6], o[7]);
       }

@@ -155,7 +155,7 @@ struct Sm90Format {
         for (int k = 0; k < 8; ++k) {
           const int u = q + 4 * k;  // dims 16u .. 16u + 15; scale byte u / 2 = 2k + q / 2
           u32 o[8];
-          e4m3x16_to_bf16(code[k], ue8m0_to_bf16x2((scw[k >> 1] >> (8 * (2 * (k & 1) + (q >> 1)))) & 0xffu), o);
+          e4m3x16_to_bf16(code[k], ue8m0_to_bf16x2(scw[k >> 1], u32(2 * (k & 1) + (q >> 1))), o);
           put_tile16<kCross>(col + u32(2 * u) * kDimGroupBytes, U32x4{o[0], o[1], o[2], o[3]}, peer, peer_bar);
           put_tile16<kCross>(col + u32(2 * u + 1) * kDimGroupBytes, U32x4{o[4], o[5], o[6], o[7]}, peer, peer_bar);
         }
