@@ -31,7 +31,7 @@ __device__ __forceinline__ u32 mul_bf16x2(u32 a, u32 b) {
 // converts has at most 6 significant bits, so the bf16 pack is exact and the one rounding is the
 // multiply's: the same bits as the product in f32 rounded to bf16, with one multiply per pair.
 __device__ __forceinline__ u32 f16x2_scaled_to_bf16x2(u32 v, u32 scale2) {
-  return mul_bf16x2(pack_bf16x2(f16_bits_to_float(u16(v & 0xffffu)), f16_bits_to_float(u16(v >> 16))), scale2);
+  return mul_bf16x2(f16x2_to_bf16x2(v), scale2);
 }
 
 // 16 E4M3 codes of one 32-dim scale group (low byte first) -> 8 packed bf16 pairs in memory order:
