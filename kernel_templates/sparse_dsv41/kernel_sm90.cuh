@@ -26,6 +26,7 @@ struct Sm90Format {
   static constexpr bool kF16Nope = false;
   static constexpr float kNopeUndo = 1.0f;
   static constexpr bool kDealtQ = false;  // launched without dealt slices: each CTA stages its own Q
+  static constexpr bool kWg1Decodes = true;  // a CTA alone: the producer decodes candidates 0-31, WG1 32-63
   // WG1's P is already bf16 (no second copy), so 8 of its registers go to the producer, which holds
   // a gather's 8 code units and the decode's peer addresses.
   static constexpr sparse_sm90::Regs kRegs{208, 200, 96};
@@ -86,22 +87,66 @@ struct Sm90Format {
     }
   }
 
-  template <bool kHasExtra, bool kCross>
+  // WG1's half of a main chunk (candidates 32-63): thread (record 32 + dr, quarter q) of WG1, with
+  // dr = 8 w + (lane & 7) and q = lane >> 3 as the producer's, holds code units q, q + 4, ..., the
+  // record's scale row and whether the slot is valid.
+  struct Wg1Raw {
+    U32x4 code[8];
+    U32x4 scales;
+    bool valid;
+  };
+
+  template <bool kHasExtra>
+  __device__ static __forceinline__ void wg1_fetch(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int chunk, int wtid,
+                                                   Wg1Raw& r) {
+    const int lane = wtid & 31, dr = 8 * (wtid >> 5) + (lane & 7), q = lane >> 3;
+    const sparse_sm90::SlotIndex si = sparse_sm90::load_slot_index<kHasExtra>(p, work, t, chunk, 32 + dr);
+    const u64 data = record_addr<kHasExtra>(p, work, chunk, si, false), scales = record_addr<kHasExtra>(p, work, chunk, si, true);
+    r.valid = data != 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) r.code[k] = ldg128_if(reinterpret_cast<const u8*>(data) + 16 * (q + 4 * k), r.valid);
+    r.scales = ldg128_if(reinterpret_cast<const u8*>(scales), r.valid);
+  }
+
+  // Decodes WG1's half into tile b (rows 32-63) and writes the tile mask's second word.
+  __device__ static __forceinline__ void wg1_decode(const Wg1Raw& r, u32 sbase, int b, int wtid) {
+    using namespace sparse_sm90;
+    const int lane = wtid & 31, w = wtid >> 5, dr = 8 * w + (lane & 7), q = lane >> 3;
+    const u32 col = sbase + kTileOff + u32(b) * kTileBytes + u32(32 + dr) * 16u;
+    const u32 scw[4] = {r.scales.x, r.scales.y, r.scales.z, r.scales.w};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int u = q + 4 * k;  // dims 16u .. 16u + 15; scale byte u / 2 = 2k + q / 2
+      u32 o[8];
+      e4m3x16_to_bf16(r.code[k], ue8m0_to_bf16x2(scw[k >> 1], u32(2 * (k & 1) + (q >> 1))), o);
+      sts128(col + u32(2 * u) * kDimGroupBytes, U32x4{o[0], o[1], o[2], o[3]});
+      sts128(col + u32(2 * u + 1) * kDimGroupBytes, U32x4{o[4], o[5], o[6], o[7]});
+    }
+    const u32 bits = __ballot_sync(0xffffffffu, r.valid) & 0xffu;  // lanes 0-7: this warp's 8 records
+    if (lane == 0) sts8(sbase + kMaskOff + 8 * b + 4 + w, bits);
+  }
+
+  template <bool kHasExtra, bool kCross, bool kHalf>
   __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                  int n_iter, u32 sbase, int tid, int group, u32 peer) {
     using namespace sparse_sm90;
     if (n_iter <= 0) return;
     const u32 bar_full = sbase + kBarOff, bar_empty = bar_full + 16;
     const int lane = tid & 31, ptid = tid - kConsumers, pw = ptid >> 5;
-    constexpr int kParts = kCross ? 1 : 2;  // 32-record gathers per chunk
-    const int n_units = n_iter * kParts;
+    // 32-record gathers per chunk: 1 for a pair's CTA, else 2, but with kHalf (WG1 decodes
+    // candidates 32-63 from chunk 2 on) 1 from chunk 2: chunks 0 and 1 are the producer's alone, so
+    // that WG1's first fetches are not on the first S's path. Unit j is then (j / 2, j % 2) below 4.
+    constexpr int kParts = kCross ? 1 : 2;
+    const int n_units = kHalf ? (n_iter <= 2 ? 2 * n_iter : n_iter + 2) : n_iter * kParts;
+    const auto chunk_index = [&](int j) { return kHalf && j >= 4 ? j - 2 : j / kParts; };
+    const auto part_of = [&](int j) { return kHalf && j >= 4 ? 0 : j % kParts; };
     const int cand_base = kCross ? 32 * group : 0;
     const u8* fallback = static_cast<const u8*>(p.kv);
     const bool scale_lane = ((lane >> 3) & 1) != 0;
-    const auto chunk_of = [&](int j) { return c_begin + j / kParts; };
+    const auto chunk_of = [&](int j) { return c_begin + chunk_index(j); };
     const auto is_extra = [&](int chunk) { return kHasExtra && chunk >= work.main_chunks; };
     // Gather role: warp pw copies rows 8 pw .. 8 pw + 7 of each 32-record gather.
-    const auto slot_of = [&](int j) { return cand_base + 32 * (j % kParts) + 8 * pw + (lane & 7); };
+    const auto slot_of = [&](int j) { return cand_base + 32 * part_of(j) + 8 * pw + (lane & 7); };
     const auto gather = [&](int j, u64 addr) {
       const bool extra = is_extra(chunk_of(j));
       const u32 bits = __ballot_sync(0xffffffffu, addr != 0) & 0xffu;  // lanes 0-7: the rows' data addresses
@@ -116,7 +161,7 @@ struct Sm90Format {
     gather(0, addr);
     cp_async_commit();
     for (int j = 0; j < n_units; ++j) {
-      const int i = j / kParts, part = j % kParts, b = i & 1;
+      const int i = chunk_index(j), part = part_of(j), b = i & 1;
       const bool extra = is_extra(c_begin + i);
       cp_async_wait<0>();
       named_barrier_sync(kBarRaw, kProducerThreads);  // every warp's copies (and valid bits) of this gather have landed
@@ -175,7 +220,9 @@ struct Sm90Format {
         sts32(mask, valid);
         if constexpr (kCross) st_async_32(mask + peer, valid, peer_bar);
       }
-      if (part == kParts - 1) {
+      // The chunk's last gather; with kHalf every gather (the barrier counts 256: two producer
+      // arrivals for chunks 0 and 1, the producer's and WG1's from chunk 2).
+      if (kHalf || part == kParts - 1) {
         fence_proxy_async_smem();
         // The full barrier's phase: 128 local arrivals (and with a pair, the peer's bytes).
         if (kCross && ptid == 0) mbar_arrive_expect_tx(bar_full + 8 * b, kPeerBytes);

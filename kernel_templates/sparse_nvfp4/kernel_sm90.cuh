@@ -629,6 +629,7 @@ struct Nvfp4Sm90Format {
   static constexpr bool kF16Nope = true;
   static constexpr float kNopeUndo = sparse_detail::kKScaleUndo;
   static constexpr bool kDealtQ = true;  // dealt slices share Q's NVFP4 rounding (stage_q)
+  static constexpr bool kWg1Decodes = false;  // the producer decodes every candidate
   static constexpr Regs kRegs = kNvfp4Regs;
 
   __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u32 q_smem, int ctid, DealShape ds, u32 mine,
@@ -782,9 +783,10 @@ struct Nvfp4Sm90Format {
     }
   }
 
-  template <bool kHasExtra, bool kCross>
+  template <bool kHasExtra, bool kCross, bool kHalf>
   __device__ static __forceinline__ void produce(const SparseNvfp4Params& p, const sparse_detail::TokenWork& work, int t, int c_begin,
                                                  int n_iter, u32 sbase, int tid, int group, u32 peer) {
+    static_assert(!kHalf, "WG1 never decodes for this format");
     if (n_iter <= 0) return;
     if constexpr (kCross) produce_pair<kHasExtra>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
     else produce_own<kHasExtra>(p, work, t, c_begin, n_iter, sbase, tid);
@@ -806,12 +808,26 @@ struct Nvfp4Sm90Format {
 // F: the cache format (Nvfp4Sm90Format, or another family's), which owns the producer warpgroup's
 // gather and decode, Q staging and the operands' number formats.
 namespace sparse_sm90 {
+// The registers WG1 fetches a chunk's half into when it decodes one (F::Wg1Raw), else nothing.
+struct NoWg1Raw {};
+template <class F, bool kWg1Decodes>
+struct Wg1RawOf {
+  using type = NoWg1Raw;
+};
+template <class F>
+struct Wg1RawOf<F, true> {
+  using type = typename F::Wg1Raw;
+};
+
 template <class F, int kGroups, bool kHasExtra>
 __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   using namespace sparse_detail;
   static_assert(kGroups == 1 || kGroups == 2, "one head group, or a cluster pair of two");
   static_assert(F::kRegs.wg0 + F::kRegs.wg1 + F::kRegs.producer == 3 * 168, "the warpgroups share the launch allocation");
   constexpr bool kCross = kGroups == 2;  // launched as clusters of two (sparse_sm90_cluster)
+  // A CTA alone decoding a format's main chunks may split each chunk's decode between the producer
+  // (candidates 0-31) and WG1 (32-63), which waits on WG0 for most of a chunk (F::wg1_fetch, wg1_decode).
+  constexpr bool kWg1Decodes = F::kWg1Decodes && !kCross && !kHasExtra;
 
   pdl_launch_dependents();  // programmatic dependent launch: sparse_detail
   extern __shared__ __align__(1024) u8 smem[];
@@ -835,7 +851,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
 
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
-      mbar_init(bar_full + 8 * b, 128);
+      mbar_init(bar_full + 8 * b, kWg1Decodes ? 256 : 128);  // the threads that decode a tile
       mbar_init(bar_empty + 8 * b, kCross ? 16 : 8);  // one arrival per consumer warp of each CTA
     }
     mbar_init(bar_p_free, 128);
@@ -855,7 +871,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   if (tid >= kConsumers) {
     // ------------------------------ producer warpgroup ------------------------------
     setmaxnreg_dec<F::kRegs.producer>();
-    F::template produce<kHasExtra, kCross>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
+    F::template produce<kHasExtra, kCross, kWg1Decodes>(p, work, t, c_begin, n_iter, sbase, tid, group, peer);
     if (deal_shape<kGroups>().deal > 1) {  // the consumers' two publish barriers (dealt epilogue)
       cluster_sync();
       cluster_sync();
@@ -933,6 +949,13 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) o_rope[i] = 0.0f;
       const u64 dv0 = wgmma_desc_interleave(sbase + kTileOff, 8 * kRowSlotBytes, kDimGroupBytes);
+      // With kWg1Decodes, WG1 decodes its half of chunk i + 2 into tile b once both warpgroups have
+      // released b from chunk i, from records it fetched into registers a chunk earlier (the
+      // producer decodes chunks 0 and 1 whole).
+      [[maybe_unused]] typename Wg1RawOf<F, kWg1Decodes>::type raw;
+      if constexpr (kWg1Decodes) {
+        if (2 < n_iter) F::template wg1_fetch<kHasExtra>(p, work, t, c_begin + 2, wtid, raw);
+      }
       for (int i = 0; i < n_iter; ++i) {
         const int b = i & 1;
         const u64 dv = wgmma_desc_advance(dv0, u32(b) * kTileBytes);
@@ -946,6 +969,15 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         wait_tile(b, u32((i >> 1) & 1));
         wg1_pv<F>(o_nope, o_rope, pf, pb, dv);
         release_tile(b);
+        if constexpr (kWg1Decodes) {
+          if (i + 2 < n_iter) {
+            mbar_wait(bar_empty + 8 * b, u32((((i + 2) >> 1) & 1) ^ 1));  // WG0 has released b too
+            F::wg1_decode(raw, sbase, b, wtid);
+            fence_proxy_async_smem();
+            mbar_arrive(bar_full + 8 * b);
+            if (i + 3 < n_iter) F::template wg1_fetch<kHasExtra>(p, work, t, c_begin + i + 3, wtid, raw);
+          }
+        }
       }
       const CtaPlace end{t, cta_split(p, ncta, 1)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
