@@ -156,41 +156,41 @@ struct Sm90Format {
     // Decode role: thread (row dr, quarter q) of the gather takes code units q, q + 4, ...
     const int dr = 8 * pw + (lane & 7), q = lane >> 3;
 
-    u64 addr = record_addr<kHasExtra>(p, work, chunk_of(0), load_slot_index<kHasExtra>(p, work, t, chunk_of(0), slot_of(0)), scale_lane);
-    SlotIndex next = n_units > 1 ? load_slot_index<kHasExtra>(p, work, t, chunk_of(1), slot_of(1)) : SlotIndex{0, false};
-    gather(0, addr);
-    cp_async_commit();
-    for (int j = 0; j < n_units; ++j) {
-      const int i = chunk_index(j), part = part_of(j), b = i & 1;
-      const bool extra = is_extra(c_begin + i);
+    // A gather's read-out into registers once its copies have landed; the raw stage is free after it.
+    struct Raw {
+      U32x4 code[8];
+      u32 scw[4];
+      u32 valid;
+    };
+    const auto read_out = [&](bool extra) {
+      Raw r;
       cp_async_wait<0>();
       named_barrier_sync(kBarRaw, kProducerThreads);  // every warp's copies (and valid bits) of this gather have landed
       const u32 row = sbase + kRawOff + u32(dr) * raw_row_bytes(extra);
-      U32x4 code[8];
-      u32 scw[4];
       if (!extra) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) code[k] = lds128(row + 16u * u32(q + 4 * k));
+        for (int k = 0; k < 8; ++k) r.code[k] = lds128(row + 16u * u32(q + 4 * k));
         const U32x4 s = lds128(row + kDsv41MainDataBytes);
-        scw[0] = s.x;
-        scw[1] = s.y;
-        scw[2] = s.z;
-        scw[3] = s.w;
+        r.scw[0] = s.x;
+        r.scw[1] = s.y;
+        r.scw[2] = s.z;
+        r.scw[3] = s.w;
       } else {
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          code[k] = lds128(row + 16u * u32(q + 4 * k));
-          scw[k] = lds_u32(row + kDsv41ExtraDataBytes + 4u * u32(2 * k + (q >> 1)));
+          r.code[k] = lds128(row + 16u * u32(q + 4 * k));
+          r.scw[k] = lds_u32(row + kDsv41ExtraDataBytes + 4u * u32(2 * k + (q >> 1)));
         }
       }
-      const u32 valid = ptid == 0 ? lds_u32(sbase + kValidOff) : 0u;
+      r.valid = ptid == 0 ? lds_u32(sbase + kValidOff) : 0u;
       named_barrier_sync(kBarRaw, kProducerThreads);  // the stage is read: the next gather may overwrite it
-      if (j + 1 < n_units) {
-        addr = record_addr<kHasExtra>(p, work, chunk_of(j + 1), next, scale_lane);
-        gather(j + 1, addr);
-        if (j + 2 < n_units) next = load_slot_index<kHasExtra>(p, work, t, chunk_of(j + 2), slot_of(j + 2));
-      }
-      cp_async_commit();
+      return r;
+    };
+    // Decodes a read-out gather (part `part` of chunk i) into its tile and, after the chunk's last
+    // gather (with kHalf every gather: the barrier counts 256, two producer arrivals for chunks 0 and
+    // 1, the producer's and WG1's from chunk 2), arrives on the tile's full barrier.
+    const auto decode = [&](int i, int part, bool extra, const Raw& r) {
+      const int b = i & 1;
       // Tile b is free once every consumer warp (of both CTAs of a pair) released it.
       if (part == 0 && i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) & 1) ^ 1));
       const u32 col = sbase + kTileOff + u32(b) * kTileBytes + u32(cand_base + 32 * part + dr) * 16u;
@@ -200,7 +200,7 @@ struct Sm90Format {
         for (int k = 0; k < 8; ++k) {
           const int u = q + 4 * k;  // dims 16u .. 16u + 15; scale byte u / 2 = 2k + q / 2
           u32 o[8];
-          e4m3x16_to_bf16(code[k], ue8m0_to_bf16x2(scw[k >> 1], u32(2 * (k & 1) + (q >> 1))), o);
+          e4m3x16_to_bf16(r.code[k], ue8m0_to_bf16x2(r.scw[k >> 1], u32(2 * (k & 1) + (q >> 1))), o);
           put_tile16<kCross>(col + u32(2 * u) * kDimGroupBytes, U32x4{o[0], o[1], o[2], o[3]}, peer, peer_bar);
           put_tile16<kCross>(col + u32(2 * u + 1) * kDimGroupBytes, U32x4{o[4], o[5], o[6], o[7]}, peer, peer_bar);
         }
@@ -208,25 +208,58 @@ struct Sm90Format {
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int u = q + 4 * k;  // dims 32u .. 32u + 31; scale bytes 2u, 2u + 1
-          const u32 words[4] = {code[k].x, code[k].y, code[k].z, code[k].w};
+          const u32 words[4] = {r.code[k].x, r.code[k].y, r.code[k].z, r.code[k].w};
           u32 o[4][4];
-          e2m1x32_to_bf16(words, u16(scw[k] >> (16 * (q & 1))), o);
+          e2m1x32_to_bf16(words, u16(r.scw[k] >> (16 * (q & 1))), o);
 #pragma unroll
           for (int wi = 0; wi < 4; ++wi) put_tile16<kCross>(col + u32(4 * u + wi) * kDimGroupBytes, U32x4{o[wi][0], o[wi][1], o[wi][2], o[wi][3]}, peer, peer_bar);
         }
       }
       if (ptid == 0) {
         const u32 mask = sbase + kMaskOff + 8 * b + 4 * (kCross ? group : part);
-        sts32(mask, valid);
-        if constexpr (kCross) st_async_32(mask + peer, valid, peer_bar);
+        sts32(mask, r.valid);
+        if constexpr (kCross) st_async_32(mask + peer, r.valid, peer_bar);
       }
-      // The chunk's last gather; with kHalf every gather (the barrier counts 256: two producer
-      // arrivals for chunks 0 and 1, the producer's and WG1's from chunk 2).
       if (kHalf || part == kParts - 1) {
         fence_proxy_async_smem();
         // The full barrier's phase: 128 local arrivals (and with a pair, the peer's bytes).
         if (kCross && ptid == 0) mbar_arrive_expect_tx(bar_full + 8 * b, kPeerBytes);
         else mbar_arrive(bar_full + 8 * b);
+      }
+    };
+
+    if constexpr (kCross) {  // one gather per chunk
+      const auto load_index = [&](int i) { return i < n_iter ? load_slot_index<kHasExtra>(p, work, t, c_begin + i, slot_of(i)) : SlotIndex{0, false}; };
+      const auto gather_chunk = [&](int i, SlotIndex si) { gather(i, record_addr<kHasExtra>(p, work, c_begin + i, si, scale_lane)); };
+      gather_chunk(0, load_index(0));
+      SlotIndex next = load_index(1);
+      cp_async_commit();
+      for (int i = 0; i < n_iter; ++i) {
+        const bool extra = is_extra(c_begin + i);
+        const Raw r = read_out(extra);
+        if (i + 1 < n_iter) {
+          gather_chunk(i + 1, next);
+          next = load_index(i + 2);
+        }
+        cp_async_commit();
+        decode(i, 0, extra, r);
+      }
+    } else {
+      u64 addr = record_addr<kHasExtra>(p, work, chunk_of(0), load_slot_index<kHasExtra>(p, work, t, chunk_of(0), slot_of(0)), scale_lane);
+      SlotIndex next = n_units > 1 ? load_slot_index<kHasExtra>(p, work, t, chunk_of(1), slot_of(1)) : SlotIndex{0, false};
+      gather(0, addr);
+      cp_async_commit();
+      for (int j = 0; j < n_units; ++j) {
+        const int i = chunk_index(j);
+        const bool extra = is_extra(c_begin + i);
+        const Raw r = read_out(extra);
+        if (j + 1 < n_units) {
+          addr = record_addr<kHasExtra>(p, work, chunk_of(j + 1), next, scale_lane);
+          gather(j + 1, addr);
+          if (j + 2 < n_units) next = load_slot_index<kHasExtra>(p, work, t, chunk_of(j + 2), slot_of(j + 2));
+        }
+        cp_async_commit();
+        decode(i, part_of(j), extra, r);
       }
     }
   }
