@@ -6,8 +6,10 @@
 //
 // Producer: a chunk is gathered 32 records at a time into the raw stage (the NVFP4 stage holds 64
 // 384-byte records, 32 528-byte ones fit it), so a CTA that decodes all 64 candidates (H <= 64) takes
-// two gathers per chunk and a cluster pair's CTA (its 32 candidates) one. The next gather is in
-// flight while the previous one is decoded, and slot indices are loaded a gather ahead.
+// two gathers per chunk and a cluster pair's CTA (its 32 candidates) one. A CTA alone without the
+// extra pool gathers only candidates 0-31 from chunk 2 on: WG1 fetches and decodes 32-63 itself
+// (wg1_fetch, wg1_decode). The next gather is in flight while the previous one is decoded, and slot
+// indices are loaded a gather ahead.
 #include "sparse_dsv41/decode.cuh"
 #include "sparse_dsv41/params.cuh"
 #include "sparse_nvfp4/kernel_sm90.cuh"
