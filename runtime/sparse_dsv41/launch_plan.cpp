@@ -69,6 +69,18 @@ Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, co
   return r;
 }
 
+Dsv41Plan dsv41_launch_plan(const Dsv41Device& device, int tokens, int heads, int chunks, const Dsv41Plan& plan, bool planned,
+                            std::optional<bool> cluster, int split_stride, int max_splits) {
+  if (plan.variant != Dsv41Variant::kSm90) return plan;
+  const sparse::SplitPlanResult runs =
+      sparse::sparse_launch_plan(sparse::SparseDevice{device.arch, device.sms, device.residency}, tokens, heads, chunks, split_result(plan),
+                                 planned, cluster, sparse::SparseKernel::kSm90, split_stride, max_splits);
+  Dsv41Plan r = plan;
+  r.num_splits = runs.num_splits;
+  r.chunks_per_block = runs.chunks_per_block;
+  return r;
+}
+
 std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads) {
   sparse::check_sparse_arch(arch);
   if (arch == "sm_90a" && heads >= 32) return {Dsv41Variant::kDefault, Dsv41Variant::kSm90};

@@ -56,6 +56,12 @@ int dsv41_cluster_size(const Dsv41Device& device, int tokens, int heads, const D
 Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, const Dsv41Device& device,
                              std::optional<Dsv41Variant> variant = std::nullopt, std::optional<int> num_splits = std::nullopt,
                              int max_splits = 16, bool ragged = false, std::optional<bool> cluster = std::nullopt);
+// The plan a launch of `plan` runs (`planned`: no num_splits override): for "sm90", where the call's
+// scratch holds more splits than planned (split_stride S), the most splits up to min(S,
+// max_splits, chunks) whose CTAs fit one wave, as the NVFP4 sm90 launch does
+// (sparse::sparse_launch_plan); otherwise `plan`. The call still returns `plan`.
+Dsv41Plan dsv41_launch_plan(const Dsv41Device& device, int tokens, int heads, int chunks, const Dsv41Plan& plan, bool planned,
+                            std::optional<bool> cluster = std::nullopt, int split_stride = 0, int max_splits = 16);
 // Every variant the launcher picks on `arch` for H heads without an override (what a prebuild
 // manifest needs for that target).
 std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads);

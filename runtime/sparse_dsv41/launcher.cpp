@@ -143,10 +143,12 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   const sparse::SparseDevice gpu = sparse::sparse_device(service, device);
   const Dsv41Device target{gpu.arch, gpu.sms, false, gpu.residency};
   const Dsv41Plan plan = finish_plan(a, c, target);
-  const SparseNvfp4Params params = sparse_params(a, c, plan.num_splits, plan.chunks_per_block);
-  const Dsv41Policy policy = dsv41_policy(c.heads, c.has_extra, plan);
+  const Dsv41Plan runs = dsv41_launch_plan(target, static_cast<int>(c.tokens), c.heads, num_chunks(c.topk, c.extra_topk), plan,
+                                           !opt.num_splits, opt.cluster, c.split_stride, opt.max_splits);
+  const SparseNvfp4Params params = sparse_params(a, c, runs.num_splits, runs.chunks_per_block);
+  const Dsv41Policy policy = dsv41_policy(c.heads, c.has_extra, runs);
   const KernelHandle& handle = acquire(service, policy, stream, device);
-  const int cluster = dsv41_cluster_size(target, static_cast<int>(c.tokens), c.heads, plan, opt.cluster);
+  const int cluster = dsv41_cluster_size(target, static_cast<int>(c.tokens), c.heads, runs, opt.cluster);
   sparse::launch_sparse_decode(handle, decode_config(policy, params, cluster), params, opt.enable_pdl.value_or(true), stream);
   return plan;
 }

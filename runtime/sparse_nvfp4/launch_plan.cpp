@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <climits>
@@ -118,17 +119,30 @@ int sparse_cluster_size(const SparseDevice& device, int tokens, int heads, const
 }
 
 SplitPlanResult sparse_launch_plan(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
-                                   std::optional<bool> cluster, SparseKernel kernel) {
-  if (!planned || kernel != SparseKernel::kMma || plan.num_splits == 1 || (cluster && !*cluster) || chunks > kSparseMaxCluster) return plan;
+                                   std::optional<bool> cluster, SparseKernel kernel, int split_stride, int max_splits) {
+  if (!planned) return plan;
+  if (kernel == SparseKernel::kSm90) {
+    if (cluster || heads % 64 != 0) return plan;
+    // The most splits (at most the scratch's and the caller's caps) whose 64-head CTAs still fit one
+    // wave; each split is a normalised count (spec: cpb = ceil(chunks / splits), then splits =
+    // ceil(chunks / cpb)).
+    const long long per_split = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads);
+    for (int s = std::min({split_stride, max_splits, chunks}); s > plan.num_splits; --s) {
+      const int cpb = (chunks + s - 1) / s, splits = (chunks + cpb - 1) / cpb;
+      if (splits > plan.num_splits && per_split * splits <= device.sms) return SplitPlanResult{plan.head_tiles, splits, cpb};
+    }
+    return plan;
+  }
+  if (kernel != SparseKernel::kMma || plan.num_splits == 1 || (cluster && !*cluster) || chunks > kSparseMaxCluster) return plan;
   const SplitPlanResult whole{plan.head_tiles, 1, chunks};
   return sparse_cluster_size(device, tokens, heads, whole, std::nullopt, kernel) == chunks ? whole : plan;
 }
 
 SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
-                                std::optional<SparseKernel> kernel, std::optional<bool> cluster) {
+                                std::optional<SparseKernel> kernel, std::optional<bool> cluster, int split_stride, int max_splits) {
   SparseLaunch l;
   l.kernel = choose_kernel(device, tokens, heads, plan, kernel);
-  l.runs = sparse_launch_plan(device, tokens, heads, chunks, plan, planned, cluster, l.kernel);
+  l.runs = sparse_launch_plan(device, tokens, heads, chunks, plan, planned, cluster, l.kernel, split_stride, max_splits);
   l.cluster = sparse_cluster_size(device, tokens, heads, l.runs, cluster, l.kernel);
   return l;
 }

@@ -53,9 +53,11 @@ struct SparseLaunch {
 };
 
 // The launch of `plan` (the planners' result for T tokens, H heads and `chunks` chunks; `planned`:
-// no num_splits override) on `device`, with the overrides of SparseOptions (`kernel`, `cluster`).
+// no num_splits override) on `device`, with the overrides of SparseOptions (`kernel`, `cluster`),
+// the split stride S of the call's mid_out / mid_lse (0: none) and its max_splits.
 SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
-                                std::optional<SparseKernel> kernel = std::nullopt, std::optional<bool> cluster = std::nullopt);
+                                std::optional<SparseKernel> kernel = std::nullopt, std::optional<bool> cluster = std::nullopt,
+                                int split_stride = 0, int max_splits = 16);
 
 // The decode kernel for a call of T tokens and H heads resolved to `plan` on `device` (kernel = an
 // override, checked: kSm90 needs sm_90a).
@@ -82,14 +84,22 @@ SparseKernel choose_kernel(const SparseDevice& device, int tokens, int heads, co
 int sparse_cluster_size(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& plan,
                         std::optional<bool> cluster = std::nullopt, SparseKernel kernel = SparseKernel::kMma);
 
-// The plan a `kernel` launch runs for `plan`, the planners' result (which the call returns). A planned
-// (`planned`: no num_splits override) kMma split of at most kSparseMaxCluster `chunks` in all, where
-// one cluster per (token, head block) can give each chunk a CTA of its own, runs as one split dealt
-// over that cluster: the splits combine in distributed shared memory, and neither mid_out nor the
-// merge launch is used (H200, T = 1, 512 candidates: 10.0 vs 11.1 us at H = 64, 10.1 vs 12.1 at
-// H = 128). Anything else (and `cluster` false) runs as planned.
+// The plan a `kernel` launch runs for `plan`, the planners' result (which the call returns), when
+// `planned` (no num_splits override):
+// - kMma: a split of at most kSparseMaxCluster `chunks` in all, where one cluster per (token, head
+//   block) can give each chunk a CTA of its own, runs as one split dealt over that cluster: the
+//   splits combine in distributed shared memory, and neither mid_out nor the merge launch is used
+//   (H200, T = 1, 512 candidates: 10.0 vs 11.1 us at H = 64, 10.1 vs 12.1 at H = 128). Not with
+//   `cluster` false.
+// - kSm90, H a multiple of 64, `cluster` not forced: where the caller's scratch holds more splits
+//   than planned (split_stride S, e.g. mid_out sized by scratch_bytes, which holds one per chunk),
+//   the most splits up to min(S, max_splits, chunks) whose CTAs fit one wave: a grid of few
+//   long splits (each dealt to a cluster, or not) is slower than one of many short ones and the
+//   merge (H100, T = 8, 512 candidates: 16.8 -> 12.5 us at H = 64, 18.0 -> 16.0 at H = 128; 2048
+//   at H = 128: 28.7 -> 22.1).
+// Anything else runs as planned.
 SplitPlanResult sparse_launch_plan(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
-                                   std::optional<bool> cluster, SparseKernel kernel);
+                                   std::optional<bool> cluster, SparseKernel kernel, int split_stride = 0, int max_splits = 16);
 
 // Every kernel choose_kernel can return on `arch` for H heads without an override (what a prebuild
 // manifest needs for that target).

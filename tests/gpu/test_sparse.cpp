@@ -210,8 +210,10 @@ SplitPlanResult variant_plan(const SparseCase& c, const Variant& v) {
 kiln::SemanticKey variant_key(const SparseCase& c, const Variant& v, const std::string& arch) {
   const SplitPlanResult plan = variant_plan(c, v);
   const kiln::sparse::SparseDevice device = kiln::sparse::sparse_device(kiln::KernelService::global(), 0);
-  const kiln::sparse::SparseLaunch l = kiln::sparse::plan_sparse_launch(device, c.tokens, c.heads, kiln::sparse::num_chunks(c.topk, c.xtopk()),
-                                                                        plan, !v.num_splits, v.kernel, v.cluster);
+  // DeviceCase's scratch holds one split per chunk.
+  const int chunks = kiln::sparse::num_chunks(c.topk, c.xtopk());
+  const kiln::sparse::SparseLaunch l =
+      kiln::sparse::plan_sparse_launch(device, c.tokens, c.heads, chunks, plan, !v.num_splits, v.kernel, v.cluster, chunks);
   return kiln::sparse::sparse_policy(c.heads, c.has_extra, l.runs, l.kernel).key(arch);
 }
 

@@ -244,6 +244,9 @@ void warm_all(const std::vector<Dsv41Case>& cases) {
       const Dsv41Plan plan = kiln::dsv41::resolve_dsv41_plan(c.tokens, c.heads, c.topk, c.xtopk(), device(), v, l.num_splits, 16,
                                                              c.main_lengths_given() || c.extra_lengths_given());
       keys.push_back(kiln::dsv41::dsv41_policy(c.heads, c.has_extra, plan).key(device_arch()));
+      // With DeviceCase's scratch (one split per chunk) a planned sm90 launch may run more splits.
+      const Dsv41Plan runs = kiln::dsv41::dsv41_launch_plan(device(), c.tokens, c.heads, c.chunks(), plan, !l.num_splits, std::nullopt, c.chunks());
+      keys.push_back(kiln::dsv41::dsv41_policy(c.heads, c.has_extra, runs).key(device_arch()));
     }
   }
   kt::warm_distinct(keys, "dsv41");

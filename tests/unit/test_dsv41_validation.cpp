@@ -121,6 +121,14 @@ TEST_CASE("dsv41 validation: variant choice and refusal", "[unit]") {
   CHECK(d::dsv41_cluster_size(kH200, 64, 64, {d::Dsv41Variant::kSm90, 2, 1, 10, 0}) == 2);
   CHECK(d::dsv41_cluster_size(kH200, 64, 64, {d::Dsv41Variant::kSm90, 2, 1, 10, 0}, false) == 1);
   CHECK(d::dsv41_cluster_size(kH200, 64, 64, {d::Dsv41Variant::kDefault, 1, 1, 10, 0}) == 1);
+  // T 8, H 128, 2048 candidates planned as 4 splits of 8: with scratch for 32 splits, 8 of 4 chunks
+  // (128 CTAs; 16 would be two waves); none, a num_splits override or "default": as planned.
+  const d::Dsv41Plan planned{d::Dsv41Variant::kSm90, 2, 4, 8, 0};
+  CHECK(d::dsv41_launch_plan(kH200, 8, 128, 32, planned, true, std::nullopt, 32) == d::Dsv41Plan{d::Dsv41Variant::kSm90, 2, 8, 4, 0});
+  CHECK(d::dsv41_launch_plan(kH200, 8, 128, 32, planned, true, std::nullopt, 0) == planned);
+  CHECK(d::dsv41_launch_plan(kH200, 8, 128, 32, planned, false, std::nullopt, 32) == planned);
+  const d::Dsv41Plan compact{d::Dsv41Variant::kDefault, 1, 4, 8, 0};
+  CHECK(d::dsv41_launch_plan(kH200, 8, 128, 32, compact, true, std::nullopt, 32) == compact);
   CHECK(std::string(d::dsv41_variant_name(d::Dsv41Variant::kDefault)) == "default");
   CHECK(std::string(d::dsv41_variant_name(d::Dsv41Variant::kSm90)) == "sm90");
 

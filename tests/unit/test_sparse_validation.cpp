@@ -656,6 +656,35 @@ TEST_CASE("sparse validation: the plan a launch runs", "[unit]") {
   CHECK(sp::sparse_launch_plan(dev("sm_90a", 132), 1, 8, 2, {1, 2, 1}, true, std::nullopt, K::kMma) == sp::SplitPlanResult{1, 2, 1});
 }
 
+TEST_CASE("sparse validation: an sm90 launch runs more splits where the scratch holds them", "[unit]") {
+  constexpr sp::SparseKernel kSm90 = sp::SparseKernel::kSm90;
+  const sp::SparseDevice h = dev("sm_90a", 132);
+  // T = 8, H = 64, 512 candidates planned as 2 splits of 4: with room for 8 splits, 8 of one chunk
+  // (64 CTAs).
+  CHECK(sp::sparse_launch_plan(h, 8, 64, 8, {1, 2, 4}, true, std::nullopt, kSm90, 8) == sp::SplitPlanResult{1, 8, 1});
+  // max_splits caps it (4 splits of 2), as it caps the planner.
+  CHECK(sp::sparse_launch_plan(h, 8, 64, 8, {1, 2, 4}, true, std::nullopt, kSm90, 8, 4) == sp::SplitPlanResult{1, 4, 2});
+  // H = 128, 10 chunks planned as one split: 10 splits would be 160 CTAs, so 9 -> 2 chunks each -> 5
+  // splits (80 CTAs), the largest normalised count that fits.
+  CHECK(sp::sparse_launch_plan(h, 8, 128, 10, {1, 1, 10}, true, std::nullopt, kSm90, 10) == sp::SplitPlanResult{1, 5, 2});
+  // H = 128, 2048 candidates: 8 splits of 4 chunks (128 CTAs); 16 would be two waves.
+  CHECK(sp::sparse_launch_plan(h, 8, 128, 32, {2, 2, 16}, true, std::nullopt, kSm90, 32) == sp::SplitPlanResult{2, 8, 4});
+  // As planned: no scratch, scratch for the plan's splits only, a num_splits override, dealing
+  // forced either way, H not a multiple of 64, another kernel, or a grid already a wave (T = 64, H = 128).
+  CHECK(sp::sparse_launch_plan(h, 8, 64, 8, {1, 2, 4}, true, std::nullopt, kSm90, 0) == sp::SplitPlanResult{1, 2, 4});
+  CHECK(sp::sparse_launch_plan(h, 8, 64, 8, {1, 2, 4}, true, std::nullopt, kSm90, 2) == sp::SplitPlanResult{1, 2, 4});
+  CHECK(sp::sparse_launch_plan(h, 8, 64, 8, {1, 2, 4}, false, std::nullopt, kSm90, 8) == sp::SplitPlanResult{1, 2, 4});
+  CHECK(sp::sparse_launch_plan(h, 8, 64, 8, {1, 2, 4}, true, true, kSm90, 8) == sp::SplitPlanResult{1, 2, 4});
+  CHECK(sp::sparse_launch_plan(h, 8, 64, 8, {1, 2, 4}, true, false, kSm90, 8) == sp::SplitPlanResult{1, 2, 4});
+  CHECK(sp::sparse_launch_plan(h, 8, 96, 8, {1, 2, 4}, true, std::nullopt, kSm90, 8) == sp::SplitPlanResult{1, 2, 4});
+  CHECK(sp::sparse_launch_plan(h, 8, 64, 8, {1, 2, 4}, true, std::nullopt, sp::SparseKernel::kMmaSmall, 8) == sp::SplitPlanResult{1, 2, 4});
+  CHECK(sp::sparse_launch_plan(h, 64, 128, 32, {2, 2, 16}, true, std::nullopt, kSm90, 32) == sp::SplitPlanResult{2, 2, 16});
+  // The whole launch: the sm90 kernel, no dealing on the wider plan.
+  const sp::SparseLaunch l = sp::plan_sparse_launch(h, 8, 64, 8, {1, 2, 4}, true, kSm90, std::nullopt, 8);
+  CHECK(l.runs == sp::SplitPlanResult{1, 8, 1});
+  CHECK(l.cluster == 1);
+}
+
 TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 launch", "[unit]") {
   using K = sp::SparseKernel;
   constexpr K kSm90 = K::kSm90;

@@ -128,11 +128,18 @@ class Pools {
   std::vector<std::pair<int, std::unique_ptr<BenchDeviceMemory>>> pools_;
 };
 
+// The split stride S of the bench's mid_out / mid_lse: one split per chunk, as upstream's
+// scratch_bytes sizes a caller's workspace (at least the plan's count).
+int scratch_splits(const BenchConfig& c, const sparse::SplitPlanResult& plan) {
+  return std::max(plan.num_splits, sparse::num_chunks(c.topk, c.extra_topk));
+}
+
 // The plan a `kernel` call of `c` runs (the launcher's sparse_launch_plan, without overrides but
 // --splits).
 sparse::SplitPlanResult launch_plan(const BenchConfig& c, const sparse::SplitPlanResult& plan, const sparse::SparseDevice& dev,
                                     sparse::SparseKernel kernel) {
-  return sparse::sparse_launch_plan(dev, c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits, std::nullopt, kernel);
+  const int chunks = sparse::num_chunks(c.topk, c.extra_topk);
+  return sparse::sparse_launch_plan(dev, c.tokens, c.heads, chunks, plan, !c.splits, std::nullopt, kernel, scratch_splits(c, plan));
 }
 
 Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms, std::optional<sparse::SparseKernel> kernel,
@@ -169,7 +176,7 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
     }
   };
   static_cast<SparseGraphTimes&>(t) =
-      time_sparse_graph(c, c.gathered_bytes(), pool_tokens, pool_tokens, t.plan.num_splits, opt, launch, rng, stream, where);
+      time_sparse_graph(c, c.gathered_bytes(), pool_tokens, pool_tokens, scratch_splits(c, t.plan), opt, launch, rng, stream, where);
   return t;
 }
 
@@ -288,6 +295,7 @@ int run_bench_sparse(const BenchOptions& options) {
     std::vector<Timing> t;        // per entry of `kernels`
     int cluster = 1;              // CTAs per cluster of the mma.sync launch
     std::optional<Timing> mma_no_cluster;  // the mma.sync kernel without a cluster, where it has one
+    sparse::SplitPlanResult runs;  // the plan the sm90 launch runs (sparse_launch_plan)
     int deal = 1;                 // CTAs sharing a split in the sm90 launch
     std::optional<Timing> sm90_no_deal;    // the sm90 kernel without dealing, where it deals
     int deal_forced = 1;          // the same with dealing forced on
@@ -313,7 +321,8 @@ int run_bench_sparse(const BenchOptions& options) {
     if (hopper) row.cluster = sparse::sparse_cluster_size(dev, c.tokens, c.heads, launch_plan(c, plan, dev, sparse::SparseKernel::kMma));
     if (row.cluster > 1) row.mma_no_cluster = time_config(c, pool, sms, sparse::SparseKernel::kMma, false, stream, rng, service);
     if (hopper && std::find(kernels.begin(), kernels.end(), sparse::SparseKernel::kSm90) != kernels.end()) {
-      row.deal = sparse::sparse_cluster_size(dev, c.tokens, c.heads, plan, std::nullopt, sparse::SparseKernel::kSm90);
+      row.runs = launch_plan(c, plan, dev, sparse::SparseKernel::kSm90);
+      row.deal = sparse::sparse_cluster_size(dev, c.tokens, c.heads, row.runs, std::nullopt, sparse::SparseKernel::kSm90);
       row.deal_forced = sparse::sparse_cluster_size(dev, c.tokens, c.heads, plan, true, sparse::SparseKernel::kSm90);
       if (row.deal > 1) row.sm90_no_deal = time_config(c, pool, sms, sparse::SparseKernel::kSm90, false, stream, rng, service);
       if (row.deal_forced != row.deal) row.sm90_deal_forced = time_config(c, pool, sms, sparse::SparseKernel::kSm90, true, stream, rng, service);
@@ -342,7 +351,10 @@ int run_bench_sparse(const BenchOptions& options) {
     if (hopper) r["mma_cluster"] = row.cluster;
     if (c.splits) r["num_splits_forced"] = true;
     if (row.mma_no_cluster) r["us_mma_no_cluster"] = row.mma_no_cluster->us;
-    if (hopper) r["sm90_deal"] = row.deal;
+    if (hopper) {
+      r["sm90_deal"] = row.deal;
+      r["sm90_runs"] = fmt::format("{}/{}", row.runs.num_splits, row.runs.chunks_per_block);
+    }
     if (row.sm90_no_deal) r["us_sm90_no_deal"] = row.sm90_no_deal->us;
     if (row.sm90_deal_forced) {
       r["sm90_deal_forced"] = row.deal_forced;
@@ -375,6 +387,10 @@ int run_bench_sparse(const BenchOptions& options) {
       {"mma_cluster", "CTAs per cluster sharing a split's chunks in the mma.sync launch (sparse_cluster_size of the plan it runs, "
                       "sparse_launch_plan: a planned split small enough runs as one split dealt over one cluster); us_mma_no_cluster: "
                       "the same calls on mma.sync with the cluster forced off (so also run as planned), where it has one"},
+      {"scratch", "mid_out / mid_lse hold one split per chunk (S = num_chunks, at least the plan's splits), as upstream's "
+                  "scratch_bytes sizes a workspace"},
+      {"sm90_runs", "splits / chunks per split the sm90 launch runs (sparse_launch_plan: where the scratch holds more splits "
+                    "than planned and the 64-head CTAs fit one wave, the most that do)"},
       {"sm90_deal", "CTAs per head group sharing a split's chunks in the sm90 launch (sparse_cluster_size for kSm90); "
                     "us_sm90_no_deal: forced off where it deals; sm90_deal_forced / us_sm90_deal_forced: forced on, where that "
                     "gives another size"},

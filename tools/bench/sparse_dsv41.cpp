@@ -93,6 +93,18 @@ dsv41::Dsv41Plan expected_plan(const SparseShape& c, const dsv41::Dsv41Device& d
   return dsv41::resolve_dsv41_plan(c.tokens, c.heads, c.topk, c.extra_topk, device, variant);
 }
 
+// The split stride of the bench's scratch: one split per chunk, as upstream's scratch_bytes sizes a
+// workspace (at least the plan's count).
+int scratch_splits(const SparseShape& c, const dsv41::Dsv41Plan& plan) {
+  return std::max(plan.num_splits, sparse::num_chunks(c.topk, c.extra_topk));
+}
+
+// The plan the launch of `plan` runs with that scratch (dsv41_launch_plan).
+dsv41::Dsv41Plan launch_runs(const SparseShape& c, const dsv41::Dsv41Device& device, const dsv41::Dsv41Plan& plan) {
+  return dsv41::dsv41_launch_plan(device, c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, true, std::nullopt,
+                                  scratch_splits(c, plan));
+}
+
 Timing time_config(const SparseShape& c, const Pool& main, const Pool& extra, const dsv41::Dsv41Device& device, Dsv41Variant variant,
                    CUstream stream, BenchRng& rng, KernelService& service) {
   const std::string where = fmt::format("{} variant {}", c.name(), dsv41::dsv41_variant_name(variant));
@@ -117,7 +129,7 @@ Timing time_config(const SparseShape& c, const Pool& main, const Pool& extra, co
     }
   };
   static_cast<SparseGraphTimes&>(t) =
-      time_sparse_graph(c, gathered_bytes(c), main.slots(), extra.slots(), t.plan.num_splits, opt, launch, rng, stream, where);
+      time_sparse_graph(c, gathered_bytes(c), main.slots(), extra.slots(), scratch_splits(c, t.plan), opt, launch, rng, stream, where);
   return t;
 }
 
@@ -155,8 +167,11 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
     std::vector<SemanticKey> keys;
     for (const SparseShape& c : grid) {
       for (const Dsv41Variant v : variants) {
-        const SemanticKey key = dsv41::dsv41_policy(c.heads, c.has_extra(), expected_plan(c, device, v)).key(arch);
-        if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+        const dsv41::Dsv41Plan plan = expected_plan(c, device, v);
+        for (const dsv41::Dsv41Plan& p : {plan, launch_runs(c, device, plan)}) {
+          const SemanticKey key = dsv41::dsv41_policy(c.heads, c.has_extra(), p).key(arch);
+          if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+        }
       }
     }
     service.warm(keys, {0});
@@ -209,7 +224,9 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
     r["extra_page_size"] = c.has_extra() ? kPage : 0;
     r["candidates"] = c.topk + c.extra_topk;
     r["variant"] = dsv41::dsv41_variant_name(row.variant);
-    r["cluster"] = dsv41::dsv41_cluster_size(device, c.tokens, c.heads, t.plan);
+    const dsv41::Dsv41Plan runs = launch_runs(c, device, t.plan);
+    r["runs"] = fmt::format("{}/{}", runs.num_splits, runs.chunks_per_block);
+    r["cluster"] = dsv41::dsv41_cluster_size(device, c.tokens, c.heads, runs);
     r["us_nvfp4"] = row.nvfp4.us;
     r["nvfp4_kernel"] = row.nvfp4.kernel;
     r["nvfp4_plan"] = fmt::format("{}/{}/{}", row.nvfp4.head_tiles, row.nvfp4.num_splits, row.nvfp4.chunks_per_block);
@@ -229,6 +246,8 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
   report["method"] = {
       {"timing", sparse_timing_method("pools")},
       {"plan", "the launcher's own (planners for this device's SM count; no overrides)"},
+      {"scratch", "mid_out / mid_lse hold one split per chunk (S = num_chunks, at least the plan's splits), as upstream's "
+                  "scratch_bytes sizes a workspace; runs: splits / chunks per split the launch runs with it (dsv41_launch_plan)"},
       {"variant", "the launcher's choice for the call; us_<variant>: the same calls with each variant this device has forced"},
       {"nvfp4", "us_nvfp4: kiln's NVFP4 decode (384-byte records) on the same T, H, topk, extra_topk, timed as kiln bench sparse "
                 "times it (its own pool and the launcher's own kernel and plan); nvfp4_speedup = us_nvfp4 / us_per_call"},
