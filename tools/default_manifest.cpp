@@ -15,7 +15,7 @@ std::string_view default_manifest() {
     {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [8, 16], "head_tiles": 1, "has_extra": true, "split": [false, true]}},
     {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "head_tiles": [1, 2], "has_extra": false, "split": false}},
     {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "head_tiles": [1, 2], "has_extra": true, "split": [false, true]}},
-    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "kernel": "sm90", "has_extra": false, "split": false}},
+    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "kernel": "sm90", "has_extra": false, "split": [false, true]}},
     {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "kernel": "sm90", "has_extra": true, "split": [false, true]}},
     {"family": "sparse_nvfp4", "archs": ["sm_120a"], "policy": {"heads": [8, 16, 32, 64, 128], "kernel": "mma_small", "has_extra": false, "split": false}},
     {"family": "sparse_nvfp4", "archs": ["sm_120a"], "policy": {"heads": [8, 16, 32, 64, 128], "kernel": "mma_small", "has_extra": true, "split": [false, true]}},
