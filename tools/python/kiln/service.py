@@ -27,7 +27,9 @@ def warm_sparse(num_heads: int, *, has_extra: bool = False, head_tiles: Optional
                 split: Optional[bool] = None, devices: Devices = None) -> None:
     """Warm the sparse NVFP4 decode kernels for ``num_heads`` heads (with or without an extra cache):
     every head-tile count (1, and 2 when num_heads % 32 == 0) and both split variants, unless
-    ``head_tiles`` / ``split`` name one."""
+    ``head_tiles`` / ``split`` name one, of every kernel the decode may pick on each device's target
+    (sm_90a: mma.sync and, for H a multiple of 64 or H = 32, the warpgroup-MMA kernel; sm_120a: the
+    compact one)."""
     tiles = [head_tiles] if head_tiles is not None else ([1, 2] if int(num_heads) % 32 == 0 else [1])
     splits = [split] if split is not None else [False, True]
     for t in tiles:

@@ -433,7 +433,17 @@ NB_MODULE(_native, m) {
     policy.validate();
     const std::vector<int> list = device_list(devices);
     nb::gil_scoped_release release;
-    sparse::warm_sparse(policy, list);
+    KernelService& service = KernelService::global();
+    for (int device : list) {
+      // Every kernel the launcher may pick on this device's target; all but mma.sync map a plan onto
+      // their own blocks, so their keys carry head_tiles 1.
+      for (const sparse::SparseKernel kernel : sparse::sparse_kernels_for(service.device_arch(device), heads)) {
+        sparse::SparsePolicy p = policy;
+        p.kernel = kernel;
+        if (kernel != sparse::SparseKernel::kMma) p.head_tiles = 1;
+        sparse::warm_sparse(p, {device}, service);
+      }
+    }
   }, "heads"_a, "head_tiles"_a, "has_extra"_a, "split"_a, "devices"_a.none());
   m.def("warm_sparse_dsv41", [](int heads, bool has_extra, bool split, std::optional<std::string> variant,
                                 std::optional<std::vector<int>> devices) {
