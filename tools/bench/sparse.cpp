@@ -128,18 +128,12 @@ class Pools {
   std::vector<std::pair<int, std::unique_ptr<BenchDeviceMemory>>> pools_;
 };
 
-// The split stride S of the bench's mid_out / mid_lse: one split per chunk, as upstream's
-// scratch_bytes sizes a caller's workspace (at least the plan's count).
-int scratch_splits(const BenchConfig& c, const sparse::SplitPlanResult& plan) {
-  return std::max(plan.num_splits, sparse::num_chunks(c.topk, c.extra_topk));
-}
-
 // The plan a `kernel` call of `c` runs (the launcher's sparse_launch_plan, without overrides but
 // --splits).
 sparse::SplitPlanResult launch_plan(const BenchConfig& c, const sparse::SplitPlanResult& plan, const sparse::SparseDevice& dev,
                                     sparse::SparseKernel kernel) {
-  const int chunks = sparse::num_chunks(c.topk, c.extra_topk);
-  return sparse::sparse_launch_plan(dev, c.tokens, c.heads, chunks, plan, !c.splits, std::nullopt, kernel, scratch_splits(c, plan));
+  return sparse::sparse_launch_plan(dev, c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits, std::nullopt,
+                                    kernel, bench_scratch_splits(c, plan.num_splits));
 }
 
 Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms, std::optional<sparse::SparseKernel> kernel,
@@ -176,7 +170,8 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
     }
   };
   static_cast<SparseGraphTimes&>(t) =
-      time_sparse_graph(c, c.gathered_bytes(), pool_tokens, pool_tokens, scratch_splits(c, t.plan), opt, launch, rng, stream, where);
+      time_sparse_graph(c, c.gathered_bytes(), pool_tokens, pool_tokens, bench_scratch_splits(c, t.plan.num_splits), opt, launch, rng,
+                        stream, where);
   return t;
 }
 

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "kiln/runtime/driver.h"
+#include "kiln/runtime/sparse_nvfp4/planner.h"
 
 namespace kiln::tools {
 
@@ -108,6 +109,10 @@ void fill_sparse_pool(const BenchDeviceMemory& pool, std::size_t page_bytes, Ben
     filled += n;
   }
   bench_check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", what + " fill");
+}
+
+int bench_scratch_splits(const SparseShape& c, int planned_splits) {
+  return std::max(planned_splits, sparse::num_chunks(c.topk, c.extra_topk));
 }
 
 SparseGraphTimes time_sparse_graph(const SparseShape& c, double gathered_bytes, std::int64_t main_slots, std::int64_t extra_slots,

@@ -75,6 +75,10 @@ struct SparseTiming : SparseGraphTimes {
   Plan plan;
 };
 
+// The split stride S of a bench call's mid_out / mid_lse: one split per chunk, as upstream's
+// scratch_bytes sizes a caller's workspace (at least the plan's `planned_splits`).
+int bench_scratch_splits(const SparseShape& c, int planned_splits);
+
 // One launcher call of a timed graph; `opt` (time_sparse_graph's) carries the call's extra indices.
 using SparseBenchCall = std::function<void(const TensorView& q, const TensorView& indices, const TensorView& output, const TensorView& out_lse)>;
 

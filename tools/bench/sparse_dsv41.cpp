@@ -93,16 +93,10 @@ dsv41::Dsv41Plan expected_plan(const SparseShape& c, const dsv41::Dsv41Device& d
   return dsv41::resolve_dsv41_plan(c.tokens, c.heads, c.topk, c.extra_topk, device, variant);
 }
 
-// The split stride of the bench's scratch: one split per chunk, as upstream's scratch_bytes sizes a
-// workspace (at least the plan's count).
-int scratch_splits(const SparseShape& c, const dsv41::Dsv41Plan& plan) {
-  return std::max(plan.num_splits, sparse::num_chunks(c.topk, c.extra_topk));
-}
-
 // The plan the launch of `plan` runs with that scratch (dsv41_launch_plan).
 dsv41::Dsv41Plan launch_runs(const SparseShape& c, const dsv41::Dsv41Device& device, const dsv41::Dsv41Plan& plan) {
   return dsv41::dsv41_launch_plan(device, c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, true, std::nullopt,
-                                  scratch_splits(c, plan));
+                                  bench_scratch_splits(c, plan.num_splits));
 }
 
 Timing time_config(const SparseShape& c, const Pool& main, const Pool& extra, const dsv41::Dsv41Device& device, Dsv41Variant variant,
@@ -129,7 +123,8 @@ Timing time_config(const SparseShape& c, const Pool& main, const Pool& extra, co
     }
   };
   static_cast<SparseGraphTimes&>(t) =
-      time_sparse_graph(c, gathered_bytes(c), main.slots(), extra.slots(), scratch_splits(c, t.plan), opt, launch, rng, stream, where);
+      time_sparse_graph(c, gathered_bytes(c), main.slots(), extra.slots(), bench_scratch_splits(c, t.plan.num_splits), opt, launch, rng,
+                        stream, where);
   return t;
 }
 
