@@ -13,7 +13,7 @@ std::string_view default_manifest() {
     {"family": "mla_decode", "archs": ["sm_90a"], "policy": {"heads": [64, 128], "page_size": 64, "max_seq_len": 163840, "max_seq_len_q": [1, 2], "packed": false, "dtype": "bf16", "out_dtype": "bf16", "mask": "causal", "precision": "bf16"}},
     {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [8, 16], "head_tiles": 1, "has_extra": false, "split": false}},
     {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [8, 16], "head_tiles": 1, "has_extra": true, "split": [false, true]}},
-    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "head_tiles": [1, 2], "has_extra": false, "split": false}},
+    {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "head_tiles": [1, 2], "has_extra": false, "split": [false, true]}},
     {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "head_tiles": [1, 2], "has_extra": true, "split": [false, true]}},
     {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "kernel": "sm90", "has_extra": false, "split": [false, true]}},
     {"family": "sparse_nvfp4", "archs": ["sm_90a"], "policy": {"heads": [32, 64, 128], "kernel": "sm90", "has_extra": true, "split": [false, true]}},

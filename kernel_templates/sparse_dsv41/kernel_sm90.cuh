@@ -230,7 +230,7 @@ struct Sm90Format {
       }
     };
 
-    if constexpr (kCross) {  // one gather per chunk
+    if constexpr (kCross) {  // one gather per chunk: gather j is chunk j
       const auto load_index = [&](int i) { return i < n_iter ? load_slot_index<kHasExtra>(p, work, t, c_begin + i, slot_of(i)) : SlotIndex{0, false}; };
       const auto gather_chunk = [&](int i, SlotIndex si) { gather(i, record_addr<kHasExtra>(p, work, c_begin + i, si, scale_lane)); };
       gather_chunk(0, load_index(0));
