@@ -89,6 +89,23 @@ struct Sm90Format {
     }
   }
 
+  // Quarter q of a 528-byte record (its code units q, q + 4, ..., with the record's four scale
+  // words) decoded into the record's tile column `col`, and with kCross the peer CTA's too. The
+  // producer and, for a CTA alone, WG1 both decode main records this way.
+  template <bool kCross>
+  __device__ static __forceinline__ void decode_main_quarter(const U32x4 (&code)[8], const u32 (&scw)[4], int q, u32 col, u32 peer,
+                                                             u32 peer_bar) {
+    using namespace sparse_sm90;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int u = q + 4 * k;  // dims 16u .. 16u + 15; scale byte u / 2 = 2k + q / 2
+      u32 o[8];
+      e4m3x16_to_bf16(code[k], ue8m0_to_bf16x2(scw[k >> 1], u32(2 * (k & 1) + (q >> 1))), o);
+      put_tile16<kCross>(col + u32(2 * u) * kDimGroupBytes, U32x4{o[0], o[1], o[2], o[3]}, peer, peer_bar);
+      put_tile16<kCross>(col + u32(2 * u + 1) * kDimGroupBytes, U32x4{o[4], o[5], o[6], o[7]}, peer, peer_bar);
+    }
+  }
+
   // WG1's half of a main chunk (candidates 32-63): thread (record 32 + dr, quarter q) of WG1, with
   // dr = 8 w + (lane & 7) and q = lane >> 3 as the producer's, holds code units q, q + 4, ..., the
   // record's scale row and whether the slot is valid.
@@ -116,14 +133,7 @@ struct Sm90Format {
     const int lane = wtid & 31, w = wtid >> 5, dr = 8 * w + (lane & 7), q = lane >> 3;
     const u32 col = sbase + kTileOff + u32(b) * kTileBytes + u32(32 + dr) * 16u;
     const u32 scw[4] = {r.scales.x, r.scales.y, r.scales.z, r.scales.w};
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int u = q + 4 * k;  // dims 16u .. 16u + 15; scale byte u / 2 = 2k + q / 2
-      u32 o[8];
-      e4m3x16_to_bf16(r.code[k], ue8m0_to_bf16x2(scw[k >> 1], u32(2 * (k & 1) + (q >> 1))), o);
-      sts128(col + u32(2 * u) * kDimGroupBytes, U32x4{o[0], o[1], o[2], o[3]});
-      sts128(col + u32(2 * u + 1) * kDimGroupBytes, U32x4{o[4], o[5], o[6], o[7]});
-    }
+    decode_main_quarter<false>(r.code, scw, q, col, 0u, 0u);
     const u32 bits = __ballot_sync(0xffffffffu, r.valid) & 0xffu;  // lanes 0-7: this warp's 8 records
     if (lane == 0) sts8(sbase + kMaskOff + 8 * b + 4 + w, bits);
   }
@@ -198,14 +208,7 @@ struct Sm90Format {
       const u32 col = sbase + kTileOff + u32(b) * kTileBytes + u32(cand_base + 32 * part + dr) * 16u;
       const u32 peer_bar = bar_full + 8 * b + peer;
       if (!extra) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const int u = q + 4 * k;  // dims 16u .. 16u + 15; scale byte u / 2 = 2k + q / 2
-          u32 o[8];
-          e4m3x16_to_bf16(r.code[k], ue8m0_to_bf16x2(r.scw[k >> 1], u32(2 * (k & 1) + (q >> 1))), o);
-          put_tile16<kCross>(col + u32(2 * u) * kDimGroupBytes, U32x4{o[0], o[1], o[2], o[3]}, peer, peer_bar);
-          put_tile16<kCross>(col + u32(2 * u + 1) * kDimGroupBytes, U32x4{o[4], o[5], o[6], o[7]}, peer, peer_bar);
-        }
+        decode_main_quarter<kCross>(r.code, r.scw, q, col, peer, peer_bar);
       } else {
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
