@@ -681,6 +681,114 @@ TEST_CASE("sparse: magnitude-30 cache groups, split-path error bound", "[gpu][sp
   }
 }
 
+namespace {
+
+// Record `record`'s test pattern in token `token` of `p` (host image): NoPE group g holds the 16 E2M1
+// codes in order under E4M3 scale byte 28 * record + g (mod 256; the NaN bytes 0x7f / 0xff as 0x00),
+// so ten records cover every code under every finite scale; RoPE value j is a normal bf16 of
+// exponent field 1 + (64 * record + j) % 254 (four records cover all 254), with a spread of
+// mantissas and both signs. bf16 subnormals are left out: RoPE latents are never near 2^-126, and
+// whether the tensor cores keep them is not what this pattern is for.
+void write_exact_token(Pool& p, int token, int record) {
+  std::uint8_t* page = p.host.data() + static_cast<long long>(token / p.page_size) * p.page_stride;
+  const int r = token % p.page_size;
+  std::uint8_t* data = page + static_cast<long long>(r) * 352;
+  std::uint8_t* scales = page + static_cast<long long>(p.page_size) * 352 + r * 32;
+  for (int i = 0; i < 224; ++i) data[i] = static_cast<std::uint8_t>((2 * i) % 16 | ((2 * i + 1) % 16) << 4);
+  for (int j = 0; j < 64; ++j) {
+    const int exponent = 1 + (64 * record + j) % 254, mantissa = (37 * j + 11 * record) & 0x7f;
+    const std::uint16_t bits = static_cast<std::uint16_t>((j & 1) << 15 | exponent << 7 | mantissa);
+    data[224 + 2 * j] = static_cast<std::uint8_t>(bits & 0xff);
+    data[225 + 2 * j] = static_cast<std::uint8_t>(bits >> 8);
+  }
+  for (int g = 0; g < 28; ++g) {
+    const int scale = (28 * record + g) % 256;
+    scales[g] = static_cast<std::uint8_t>((scale & 0x7f) == 0x7f ? 0 : scale);
+  }
+}
+
+}  // namespace
+
+// One valid candidate per token and a zero query: every score is 0 and the one weight exactly 1, so
+// each output row must be the candidate's record decoded, which the reference decoder gives exactly
+// (every value is a bf16 value, which the test checks first). The matrix's tolerance would hide an
+// error in one code, scale byte or RoPE value; this shows it. Ten records (write_exact_token) in
+// tokens 1..10 of one pool, which serves as main and extra cache: tokens 0..9 name record t through
+// the main indices, at positions spread over every chunk and both halves of it (the sm90 producer
+// and WG1 may decode different halves); with the extra cache, tokens 10..19 name record t - 10
+// through the extra indices only. Every variant of the matrix's list runs, split counts swept.
+TEST_CASE("sparse: one candidate per token gives its decoded record bit for bit", "[gpu][sparse]") {
+  ScopedPools pools;  // DeviceCase::options reads the matrix's pools; the cache views below replace them
+  constexpr int kRecords = 10;
+  Pool exact = make_pool(64, 48, 64, base_seed() + 4711, false);
+  for (int r = 0; r < kRecords; ++r) write_exact_token(exact, 1 + r, r);
+  exact.dev->upload(exact.host.data(), exact.host.size());
+  std::vector<float> records(static_cast<std::size_t>(kRecords) * kDims);
+  for (int r = 0; r < kRecords; ++r) {
+    kt::nvfp4_dequantize_token(exact.host.data(), exact.page_stride, exact.page_size, 1 + r, records.data() + static_cast<std::size_t>(r) * kDims);
+  }
+  std::size_t not_bf16 = 0;
+  for (const float v : records) not_bf16 += !(std::isfinite(v) && kt::bf16_to_float(kt::float_to_bf16(v)) == v);
+  REQUIRE(not_bf16 == 0);  // the premise: every decoded value is an exact bf16 value
+
+  const std::string arch = kiln::KernelService::global().device_arch(0);
+  for (const bool extra : {false, true}) {
+    for (const int heads : {16, 64, 128}) {
+      const int tokens = extra ? 2 * kRecords : kRecords;
+      const SparseCase c = extra ? with_extra(tokens, heads, 256, 64, 64, 64, kC, kC, kOff, kNoLen, kUnitLse, kSweep)
+                                 : main_only(tokens, heads, 256, 64, kC, kOff, kNoLen, kUnitLse, kSweep);
+      HostCase h;
+      h.c = c;
+      h.sm_scale = 1.f / std::sqrt(512.f);
+      h.q.assign(static_cast<std::size_t>(tokens) * heads * kDims, 0);
+      h.idx.assign(static_cast<std::size_t>(tokens) * c.topk, -1);
+      if (extra) h.xidx.assign(static_cast<std::size_t>(tokens) * c.extra_topk, -1);
+      for (int t = 0; t < tokens; ++t) {
+        if (t < kRecords) h.idx[static_cast<std::size_t>(t) * c.topk + (t * 37 + 5) % c.topk] = 1 + t;
+        else h.xidx[static_cast<std::size_t>(t) * c.extra_topk + (t * 11 + 40) % c.extra_topk] = 1 + t - kRecords;
+      }
+      DeviceCase dev(h);
+      std::vector<kiln::SemanticKey> keys;
+      for (const Variant& v : variants(c)) keys.push_back(variant_key(c, v, arch));
+      kt::warm_distinct(keys, "sparse");
+      for (const Variant& v : variants(c)) {
+        dev.poison();
+        SparseOptions opt = dev.options(v, true);
+        if (extra) opt.extra_kv_cache = exact.view(kC);
+        const SplitPlanResult plan = kiln::sparse::cake_sparse_mla_sm120_dsv4_nvfp4_decode(
+            dev.q_view(), exact.view(kC), dev.indices_view(), dev.out_view(), dev.lse_view(), h.sm_scale, opt, nullptr);
+        const kt::SparseDecodeOutputs o = kt::download_outputs(dev);
+        CHECK(plan == variant_plan(c, v));
+        std::size_t wrong = 0, lse_wrong = 0;
+        std::string first;
+        for (int t = 0; t < tokens; ++t) {
+          const float* want = records.data() + static_cast<std::size_t>(t % kRecords) * kDims;
+          for (int hd = 0; hd < heads; ++hd) {
+            const std::size_t row = static_cast<std::size_t>(t) * heads + hd;
+            lse_wrong += !(std::fabs(o.lse[row]) <= kLseTol.atol);
+            for (int d = 0; d < kDims; ++d) {
+              const float got = kt::bf16_to_float(o.out[row * kDims + d]);
+              if (got == want[d]) continue;  // -0 and +0 alike: the row sum adds the product to +0
+              if (wrong++ == 0) {
+                std::ostringstream m;
+                m << "token " << t << " head " << hd << " dim " << d << ": got " << got << ", want " << want[d];
+                first = m.str();
+              }
+            }
+          }
+        }
+        INFO(c.label() << " [" << v.name() << "] plan tiles " << plan.head_tiles << " splits " << plan.num_splits << ": " << wrong
+                       << " outputs differ from the decoded record" << (wrong ? " (first: " + first + ")" : "") << ", " << lse_wrong
+                       << " LSE values off 0 by more than " << kLseTol.atol);
+        CHECK(wrong == 0);
+        CHECK(lse_wrong == 0);
+      }
+      std::printf("sparse decode bit for bit: %s, %zu launches\n", c.label().c_str(), variants(c).size());
+      std::fflush(stdout);
+    }
+  }
+}
+
 // Q groups holding NaN (either sign), +-Inf, the largest finite bf16 and -0: the kernels round Q
 // as the writers do (NaN elements +6 and out of amax, Inf and huge values saturated to +-6 at scale
 // 448), which the oracle takes from the reference quantizer. The other elements of such a group are

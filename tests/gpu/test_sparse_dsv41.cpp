@@ -335,6 +335,113 @@ TEST_CASE("dsv41: conformance matrix against the oracle", "[gpu][dsv41]") {
   CHECK(tally.lse_outside == 0);
 }
 
+namespace {
+
+// ---- the decode, bit for bit ----
+
+// UE8M0 scale bytes whose products with every finite E4M3 value lie in bf16's normal range: below 10
+// the smallest code times 2^(b - 127) falls under 2^-126, above 246 448 * 2^(b - 127) passes bf16's
+// largest value. The writers emit far fewer (2^-22 .. 2^-8 for latents in [-1, 1]).
+constexpr int kFirstMainScale = 10, kLastMainScale = 246;
+// Main records: each covers the 256 E4M3 codes twice, under two scale bytes (groups 0-7 and 8-15).
+constexpr int kMainRecords = (kLastMainScale - kFirstMainScale + 2) / 2;
+// Extra records: each group of 16 covers the 16 E2M1 codes; 32 scale bytes per record cover the 256.
+constexpr int kExtraRecords = 8;
+
+bool is_nan_code(int byte) { return (byte & 0x7f) == 0x7f; }  // E4M3 NaN, as code or FP4 scale
+
+void write_main_record(PoolImage& pool, long long slot, int record) {
+  std::uint8_t* data = pool.bytes.data() + kt::dsv41_data_offset(pool.format, pool.page_stride, pool.page_size, slot);
+  std::uint8_t* scales = pool.bytes.data() + kt::dsv41_scale_offset(pool.format, pool.page_stride, pool.page_size, slot);
+  for (int d = 0; d < kDims; ++d) {
+    const int code = (d / 32 % 8) * 32 + d % 32;
+    data[d] = static_cast<std::uint8_t>(is_nan_code(code) ? 0 : code);  // a NaN code would make every score NaN
+  }
+  for (int g = 0; g < 16; ++g) scales[g] = static_cast<std::uint8_t>(std::min(kLastMainScale, kFirstMainScale + 2 * record + g / 8));
+}
+
+void write_extra_record(PoolImage& pool, long long slot, int record) {
+  std::uint8_t* data = pool.bytes.data() + kt::dsv41_data_offset(pool.format, pool.page_stride, pool.page_size, slot);
+  std::uint8_t* scales = pool.bytes.data() + kt::dsv41_scale_offset(pool.format, pool.page_stride, pool.page_size, slot);
+  for (int i = 0; i < kDims / 2; ++i) data[i] = static_cast<std::uint8_t>((2 * i) % 16 | ((2 * i + 1) % 16) << 4);
+  for (int g = 0; g < 32; ++g) {
+    const int scale = 32 * record + g;
+    scales[g] = static_cast<std::uint8_t>(is_nan_code(scale) ? 0 : scale);
+  }
+}
+
+}  // namespace
+
+// One valid candidate per token and a zero query: every score is 0 and the one weight exactly 1, so
+// each output row must be the candidate's record decoded, which the oracle's element decoders give
+// exactly (every product above is a bf16 value, which the test checks first). The attention
+// tolerance of the matrix would hide an error in one code or scale byte; this shows it. Main
+// records cover every finite E4M3 code under every UE8M0 byte from 10 to 246, extra records every
+// E2M1 code under every finite E4M3 scale. Tokens 0.. name main slots 1.., at positions spread over
+// every chunk and both halves of it (the sm90 producer and WG1 decode different halves); with the
+// extra cache, the last tokens name only extra slots. Every launch of the matrix's list for the
+// case runs: planned, each variant forced, split counts swept.
+TEST_CASE("dsv41: one candidate per token gives its decoded record bit for bit", "[gpu][dsv41]") {
+  for (const bool with_extra : {false, true}) {
+    for (const int heads : {16, 64, 128}) {
+      Dsv41Case c = dual(kMainRecords + (with_extra ? kExtraRecords : 0), heads, 256, with_extra ? 64 : 0, 64, 64);
+      c.sweep = true;
+      HostCase h(c, base_seed() + 31337);
+      Inputs& in = h.rounds[0];
+      std::fill(in.q.begin(), in.q.end(), std::uint16_t{0});
+      std::fill(in.idx.begin(), in.idx.end(), -1);
+      std::fill(in.xidx.begin(), in.xidx.end(), -1);
+      std::vector<float> want(static_cast<std::size_t>(c.tokens) * kDims);
+      for (int t = 0; t < c.tokens; ++t) {
+        float* row = want.data() + static_cast<std::size_t>(t) * kDims;
+        if (t < kMainRecords) {
+          write_main_record(h.main, 1 + t, t);
+          in.idx[static_cast<std::size_t>(t) * c.topk + (t * 37 + 5) % c.topk] = 1 + t;
+          kt::dsv41_dequantize_slot(h.main.cache(), 1 + t, row);
+        } else {
+          const int r = t - kMainRecords;
+          write_extra_record(h.extra, 1 + r, r);
+          in.xidx[static_cast<std::size_t>(t) * c.extra_topk + (r * 11 + 40) % c.extra_topk] = 1 + r;
+          kt::dsv41_dequantize_slot(h.extra.cache(), 1 + r, row);
+        }
+      }
+      std::size_t not_bf16 = 0;
+      for (const float v : want) not_bf16 += !(std::isfinite(v) && kt::bf16_to_float(kt::float_to_bf16(v)) == v);
+      REQUIRE(not_bf16 == 0);  // the premise: every decoded value is an exact bf16 value
+
+      warm_all({c});
+      DeviceCase dev(h);
+      for (const Launch& l : launches(c, on_sm90())) {
+        const Outputs o = run(dev, l, true);
+        check_plan(dev, l, o.plan);
+        std::size_t wrong = 0, lse_wrong = 0;
+        std::string first;
+        for (int t = 0; t < c.tokens; ++t) {
+          for (int hd = 0; hd < heads; ++hd) {
+            const std::size_t row = static_cast<std::size_t>(t) * heads + hd;
+            lse_wrong += !(std::fabs(o.lse[row]) <= kTol.atol);
+            for (int d = 0; d < kDims; ++d) {
+              const float got = kt::bf16_to_float(o.out[row * kDims + d]), exp = want[static_cast<std::size_t>(t) * kDims + d];
+              if (got == exp) continue;  // -0 and +0 alike: the row sum adds the product to +0
+              if (wrong++ == 0) {
+                std::ostringstream m;
+                m << "token " << t << " head " << hd << " dim " << d << ": got " << got << ", want " << exp;
+                first = m.str();
+              }
+            }
+          }
+        }
+        INFO(c.label() << " [" << l.name() << "] plan " << plan_string(o.plan) << ": " << wrong << " outputs differ from the decoded record"
+                       << (wrong ? " (first: " + first + ")" : "") << ", " << lse_wrong << " LSE values off 0 by more than " << kTol.atol);
+        CHECK(wrong == 0);
+        CHECK(lse_wrong == 0);
+      }
+      std::printf("dsv41 decode bit for bit: %s, %zu launches\n", c.label().c_str(), launches(c, on_sm90()).size());
+      std::fflush(stdout);
+    }
+  }
+}
+
 // A few launches covering the split path, both caches, the sink, lengths and empty rows, each
 // variant, for compute-sanitizer (slow under it: keep small).
 TEST_CASE("dsv41: sanitizer subset", "[gpu][dsv41][sanitizer]") {
