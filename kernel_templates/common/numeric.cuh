@@ -59,8 +59,8 @@ __device__ __forceinline__ u8 float_to_e4m3_satfinite(float f) {
 // ---- warp ----
 // Lane `src`'s 64-bit value (a pointer, a bit mask), as two 32-bit shuffles over the whole warp.
 __device__ __forceinline__ u64 shfl_u64(u64 v, int src) {
-  const u32 hi = __shfl_sync(0xffffffffu, u32(v >> 32), src);
-  return (u64(hi) << 32) | __shfl_sync(0xffffffffu, u32(v), src);
+  const u32 lo = __shfl_sync(0xffffffffu, u32(v), src);
+  return (u64(__shfl_sync(0xffffffffu, u32(v >> 32), src)) << 32) | lo;
 }
 
 #endif  // __CUDACC__

@@ -208,9 +208,7 @@ __device__ __forceinline__ void gather_rows(const u8* fallback, u64 addr, u32 ro
   const u32 dst_off = lane < 22 ? 16u * lane : sparse_detail::kDataBytes + 16u * (lane - 22);
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
-    const u32 lo = __shfl_sync(0xffffffffu, u32(addr), src_lane + k);
-    const u32 hi = __shfl_sync(0xffffffffu, u32(addr >> 32), src_lane + k);
-    const u64 a = (u64(hi) << 32) | lo;
+    const u64 a = shfl_u64(addr, src_lane + k);
     cp_async_16_if(rows + u32(k) * kRawRow + dst_off, a ? reinterpret_cast<const u8*>(a) + src_off : fallback, a ? 16u : 0u, lane < 24);
   }
 }
