@@ -11,6 +11,7 @@
 
 #include "kiln/jit/compiler.h"
 #include "kiln/jit/error.h"
+#include "tools/bench/report.h"
 
 namespace kiln::tools {
 
@@ -315,6 +316,15 @@ nlohmann::json bench_bar_summary(const nlohmann::json& bars) {
     summary[name] = fmt::format("{}/{} pass", pass, list.size());
   }
   return summary;
+}
+
+void bench_finish_report(nlohmann::json& report, const BenchCeilings& ceilings, const std::string& cache_dir, BenchClock::time_point t_start,
+                         const std::string& out) {
+  report["ceilings"] = ceilings.report();
+  if (!cache_dir.empty()) report["cache_dir"] = cache_dir;
+  report["wall_s"] = bench_ms_since(t_start) / 1000;
+  write_report(report, out);
+  ceilings.print();
 }
 
 void bench_print_footer(const nlohmann::json& report, const nlohmann::json& bar_summary) {

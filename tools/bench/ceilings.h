@@ -158,6 +158,11 @@ BenchReplayTimes bench_graph_replays(CUstream stream, const std::string& where, 
 // "N/M pass" for each list of bars (objects with a boolean "pass").
 nlohmann::json bench_bar_summary(const nlohmann::json& bars);
 
+// Ends a kernel bench's report: the ceilings, the cache directory (skipped when empty) and the wall
+// time since `t_start`; writes it (write_report) and prints the ceilings line that heads the stderr table.
+void bench_finish_report(nlohmann::json& report, const BenchCeilings& ceilings, const std::string& cache_dir, BenchClock::time_point t_start,
+                         const std::string& out);
+
 // The last lines of the stderr table: bar summary, power before and after, wall time (from `report`).
 void bench_print_footer(const nlohmann::json& report, const nlohmann::json& bar_summary);
 

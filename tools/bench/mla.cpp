@@ -446,17 +446,12 @@ int run_bench_mla(const BenchOptions& options) {
       {"bars", "memory_bound: H*SQ <= 32 and B*L >= 512k at >= 3.9 TB/s; h128_compute: H 128, B*L >= 256k at >= 550 "
                "TFLOP/s; b1_latency: B 1, L <= 4096 at <= 12 us"},
       {"quick", quick}};
-  report["ceilings"] = ceilings.report();
   report["bars"] = bars;
   report["bar_summary"] = bar_summary;
   report["results"] = results;
   report["extra_results"] = extra_results;
-  report["cache_dir"] = service.config().cache_dir.string();
-  report["wall_s"] = bench_ms_since(t_start) / 1000;
-  write_report(report, options.out);
-
   // The compact table last, on stderr (stdout carries the JSON).
-  ceilings.print();
+  bench_finish_report(report, ceilings, service.config().cache_dir.string(), t_start, options.out);
   std::fprintf(stderr, "%-44s %10s %7s %6s %8s %6s %6s %-8s %5s\n", "config", "us", "TB/s", "%copy", "TFLOP/s", "%mma",
                "%wgmma", "kernel", "parts");
   for (const auto& [c, t] : rows) {

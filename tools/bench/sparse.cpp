@@ -394,17 +394,12 @@ int run_bench_sparse(const BenchOptions& options) {
       {"sm_scale", kSparseSmScale},
       {"indices", "uniform random over the pool, all valid; no sink; topk_length only where a row has one"},
       {"quick", quick}};
-  report["ceilings"] = ceilings.report();
   report["bars"] = bars;
   report["bar_summary"] = bar_summary;
   report["results"] = results;
   report["extended"] = extended;
-  report["cache_dir"] = service.config().cache_dir.string();
-  report["wall_s"] = bench_ms_since(t_start) / 1000;
-  write_report(report, options.out);
-
   // The compact table last, on stderr (stdout carries the JSON).
-  ceilings.print();
+  bench_finish_report(report, ceilings, service.config().cache_dir.string(), t_start, options.out);
   std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %-16s %2s %12s %2s %12s %2s %12s\n", "T", "H", "cands", "page",
                "len", "us/call", "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us sm90", "us mma", "tiles/splits/cpb", "cl", "us mma 1 CTA",
                "dl", "sm90 no deal", "df", "sm90 deal df");

@@ -251,13 +251,8 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
       {"sm_scale", kSparseSmScale},
       {"indices", "uniform random over each pool, all valid; no sink, no lengths"},
       {"quick", options.quick}};
-  report["ceilings"] = ceilings.report();
   report["results"] = results;
-  report["cache_dir"] = service.config().cache_dir.string();
-  report["wall_s"] = bench_ms_since(t_start) / 1000;
-  write_report(report, options.out);
-
-  ceilings.print();
+  bench_finish_report(report, ceilings, service.config().cache_dir.string(), t_start, options.out);
   std::fprintf(stderr, "%-4s %-4s %-9s %10s %-8s %8s %6s %8s %6s %10s %10s %-19s %10s %-9s %7s\n", "T", "H", "cands", "us/call", "variant", "GB/s",
                "%copy", "TFLOP/s", "%wgmma", "us default", "us sm90", "tiles/splits/cpb/cl", "us nvfp4", "nvfp4", "speedup");
   for (const json& r : results) {

@@ -209,14 +209,10 @@ int run_bench_writer(const BenchOptions& options) {
       {"slots", "append: a random permutation of the call's own pages; append+dup: N / 2 slots, each from two rows"},
       {"source", "random bf16 in (-1, 1)"},
       {"quick", options.quick}};
-  report["ceilings"] = ceilings.report();
   report["bars"] = bars;
   report["bar_summary"] = bar_summary;
   report["results"] = results;
-  report["wall_s"] = bench_ms_since(t_start) / 1000;
-  write_report(report, options.out);
-
-  ceilings.print();
+  bench_finish_report(report, ceilings, "", t_start, options.out);
   std::fprintf(stderr, "%-11s %6s %5s %10s %8s %6s\n", "op", "N", "page", "us/call", "GB/s", "%copy");
   for (const json& r : results) {
     std::fprintf(stderr, "%-11s %6lld %5d %10.2f %8.1f %6.1f\n", r["op"].get<std::string>().c_str(), r["rows"].get<long long>(),
