@@ -19,6 +19,12 @@ __device__ __forceinline__ u32 cluster_rank() {
   asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
 }
+// The cluster's index along x in the grid (blockIdx.x / cluster size, without the division).
+__device__ __forceinline__ u32 cluster_id_x() {
+  u32 r;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+}
 
 // Every thread of every CTA of the cluster arrives (exited threads would not), then waits: the
 // release/acquire pair makes each CTA's shared-memory writes before it visible to its peers after.

@@ -272,12 +272,12 @@ struct Sm90Format {
 
 }  // namespace dsv41
 
-// kGroups: ceil(H / 64) CTAs per (token, split), clusters of two for H > 64; H itself (p.heads: 8,
-// 16, 32, 48, ..., 128) is a run-time value. kHasExtra: an FP4 extra cache shares the softmax. At run time p.split: write
+// kGroups: the CTAs per (token, split), clusters of two for H > 64 (kUnpaired: one per head group,
+// sparse_nvfp4/kernel_sm90.cuh); H itself (p.heads: 8, 16, 32, 48, ..., 128) is a run-time value. kHasExtra: an FP4 extra cache shares the softmax. At run time p.split: write
 // mid_out/mid_lse.
-template <int kGroups, bool kHasExtra>
+template <int kGroups, bool kHasExtra, bool kUnpaired = false>
 __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_dsv41_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_sm90::sparse_sm90_decode<dsv41::Sm90Format, kGroups, kHasExtra>(p);
+  sparse_sm90::sparse_sm90_decode<dsv41::Sm90Format, kGroups, kHasExtra, kUnpaired>(p);
 }
 
 #endif  // __CUDACC__

@@ -793,8 +793,10 @@ struct Nvfp4Sm90Format {
 
 }  // namespace sparse_sm90
 
-// kGroups: ceil(H / 64) CTAs per (token, split), 1 or 2; H itself (p.heads, a multiple of 8, <= 128)
-// is a run-time value. kHasExtra: a second pool shares the softmax. At run time p.split: write
+// kGroups: the CTAs of a (token, split) that share its decode, 1 or 2 (a cluster pair, H > 64); H
+// itself (p.heads, a multiple of 8, <= 128) is a run-time value. kUnpaired (kGroups 1, H > 64): each
+// of the two head groups is a CTA of its own that decodes every candidate, the two in consecutive
+// clusters of the grid. kHasExtra: a second pool shares the softmax. At run time p.split: write
 // mid_out/mid_lse (merged by sparse_nvfp4_merge_kernel).
 // For H > 64 the two head groups of a (token, split) run as a cluster of two CTAs that share the
 // decode: CTA r gathers and decodes candidates 32 r .. 32 r + 31 of every chunk and writes them into
@@ -817,10 +819,11 @@ struct Wg1RawOf<F, true> {
   using type = typename F::Wg1Raw;
 };
 
-template <class F, int kGroups, bool kHasExtra>
+template <class F, int kGroups, bool kHasExtra, bool kUnpaired>
 __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   using namespace sparse_detail;
   static_assert(kGroups == 1 || kGroups == 2, "one head group, or a cluster pair of two");
+  static_assert(!kUnpaired || kGroups == 1, "an unpaired launch runs one head group per CTA");
   static_assert(F::kRegs.wg0 + F::kRegs.wg1 + F::kRegs.producer == 3 * 168, "the warpgroups share the launch allocation");
   constexpr bool kCross = kGroups == 2;  // launched as clusters of two (sparse_sm90_cluster)
   // A CTA alone decoding a format's main chunks may split each chunk's decode between the producer
@@ -840,10 +843,11 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   const int tid = threadIdx.x;
   const int ncta = int(cluster_size()), crank = int(cluster_rank());
   const DealShape shape = deal_shape<kGroups>();
-  const int group = crank % kGroups;
-  const CtaPlace at = cta_place(p, ncta, 1);
+  const int group = crank % kGroups;  // the CTA's place in a pair
+  constexpr int kHeadGroupsAlong = kUnpaired ? 2 : 1;  // head groups along the grid
+  const CtaPlace at = cta_place(p, ncta * kHeadGroupsAlong, 1);
   const int split = at.split, t = at.t;
-  const int head0 = group * kSparseSm90Heads;
+  const int head0 = (kUnpaired ? int(cluster_id_x() & 1u) : group) * kSparseSm90Heads;
   // Shared addresses of the peer CTA are ours plus `peer` (one contiguous window per CTA).
   const u32 peer = kCross ? peer_addr(sbase, u32(crank ^ 1)) - sbase : 0u;
 
@@ -932,7 +936,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         release_tile(b);
       }
 
-      const CtaPlace end{t, cta_split(p, ncta, 1)};
+      const CtaPlace end{t, cta_split(p, ncta * kHeadGroupsAlong, 1)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
         wg0_dealt_epilogue<F, kGroups>(p, o, m_run, l_run, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
       } else {
@@ -977,7 +981,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
           }
         }
       }
-      const CtaPlace end{t, cta_split(p, ncta, 1)};
+      const CtaPlace end{t, cta_split(p, ncta * kHeadGroupsAlong, 1)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
         wg1_dealt_epilogue<F, kGroups>(p, o_nope, o_rope, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
       } else {
@@ -991,9 +995,9 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
 }
 }  // namespace sparse_sm90
 
-template <int kGroups, bool kHasExtra>
+template <int kGroups, bool kHasExtra, bool kUnpaired = false>
 __global__ void __launch_bounds__(kSparseSm90Threads, 1) sparse_nvfp4_sm90_kernel(const __grid_constant__ SparseNvfp4Params p) {
-  sparse_sm90::sparse_sm90_decode<sparse_sm90::Nvfp4Sm90Format, kGroups, kHasExtra>(p);
+  sparse_sm90::sparse_sm90_decode<sparse_sm90::Nvfp4Sm90Format, kGroups, kHasExtra, kUnpaired>(p);
 }
 
 #endif  // __CUDACC__

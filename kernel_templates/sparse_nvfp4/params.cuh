@@ -122,6 +122,9 @@ KILN_SPARSE_HD constexpr unsigned sparse_sm90_smem_bytes() { return 230984u; }
 KILN_SPARSE_HD constexpr int sparse_sm90_head_groups(int heads) { return (heads + kSparseSm90Heads - 1) / kSparseSm90Heads; }
 // The two head groups of H > 64 share each chunk's decode as a cluster of two CTAs.
 KILN_SPARSE_HD constexpr int sparse_sm90_cluster(int heads) { return sparse_sm90_head_groups(heads) == 2 ? 2 : 1; }
+// A module for H > 64 holds the pair kernel (entry 0) and the one-group kernel, which an unpaired
+// launch runs once per head group (entry 1).
+constexpr int kSparseSm90UnpairedEntry = 1;
 KILN_SPARSE_HD constexpr long long sparse_sm90_grid(int tokens, int heads, int num_splits) {
   return (long long)tokens * sparse_sm90_head_groups(heads) * num_splits;
 }

@@ -22,8 +22,7 @@ std::int64_t value(Dsv41Variant v) { return static_cast<std::int64_t>(v); }
 // (sparse_nvfp4/family.cpp says why).
 KernelSource render(const Dsv41Policy& p) {
   if (p.variant == Dsv41Variant::kSm90) {
-    return KernelSource{"#include \"sparse_dsv41/kernel_sm90.cuh\"\n",
-                        {fmt::format("kiln::sparse_dsv41_sm90_kernel<{}, {}>", sparse_sm90_head_groups(p.heads), p.has_extra)}};
+    return KernelSource{"#include \"sparse_dsv41/kernel_sm90.cuh\"\n", sparse::sparse_sm90_entries("sparse_dsv41", p.heads, p.has_extra)};
   }
   return KernelSource{"#include \"sparse_dsv41/kernel.cuh\"\n",
                       {fmt::format("kiln::sparse_dsv41_decode_kernel<{}>", p.has_extra)}};

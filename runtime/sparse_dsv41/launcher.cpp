@@ -75,10 +75,10 @@ Dsv41Device zero_token_device(const Dsv41Options& opt) {
 }
 
 // `cluster`: the CTAs dealt one split per head group (dsv41_cluster_size).
-LaunchConfig decode_config(const Dsv41Policy& policy, const SparseNvfp4Params& params, int cluster) {
+LaunchConfig decode_config(const Dsv41Policy& policy, const SparseNvfp4Params& params, int cluster, bool unpaired) {
   LaunchConfig decode;
   if (policy.variant == Dsv41Variant::kSm90) {
-    const int ctas = sparse_sm90_cluster(policy.heads) * cluster;  // head-group pair x dealt slices
+    const int ctas = (unpaired ? 1 : sparse_sm90_cluster(policy.heads)) * cluster;  // head-group pair x dealt slices
     decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits) * cluster);
     decode.block[0] = kSparseSm90Threads;
     decode.smem_bytes = sparse_dsv41_sm90_smem_bytes();
@@ -149,7 +149,10 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   const Dsv41Policy policy = dsv41_policy(c.heads, c.has_extra, runs);
   const KernelHandle& handle = acquire(service, policy, stream, device);
   const int cluster = dsv41_cluster_size(target, static_cast<int>(c.tokens), c.heads, runs, opt.cluster);
-  sparse::launch_sparse_decode(handle, decode_config(policy, params, cluster), params, opt.enable_pdl.value_or(true), stream);
+  const sparse::SplitPlanResult split{runs.head_tiles, runs.num_splits, runs.chunks_per_block};
+  const bool unpaired = runs.variant == Dsv41Variant::kSm90 && sparse::sparse_sm90_unpaired(gpu, static_cast<int>(c.tokens), c.heads, split, cluster);
+  sparse::launch_sparse_decode(handle, decode_config(policy, params, cluster, unpaired), params, opt.enable_pdl.value_or(true), stream,
+                               unpaired ? kSparseSm90UnpairedEntry : 0);
   return plan;
 }
 

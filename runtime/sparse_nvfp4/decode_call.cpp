@@ -279,9 +279,9 @@ SparseNvfp4Params sparse_params(const SparseCallArgs& a, const SparseCall& c, in
 }
 
 void launch_sparse_decode(const KernelHandle& handle, LaunchConfig decode, const SparseNvfp4Params& params, bool pdl,
-                          CUstream stream) {
+                          CUstream stream, std::size_t entry) {
   decode.pdl = pdl;
-  launch(handle, decode, params, stream, 0);
+  launch(handle, decode, params, stream, entry);
   if (params.split) {
     LaunchConfig merge;
     merge.grid[0] = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, params.heads));

@@ -97,12 +97,12 @@ void check_sparse_devices(const StreamDevice& on, const SparseCallArgs& a);
 // The kernels' parameter block for a resolved plan.
 SparseNvfp4Params sparse_params(const SparseCallArgs& a, const SparseCall& c, int num_splits, int chunks_per_block);
 
-// The decode launch (entry 0 of `handle`, `decode`'s geometry), then, when `params.split`, the merge
+// The decode launch (`entry` of `handle`, `decode`'s geometry), then, when `params.split`, the merge
 // (sparse_nvfp4_merge_kernel, the module of the handle's sparse_merge companion). With `pdl`
 // both are programmatic dependents of the kernel before them in the stream: their blocks start during
 // its tail and wait for it (griddepcontrol.wait) before reading any input.
 void launch_sparse_decode(const KernelHandle& handle, LaunchConfig decode, const SparseNvfp4Params& params, bool pdl,
-                          CUstream stream);
+                          CUstream stream, std::size_t entry = 0);
 
 // The target kiln compiles for `device` (cached per device: after the first query one atomic load,
 // so device_arch's lock stays off the launch path).

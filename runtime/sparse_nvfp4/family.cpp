@@ -21,8 +21,7 @@ std::int64_t value(SparseKernel k) { return static_cast<std::int64_t>(k); }
 // time (kernel_templates/sparse_nvfp4/NOTES.md).
 KernelSource render(const SparsePolicy& p) {
   if (p.kernel == SparseKernel::kSm90) {
-    return KernelSource{"#include \"sparse_nvfp4/kernel_sm90.cuh\"\n",
-                        {fmt::format("kiln::sparse_nvfp4_sm90_kernel<{}, {}>", sparse_sm90_head_groups(p.heads), p.has_extra)}};
+    return KernelSource{"#include \"sparse_nvfp4/kernel_sm90.cuh\"\n", sparse_sm90_entries("sparse_nvfp4", p.heads, p.has_extra)};
   }
   return KernelSource{"#include \"sparse_nvfp4/kernel.cuh\"\n",
                       {fmt::format("kiln::sparse_nvfp4_decode_kernel<{}, {}, {}>", p.head_tiles, p.has_extra,
@@ -74,6 +73,13 @@ const PolicySchema<SparseMergePolicy>& merge_schema() {
 }
 
 }  // namespace
+
+std::vector<std::string> sparse_sm90_entries(std::string_view family, int heads, bool has_extra) {
+  const int groups = sparse_sm90_head_groups(heads);
+  std::vector<std::string> names{fmt::format("kiln::{}_sm90_kernel<{}, {}>", family, groups, has_extra)};
+  if (groups == 2) names.push_back(fmt::format("kiln::{}_sm90_kernel<1, {}, true>", family, has_extra));
+  return names;
+}
 
 const char* sparse_kernel_name(SparseKernel kernel) {
   switch (kernel) {

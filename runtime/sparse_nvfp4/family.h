@@ -7,6 +7,8 @@
 // the companion of every sparse_nvfp4 and sparse_dsv41 key with that head count.
 #include <cstdint>
 #include <string_view>
+#include <string>
+#include <vector>
 
 #include "kiln/jit/semantic_key.h"
 #include "kiln/runtime/policy_schema.h"
@@ -55,5 +57,10 @@ struct SparseMergePolicy {
 
 // Registers both families with the JIT (idempotent). runtime/families.cpp calls it.
 void register_sparse_family();
+
+// The name expressions of a sparse family's sm90 module (`family`: "sparse_nvfp4" or "sparse_dsv41"):
+// its kernel for H's head groups, and for H > 64 also the one-group kernel that an unpaired launch
+// runs (kSparseSm90UnpairedEntry).
+std::vector<std::string> sparse_sm90_entries(std::string_view family, int heads, bool has_extra);
 
 }  // namespace kiln::sparse

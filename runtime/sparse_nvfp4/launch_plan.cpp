@@ -144,7 +144,19 @@ SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int head
   l.kernel = choose_kernel(device, tokens, heads, plan, kernel);
   l.runs = sparse_launch_plan(device, tokens, heads, chunks, plan, planned, cluster, l.kernel, split_stride, max_splits);
   l.cluster = sparse_cluster_size(device, tokens, heads, l.runs, cluster, l.kernel);
+  l.unpaired = l.kernel == SparseKernel::kSm90 && sparse_sm90_unpaired(device, tokens, heads, l.runs, l.cluster);
   return l;
+}
+
+// A pair's CTAs each decode half of every chunk and exchange the halves; at one or two chunks per CTA
+// that exchange and the pair's lockstep cost more than the decode they save (H100, same run, H = 128:
+// T = 8 / 512 candidates 16.1 -> 14.9 us, T = 1 / 2048 16.3 -> 15.6), from eight chunks the pair is
+// ahead (T = 64 / 128 + 512: 32.2 against 34.3 unpaired; V4.1's longer decode 33.7 against 40.7).
+constexpr int kSparseSm90UnpairedChunks = 2;
+
+bool sparse_sm90_unpaired(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int deal) {
+  return sparse_sm90_cluster(heads) == 2 && deal == 1 && runs.chunks_per_block <= kSparseSm90UnpairedChunks &&
+         sparse_sm90_grid(tokens, heads, runs.num_splits) <= device.sms;
 }
 
 std::vector<SparseKernel> sparse_kernels_for(std::string_view arch, int heads) {

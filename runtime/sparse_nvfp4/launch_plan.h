@@ -49,6 +49,7 @@ struct SparseLaunch {
   SparseKernel kernel = SparseKernel::kMma;
   SplitPlanResult runs;
   int cluster = 1;
+  bool unpaired = false;  // kSm90, H > 64: sparse_sm90_unpaired
   bool operator==(const SparseLaunch&) const = default;
 };
 
@@ -58,6 +59,12 @@ struct SparseLaunch {
 SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
                                 std::optional<SparseKernel> kernel = std::nullopt, std::optional<bool> cluster = std::nullopt,
                                 int split_stride = 0, int max_splits = 16);
+
+// Whether a kSm90 launch of H > 64 runs each 64-head group as a CTA of its own that decodes every
+// candidate (the module's entry kSparseSm90UnpairedEntry) instead of cluster pairs that share each
+// chunk's decode: where the split is not dealt (`deal` 1), each CTA has at most two chunks and the
+// grid fits one wave.
+bool sparse_sm90_unpaired(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int deal);
 
 // The decode kernel for a call of T tokens and H heads resolved to `plan` on `device` (kernel = an
 // override, checked: kSm90 needs sm_90a).

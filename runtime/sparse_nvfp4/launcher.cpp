@@ -68,11 +68,11 @@ SplitPlanResult finish_plan(const Args& a, const SparseCall& c, int sms) {
   return plan;
 }
 
-LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& params, int cluster) {
+LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& params, int cluster, bool unpaired) {
   LaunchConfig decode;
   switch (policy.kernel) {
     case SparseKernel::kSm90: {
-      const int ctas = sparse_sm90_cluster(policy.heads) * cluster;  // head-group pair x dealt slices
+      const int ctas = (unpaired ? 1 : sparse_sm90_cluster(policy.heads)) * cluster;  // head-group pair x dealt slices
       decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits) * cluster);
       decode.block[0] = kSparseSm90Threads;
       decode.smem_bytes = sparse_sm90_smem_bytes();
@@ -94,10 +94,11 @@ LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& 
   return decode;
 }
 
-void launch_sparse(const SparsePolicy& policy, const SparseNvfp4Params& params, int cluster, CUstream stream, int device,
+void launch_sparse(const SparsePolicy& policy, const SparseNvfp4Params& params, const SparseLaunch& l, CUstream stream, int device,
                    KernelService& service) {
   const KernelHandle& handle = acquire(service, policy, stream, device);
-  launch_sparse_decode(handle, decode_config(policy, params, cluster), params, /*pdl=*/true, stream);
+  launch_sparse_decode(handle, decode_config(policy, params, l.cluster, l.unpaired), params, /*pdl=*/true, stream,
+                       l.unpaired ? kSparseSm90UnpairedEntry : 0);
 }
 
 }  // namespace
@@ -126,7 +127,7 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   const SparseLaunch l = plan_sparse_launch(device, static_cast<int>(c.tokens), c.heads, num_chunks(c.topk, c.extra_topk), plan,
                                             !opt.num_splits, opt.kernel, opt.cluster, c.split_stride, opt.max_splits);
   const SparseNvfp4Params params = sparse_params(a, c, l.runs.num_splits, l.runs.chunks_per_block);
-  launch_sparse(sparse_policy(c.heads, c.has_extra, l.runs, l.kernel), params, l.cluster, stream, on.device(), service);
+  launch_sparse(sparse_policy(c.heads, c.has_extra, l.runs, l.kernel), params, l, stream, on.device(), service);
   return plan;
 }
 

@@ -10,8 +10,11 @@
 #include <utility>
 
 #include "kiln/jit/error.h"
+#include "kiln/runtime/sparse_dsv41/launch_plan.h"
 #include "kiln/runtime/sparse_dsv41/launcher.h"
+#include "kiln/runtime/sparse_nvfp4/launch_plan.h"
 #include "tests/support/dsv41_matrix.h"
+#include "tests/support/h200_residency.h"
 #include "tests/support/mla_matrix.h"
 #include "tests/support/sparse_matrix.h"
 
@@ -310,4 +313,36 @@ TEST_CASE("dsv41 conformance matrix: every launch passes the launcher's host che
     }
   }
   CHECK(calls > 300);
+}
+
+// The GPU suites launch each sm90 case planned and forced onto the sm90 kernel (their scratch holds a
+// split per chunk); on a 132-SM GPU some H > 64 launches must run unpaired and some as cluster pairs,
+// or one of the two forms would go untested.
+TEST_CASE("sparse and dsv41 matrices launch the sm90 kernel both unpaired and as pairs", "[unit]") {
+  namespace sp = kiln::sparse;
+  namespace d = kiln::dsv41;
+  const kiln::ClusterResidency residency = kiln::testing::h200_residency(132);
+  const sp::SparseDevice device{"sm_90a", 132, residency};
+  int unpaired = 0, paired = 0;
+  for (const sparse::SparseCase& c : sparse::conformance_matrix()) {
+    if (c.heads <= 64) continue;
+    const int chunks = c.chunks();
+    const sp::SplitPlanResult plan = sp::resolve_plan(c.tokens, c.heads, c.topk, c.xtopk(), 132);
+    const sp::SparseLaunch l = sp::plan_sparse_launch(device, c.tokens, c.heads, chunks, plan, true, sp::SparseKernel::kSm90, std::nullopt, chunks);
+    ++(l.unpaired ? unpaired : paired);
+  }
+  CHECK(unpaired > 0);
+  CHECK(paired > 0);
+  const d::Dsv41Device target{"sm_90a", 132, false, residency};
+  int d_unpaired = 0, d_paired = 0;
+  for (const dsv41::Dsv41Case& c : dsv41::conformance_matrix()) {
+    if (c.heads <= 64) continue;
+    const int extra = c.has_extra ? c.extra_topk : 0, chunks = sp::num_chunks(c.topk, extra);
+    const d::Dsv41Plan plan = d::resolve_dsv41_plan(c.tokens, c.heads, c.topk, extra, target, d::Dsv41Variant::kSm90, std::nullopt, 16, false);
+    const d::Dsv41Plan runs = d::dsv41_launch_plan(target, c.tokens, c.heads, chunks, plan, true, std::nullopt, chunks, 16);
+    const int deal = d::dsv41_cluster_size(target, c.tokens, c.heads, runs);
+    ++(sp::sparse_sm90_unpaired(device, c.tokens, c.heads, {runs.head_tiles, runs.num_splits, runs.chunks_per_block}, deal) ? d_unpaired : d_paired);
+  }
+  CHECK(d_unpaired > 0);
+  CHECK(d_paired > 0);
 }

@@ -397,8 +397,12 @@ TEST_CASE("dsv41 policy: fields, key, render", "[unit]") {
   const nlohmann::json canonical = f.canonicalize({{"heads", 128}, {"variant", "sm90"}, {"split", true}});
   CHECK(canonical == nlohmann::json{{"heads", 128}, {"has_extra", false}, {"split", true}, {"variant", "sm90"}});
   const kiln::KernelSource s1 = f.render(canonical);
-  REQUIRE(s1.name_expressions.size() == 1);
+  // H > 64: the pair kernel, then the one-group kernel an unpaired launch runs.
+  REQUIRE(s1.name_expressions.size() == 2);
   CHECK(s1.name_expressions[0] == "kiln::sparse_dsv41_sm90_kernel<2, false>");
+  CHECK(s1.name_expressions[1] == "kiln::sparse_dsv41_sm90_kernel<1, false, true>");
+  CHECK(f.render(f.canonicalize({{"heads", 64}, {"variant", "sm90"}})).name_expressions ==
+        std::vector<std::string>{"kiln::sparse_dsv41_sm90_kernel<1, false>"});
   CHECK(s1.source.find("sparse_dsv41/kernel_sm90.cuh") != std::string::npos);
   // split and H are run-time values of the kernels: not rendered (the sm90 kernel names its head
   // groups), so keys that differ only in them share one cache entry; has_extra is a template

@@ -510,8 +510,12 @@ TEST_CASE("sparse family: policy validation, keys and rendering", "[unit]") {
   CHECK(s2.name_expressions[0] == "kiln::sparse_nvfp4_decode_kernel<1, false, true>");
   const sp::SparsePolicy hopper{96, 1, true, true, sp::SparseKernel::kSm90};
   const kiln::KernelSource s3 = f.render(hopper.key("sm_90a").policy());
-  REQUIRE(s3.name_expressions.size() == 1);
+  // H > 64: the pair kernel, then the one-group kernel an unpaired launch runs.
+  REQUIRE(s3.name_expressions.size() == 2);
   CHECK(s3.name_expressions[0] == "kiln::sparse_nvfp4_sm90_kernel<2, true>");
+  CHECK(s3.name_expressions[1] == "kiln::sparse_nvfp4_sm90_kernel<1, true, true>");
+  const sp::SparsePolicy hopper64{64, 1, false, true, sp::SparseKernel::kSm90};
+  CHECK(f.render(hopper64.key("sm_90a").policy()).name_expressions == std::vector<std::string>{"kiln::sparse_nvfp4_sm90_kernel<1, false>"});
   CHECK(s3.source.find("sparse_nvfp4/kernel_sm90.cuh") != std::string::npos);
   for (const auto& [policy, arch] : {std::pair{direct, "sm_90a"}, std::pair{split, "sm_120a"}, std::pair{hopper, "sm_90a"}}) {
     const std::vector<kiln::SemanticKey> companions = kiln::companion_keys(policy.key(arch));
@@ -683,6 +687,20 @@ TEST_CASE("sparse validation: an sm90 launch runs more splits where the scratch 
   const sp::SparseLaunch l = sp::plan_sparse_launch(h, 8, 64, 8, {1, 2, 4}, true, kSm90, std::nullopt, 8);
   CHECK(l.runs == sp::SplitPlanResult{1, 8, 1});
   CHECK(l.cluster == 1);
+  CHECK_FALSE(l.unpaired);  // one head group: nothing to pair
+  // H = 128: 8 splits of one chunk (128 CTAs) and T = 1 / 2048 candidates as 16 of 2 run unpaired;
+  // 4 chunks a CTA, a grid past one wave, a dealt split or H <= 64 keep the pairs (or have none).
+  const sp::SparseLaunch u = sp::plan_sparse_launch(h, 8, 128, 8, {1, 1, 8}, true, kSm90, std::nullopt, 8);
+  CHECK(u.runs == sp::SplitPlanResult{1, 8, 1});
+  CHECK(u.unpaired);
+  CHECK(sp::plan_sparse_launch(h, 1, 128, 32, {1, 8, 4}, true, kSm90, std::nullopt, 32).unpaired);
+  CHECK_FALSE(sp::plan_sparse_launch(h, 8, 128, 32, {2, 2, 16}, true, kSm90, std::nullopt, 32).unpaired);  // 8 of 4
+  CHECK(sp::sparse_sm90_unpaired(h, 8, 128, {1, 8, 2}, 1));
+  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 8, 128, {1, 8, 3}, 1));
+  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 9, 128, {1, 8, 1}, 1));  // 144 CTAs
+  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 8, 128, {1, 4, 2}, 2));
+  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 8, 64, {1, 8, 1}, 1));
+  CHECK(sp::sparse_sm90_unpaired(h, 8, 96, {1, 8, 1}, 1));  // two head groups, the second padded
 }
 
 TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 launch", "[unit]") {
