@@ -3,7 +3,7 @@
 //
 // One CTA = one query token x 64 heads x one split; each candidate is gathered and decoded once per
 // CTA, and for H > 64 once per cluster pair (the two head groups split each chunk's candidates and
-// write their decoded halves into both CTAs' tiles). 384 threads in three warpgroups:
+// write their decoded halves into both CTAs' tiles) unless the launch runs the groups unpaired. 384 threads in three warpgroups:
 //  - WG2 (producer): gathers each chunk's 64 384-byte records with 16-byte cp.async into a raw
 //    stage, a warp's lanes along one record at a time (coalesced; masked slots zero-filled). Once a
 //    chunk has landed, each thread takes half a record's codes, scales and RoPE dims into registers,
@@ -798,7 +798,7 @@ struct Nvfp4Sm90Format {
 // of the two head groups is a CTA of its own that decodes every candidate, the two in consecutive
 // clusters of the grid. kHasExtra: a second pool shares the softmax. At run time p.split: write
 // mid_out/mid_lse (merged by sparse_nvfp4_merge_kernel).
-// For H > 64 the two head groups of a (token, split) run as a cluster of two CTAs that share the
+// Paired (kGroups 2), the two head groups of a (token, split) run as a cluster of two CTAs that share the
 // decode: CTA r gathers and decodes candidates 32 r .. 32 r + 31 of every chunk and writes them into
 // its own tile and, by st.async, into its peer's, so no candidate is decoded twice.
 // A launch may deal a split's chunks to `deal` CTAs per head group (cluster of deal x groups CTAs,

@@ -6,8 +6,8 @@
 // The merge of a split plan depends on heads only: it is a module of its own (family "sparse_merge"),
 // the companion of every sparse_nvfp4 and sparse_dsv41 key with that head count.
 #include <cstdint>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/jit/semantic_key.h"

@@ -150,8 +150,9 @@ SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int head
 
 // A pair's CTAs each decode half of every chunk and exchange the halves; at one or two chunks per CTA
 // that exchange and the pair's lockstep cost more than the decode they save (H100, same run, H = 128:
-// T = 8 / 512 candidates 16.1 -> 14.9 us, T = 1 / 2048 16.3 -> 15.6), from eight chunks the pair is
-// ahead (T = 64 / 128 + 512: 32.2 against 34.3 unpaired; V4.1's longer decode 33.7 against 40.7).
+// T = 8 / 512 candidates 16.05 -> 14.71 us, T = 1 / 2048 16.21 -> 15.35); from four chunks (V4.1's
+// longer decode) or eight (NVFP4) the pair is ahead (T = 64 / 128 + 512: 32.2 against 34.3 us
+// unpaired, V4.1 33.7 against 40.7).
 constexpr int kSparseSm90UnpairedChunks = 2;
 
 bool sparse_sm90_unpaired(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int deal) {

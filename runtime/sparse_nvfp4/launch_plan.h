@@ -1,8 +1,8 @@
 #pragma once
 // The sparse decodes' launch planner: from a resolved split plan (planner.h, upstream's rules) and
 // what the GPU is, every choice a launch makes — the decode kernel, the plan it runs, the CTAs a
-// split is dealt to. Pure: the launchers read the device once (sparse_device) and only launch what
-// this returns; tests and benches call it for any GPU.
+// split is dealt to, whether the head groups of H > 64 pair up. Pure: the launchers read the device
+// once (sparse_device) and only launch what this returns; tests and benches call it for any GPU.
 #include <optional>
 #include <string_view>
 #include <vector>
