@@ -3,7 +3,8 @@
 //
 // One CTA = one query token x 64 heads x one split; each candidate is gathered and decoded once per
 // CTA, and for H > 64 once per cluster pair (the two head groups split each chunk's candidates and
-// write their decoded halves into both CTAs' tiles) unless the launch runs the groups unpaired. 384 threads in three warpgroups:
+// write their decoded halves into both CTAs' tiles) unless the launch runs the groups unpaired.
+// 384 threads in three warpgroups:
 //  - WG2 (producer): gathers each chunk's 64 384-byte records with 16-byte cp.async into a raw
 //    stage, a warp's lanes along one record at a time (coalesced; masked slots zero-filled). Once a
 //    chunk has landed, each thread takes half a record's codes, scales and RoPE dims into registers,
