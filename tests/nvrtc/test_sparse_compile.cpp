@@ -47,8 +47,8 @@ TEST_CASE("sparse_nvfp4 compiles for sm_90a and sm_120a", "[nvrtc]") {
     INFO(key.str());
     const nlohmann::json lowered = kiln::testing::expect_compiled(service, key);
     // An sm90 module of H > 64 also holds the one-group kernel of an unpaired launch.
-    const bool pair = c.policy.kernel == sp::SparseKernel::kSm90 && c.policy.heads > 64;
-    REQUIRE(lowered.size() == (pair ? 2u : 1u));
+    const bool two_kernels = c.policy.kernel == sp::SparseKernel::kSm90 && c.policy.heads > 64;
+    REQUIRE(lowered.size() == (two_kernels ? 2u : 1u));
     for (const nlohmann::json& name : lowered) {
       CHECK(name.get<std::string>().find(c.policy.kernel == sp::SparseKernel::kSm90 ? "sparse_nvfp4_sm90_kernel" : "sparse_nvfp4_decode_kernel") !=
             std::string::npos);
