@@ -349,6 +349,7 @@ int run_bench_sparse(const BenchOptions& options) {
     if (hopper) {
       r["sm90_deal"] = row.deal;
       r["sm90_runs"] = fmt::format("{}/{}", row.runs.num_splits, row.runs.chunks_per_block);
+      r["sm90_unpaired"] = sparse::sparse_sm90_unpaired(dev, c.tokens, c.heads, row.runs, row.deal);
     }
     if (row.sm90_no_deal) r["us_sm90_no_deal"] = row.sm90_no_deal->us;
     if (row.sm90_deal_forced) {
@@ -386,6 +387,8 @@ int run_bench_sparse(const BenchOptions& options) {
                   "scratch_bytes sizes a workspace"},
       {"sm90_runs", "splits / chunks per split the sm90 launch runs (sparse_launch_plan: where the scratch holds more splits "
                     "than planned and the 64-head CTAs fit one wave, the most that do)"},
+      {"sm90_unpaired", "whether that launch runs the head groups of H > 64 as CTAs of their own rather than cluster pairs "
+                        "(sparse_sm90_unpaired)"},
       {"sm90_deal", "CTAs per head group sharing a split's chunks in the sm90 launch (sparse_cluster_size for kSm90); "
                     "us_sm90_no_deal: forced off where it deals; sm90_deal_forced / us_sm90_deal_forced: forced on, where that "
                     "gives another size"},

@@ -222,6 +222,9 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
     const dsv41::Dsv41Plan runs = launch_runs(c, device, t.plan);
     r["runs"] = fmt::format("{}/{}", runs.num_splits, runs.chunks_per_block);
     r["cluster"] = dsv41::dsv41_cluster_size(device, c.tokens, c.heads, runs);
+    r["unpaired"] = runs.variant == Dsv41Variant::kSm90 &&
+                    sparse::sparse_sm90_unpaired(gpu, c.tokens, c.heads, {runs.head_tiles, runs.num_splits, runs.chunks_per_block},
+                                                 r["cluster"].get<int>());
     r["us_nvfp4"] = row.nvfp4.us;
     r["nvfp4_kernel"] = row.nvfp4.kernel;
     r["nvfp4_plan"] = fmt::format("{}/{}/{}", row.nvfp4.head_tiles, row.nvfp4.num_splits, row.nvfp4.chunks_per_block);
@@ -243,6 +246,8 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
       {"plan", "the launcher's own (planners for this device's SM count; no overrides)"},
       {"scratch", "mid_out / mid_lse hold one split per chunk (S = num_chunks, at least the plan's splits), as upstream's "
                   "scratch_bytes sizes a workspace; runs: splits / chunks per split the launch runs with it (dsv41_launch_plan)"},
+      {"unpaired", "whether an sm90 launch runs the head groups of H > 64 as CTAs of their own rather than cluster pairs "
+                   "(sparse_sm90_unpaired)"},
       {"variant", "the launcher's choice for the call; us_<variant>: the same calls with each variant this device has forced"},
       {"nvfp4", "us_nvfp4: kiln's NVFP4 decode (384-byte records) on the same T, H, topk, extra_topk, timed as kiln bench sparse "
                 "times it (its own pool and the launcher's own kernel and plan); nvfp4_speedup = us_nvfp4 / us_per_call"},
