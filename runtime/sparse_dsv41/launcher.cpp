@@ -149,8 +149,7 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   const Dsv41Policy policy = dsv41_policy(c.heads, c.has_extra, runs);
   const KernelHandle& handle = acquire(service, policy, stream, device);
   const int cluster = dsv41_cluster_size(target, static_cast<int>(c.tokens), c.heads, runs, opt.cluster);
-  const sparse::SplitPlanResult split{runs.head_tiles, runs.num_splits, runs.chunks_per_block};
-  const bool unpaired = runs.variant == Dsv41Variant::kSm90 && sparse::sparse_sm90_unpaired(gpu, static_cast<int>(c.tokens), c.heads, split, cluster);
+  const bool unpaired = dsv41_unpaired(target, static_cast<int>(c.tokens), c.heads, runs, cluster);
   sparse::launch_sparse_decode(handle, decode_config(policy, params, cluster, unpaired), params, opt.enable_pdl.value_or(true), stream,
                                unpaired ? kSparseSm90UnpairedEntry : 0);
   return plan;

@@ -341,7 +341,7 @@ TEST_CASE("sparse and dsv41 matrices launch the sm90 kernel both unpaired and as
     const d::Dsv41Plan plan = d::resolve_dsv41_plan(c.tokens, c.heads, c.topk, extra, target, d::Dsv41Variant::kSm90, std::nullopt, 16, false);
     const d::Dsv41Plan runs = d::dsv41_launch_plan(target, c.tokens, c.heads, chunks, plan, true, std::nullopt, chunks, 16);
     const int deal = d::dsv41_cluster_size(target, c.tokens, c.heads, runs);
-    ++(sp::sparse_sm90_unpaired(device, c.tokens, c.heads, {runs.head_tiles, runs.num_splits, runs.chunks_per_block}, deal) ? d_unpaired : d_paired);
+    ++(d::dsv41_unpaired(target, c.tokens, c.heads, runs, deal) ? d_unpaired : d_paired);
   }
   CHECK(d_unpaired > 0);
   CHECK(d_paired > 0);

@@ -221,10 +221,9 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
     r["variant"] = dsv41::dsv41_variant_name(row.variant);
     const dsv41::Dsv41Plan runs = launch_runs(c, device, t.plan);
     r["runs"] = fmt::format("{}/{}", runs.num_splits, runs.chunks_per_block);
-    r["cluster"] = dsv41::dsv41_cluster_size(device, c.tokens, c.heads, runs);
-    r["unpaired"] = runs.variant == Dsv41Variant::kSm90 &&
-                    sparse::sparse_sm90_unpaired(gpu, c.tokens, c.heads, {runs.head_tiles, runs.num_splits, runs.chunks_per_block},
-                                                 r["cluster"].get<int>());
+    const int cluster = dsv41::dsv41_cluster_size(device, c.tokens, c.heads, runs);
+    r["cluster"] = cluster;
+    r["unpaired"] = dsv41::dsv41_unpaired(device, c.tokens, c.heads, runs, cluster);
     r["us_nvfp4"] = row.nvfp4.us;
     r["nvfp4_kernel"] = row.nvfp4.kernel;
     r["nvfp4_plan"] = fmt::format("{}/{}/{}", row.nvfp4.head_tiles, row.nvfp4.num_splits, row.nvfp4.chunks_per_block);
