@@ -76,18 +76,11 @@ Dsv41Device zero_token_device(const Dsv41Options& opt) {
 
 // `cluster`: the CTAs dealt one split per head group (dsv41_cluster_size).
 LaunchConfig decode_config(const Dsv41Policy& policy, const SparseNvfp4Params& params, int cluster, bool unpaired) {
+  if (policy.variant == Dsv41Variant::kSm90) return sparse::sparse_sm90_config(params, policy.heads, cluster, unpaired, sparse_dsv41_sm90_smem_bytes());
   LaunchConfig decode;
-  if (policy.variant == Dsv41Variant::kSm90) {
-    const int ctas = (unpaired ? 1 : sparse_sm90_cluster(policy.heads)) * cluster;  // head-group pair x dealt slices
-    decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits) * cluster);
-    decode.block[0] = kSparseSm90Threads;
-    decode.smem_bytes = sparse_dsv41_sm90_smem_bytes();
-    if (ctas > 1) decode.cluster[0] = static_cast<unsigned>(ctas);
-  } else {
-    decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));
-    decode.block[0] = kDsv41SmallThreads;
-    decode.smem_bytes = sparse_dsv41_small_smem_bytes();
-  }
+  decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));
+  decode.block[0] = kDsv41SmallThreads;
+  decode.smem_bytes = sparse_dsv41_small_smem_bytes();
   return decode;
 }
 

@@ -278,6 +278,16 @@ SparseNvfp4Params sparse_params(const SparseCallArgs& a, const SparseCall& c, in
   return p;
 }
 
+LaunchConfig sparse_sm90_config(const SparseNvfp4Params& params, int heads, int cluster, bool unpaired, std::size_t smem_bytes) {
+  LaunchConfig decode;
+  const int ctas = (unpaired ? 1 : sparse_sm90_cluster(heads)) * cluster;  // head-group pair x dealt slices
+  decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, heads, params.num_splits) * cluster);
+  decode.block[0] = kSparseSm90Threads;
+  decode.smem_bytes = smem_bytes;
+  if (ctas > 1) decode.cluster[0] = static_cast<unsigned>(ctas);
+  return decode;
+}
+
 void launch_sparse_decode(const KernelHandle& handle, LaunchConfig decode, const SparseNvfp4Params& params, bool pdl,
                           CUstream stream, std::size_t entry) {
   decode.pdl = pdl;

@@ -97,6 +97,10 @@ void check_sparse_devices(const StreamDevice& on, const SparseCallArgs& a);
 // The kernels' parameter block for a resolved plan.
 SparseNvfp4Params sparse_params(const SparseCallArgs& a, const SparseCall& c, int num_splits, int chunks_per_block);
 
+// The sm90 decode's geometry for `heads` (the policy's), `cluster` dealt slices per head group and
+// `smem_bytes` of dynamic shared memory: head-group pairs share a cluster unless `unpaired`.
+LaunchConfig sparse_sm90_config(const SparseNvfp4Params& params, int heads, int cluster, bool unpaired, std::size_t smem_bytes);
+
 // The decode launch (`entry` of `handle`, `decode`'s geometry), then, when `params.split`, the merge
 // (sparse_nvfp4_merge_kernel, the module of the handle's sparse_merge companion). With `pdl`
 // both are programmatic dependents of the kernel before them in the stream: their blocks start during

@@ -71,14 +71,8 @@ SplitPlanResult finish_plan(const Args& a, const SparseCall& c, int sms) {
 LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& params, int cluster, bool unpaired) {
   LaunchConfig decode;
   switch (policy.kernel) {
-    case SparseKernel::kSm90: {
-      const int ctas = (unpaired ? 1 : sparse_sm90_cluster(policy.heads)) * cluster;  // head-group pair x dealt slices
-      decode.grid[0] = static_cast<unsigned>(sparse_sm90_grid(params.num_tokens, policy.heads, params.num_splits) * cluster);
-      decode.block[0] = kSparseSm90Threads;
-      decode.smem_bytes = sparse_sm90_smem_bytes();
-      if (ctas > 1) decode.cluster[0] = static_cast<unsigned>(ctas);
-      break;
-    }
+    case SparseKernel::kSm90:
+      return sparse_sm90_config(params, policy.heads, cluster, unpaired, sparse_sm90_smem_bytes());
     case SparseKernel::kMmaSmall:
       decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));
       decode.block[0] = static_cast<unsigned>(sparse_block_threads(1));
