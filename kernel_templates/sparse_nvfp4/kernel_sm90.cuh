@@ -846,7 +846,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
   const DealShape shape = deal_shape<kGroups>();
   const int group = crank % kGroups;  // the CTA's place in a pair
   constexpr int kHeadGroupsAlong = kUnpaired ? 2 : 1;  // head groups along the grid
-  const CtaPlace at = cta_place(p, ncta * kHeadGroupsAlong, 1);
+  const CtaPlace at = cta_place(p, ncta, kHeadGroupsAlong);
   const int split = at.split, t = at.t;
   const int head0 = (kUnpaired ? int(cluster_id_x() & 1u) : group) * kSparseSm90Heads;
   // Shared addresses of the peer CTA are ours plus `peer` (one contiguous window per CTA).
@@ -937,7 +937,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
         release_tile(b);
       }
 
-      const CtaPlace end{t, cta_split(p, ncta * kHeadGroupsAlong, 1)};
+      const CtaPlace end{t, cta_split(p, ncta, kHeadGroupsAlong)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
         wg0_dealt_epilogue<F, kGroups>(p, o, m_run, l_run, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
       } else {
@@ -982,7 +982,7 @@ __device__ __forceinline__ void sparse_sm90_decode(const SparseNvfp4Params& p) {
           }
         }
       }
-      const CtaPlace end{t, cta_split(p, ncta * kHeadGroupsAlong, 1)};
+      const CtaPlace end{t, cta_split(p, ncta, kHeadGroupsAlong)};
       if (const DealShape ds = deal_shape<kGroups>(); ds.deal > 1) {
         wg1_dealt_epilogue<F, kGroups>(p, o_nope, o_rope, sbase, ds, group, end.t, end.split, head0, row_lo, tid, q4);
       } else {
