@@ -71,7 +71,8 @@ Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, co
 
 bool dsv41_unpaired(const Dsv41Device& device, int tokens, int heads, const Dsv41Plan& runs, int deal) {
   return runs.variant == Dsv41Variant::kSm90 &&
-         sparse::sparse_sm90_unpaired(sparse::SparseDevice{device.arch, device.sms, device.residency}, tokens, heads, split_result(runs), deal);
+         sparse::sparse_sm90_unpaired(sparse::SparseDevice{device.arch, device.sms, device.residency}, tokens, heads, split_result(runs), deal,
+                                       sparse::kDsv41UnpairedChunks);
 }
 
 Dsv41Plan dsv41_launch_plan(const Dsv41Device& device, int tokens, int heads, int chunks, const Dsv41Plan& plan, bool planned,

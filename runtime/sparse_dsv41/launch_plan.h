@@ -51,7 +51,7 @@ Dsv41Variant choose_variant(const Dsv41Device& device, int tokens, int heads, co
 // shared memory); 1 for "default".
 int dsv41_cluster_size(const Dsv41Device& device, int tokens, int heads, const Dsv41Plan& plan, std::optional<bool> cluster = std::nullopt);
 // Whether an "sm90" launch of `runs` (dealt to `deal` CTAs per head group) runs the head groups of
-// H > 64 unpaired (the NVFP4 rule, sparse::sparse_sm90_unpaired); false for "default".
+// H > 64 unpaired (sparse::sparse_sm90_unpaired at V4.1's bound, kDsv41UnpairedChunks); false for "default".
 bool dsv41_unpaired(const Dsv41Device& device, int tokens, int heads, const Dsv41Plan& runs, int deal);
 // Plan resolution from shapes alone (the launcher's rule): num_splits = resolve_splits(override) or
 // plan_splits with plan_head_tiles(H) whatever the variant, `ragged` when a length tensor is given;

@@ -144,19 +144,12 @@ SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int head
   l.kernel = choose_kernel(device, tokens, heads, plan, kernel);
   l.runs = sparse_launch_plan(device, tokens, heads, chunks, plan, planned, cluster, l.kernel, split_stride, max_splits);
   l.cluster = sparse_cluster_size(device, tokens, heads, l.runs, cluster, l.kernel);
-  l.unpaired = l.kernel == SparseKernel::kSm90 && sparse_sm90_unpaired(device, tokens, heads, l.runs, l.cluster);
+  l.unpaired = l.kernel == SparseKernel::kSm90 && sparse_sm90_unpaired(device, tokens, heads, l.runs, l.cluster, kNvfp4UnpairedChunks);
   return l;
 }
 
-// A pair's CTAs each decode half of every chunk and exchange the halves; at one or two chunks per CTA
-// that exchange and the pair's lockstep cost more than the decode they save (H100, same run, H = 128:
-// T = 8 / 512 candidates 16.05 -> 14.71 us, T = 1 / 2048 16.21 -> 15.35); from four chunks (V4.1's
-// longer decode) or eight (NVFP4) the pair is ahead (T = 64 / 128 + 512: 32.2 against 34.3 us
-// unpaired, V4.1 33.7 against 40.7).
-constexpr int kSparseSm90UnpairedChunks = 2;
-
-bool sparse_sm90_unpaired(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int deal) {
-  return sparse_sm90_cluster(heads) == 2 && deal == 1 && runs.chunks_per_block <= kSparseSm90UnpairedChunks &&
+bool sparse_sm90_unpaired(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int deal, int max_chunks) {
+  return sparse_sm90_cluster(heads) == 2 && deal == 1 && runs.chunks_per_block <= max_chunks &&
          sparse_sm90_grid(tokens, heads, runs.num_splits) <= device.sms;
 }
 

@@ -62,9 +62,17 @@ SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int head
 
 // Whether a kSm90 launch of H > 64 runs each 64-head group as a CTA of its own that decodes every
 // candidate (the module's entry kSparseSm90UnpairedEntry) instead of cluster pairs that share each
-// chunk's decode: where the split is not dealt (`deal` 1), each CTA has at most two chunks and the
-// grid fits one wave.
-bool sparse_sm90_unpaired(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int deal);
+// chunk's decode: where the split is not dealt (`deal` 1), each CTA has at most `max_chunks` chunks
+// and the grid fits one wave.
+bool sparse_sm90_unpaired(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int deal, int max_chunks);
+
+// Each format's `max_chunks`. A pair's CTAs each decode half of every chunk and exchange the halves;
+// at few chunks per CTA that exchange and the pair's lockstep cost more than the decode they save
+// (H100, same run, H = 128: T = 8 / 512 candidates 16.05 -> 14.71 us, T = 1 / 2048 16.21 -> 15.35;
+// NVFP4 T = 8 / 2048 at 4 chunks 22.42 -> 21.94). With more chunks the pair is ahead (T = 64 /
+// 128 + 512, 8 chunks: 32.2 against 34.3 us unpaired); V4.1's longer decode tips sooner (4 chunks:
+// 0.976 of the pair's speed, 8: 33.7 against 40.7 us).
+inline constexpr int kNvfp4UnpairedChunks = 4, kDsv41UnpairedChunks = 2;
 
 // The decode kernel for a call of T tokens and H heads resolved to `plan` on `device` (kernel = an
 // override, checked: kSm90 needs sm_90a).

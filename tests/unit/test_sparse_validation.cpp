@@ -689,18 +689,21 @@ TEST_CASE("sparse validation: an sm90 launch runs more splits where the scratch 
   CHECK(l.cluster == 1);
   CHECK_FALSE(l.unpaired);  // one head group: nothing to pair
   // H = 128: 8 splits of one chunk (128 CTAs) and T = 1 / 2048 candidates as 16 of 2 run unpaired;
-  // 4 chunks a CTA, a grid past one wave, a dealt split or H <= 64 keep the pairs (or have none).
+  // so do 8 of 4 (NVFP4's bound); 3 chunks at V4.1's bound of 2, a grid past one wave, a dealt split or
+  // H <= 64 keep the pairs (or have none).
   const sp::SparseLaunch u = sp::plan_sparse_launch(h, 8, 128, 8, {1, 1, 8}, true, kSm90, std::nullopt, 8);
   CHECK(u.runs == sp::SplitPlanResult{1, 8, 1});
   CHECK(u.unpaired);
   CHECK(sp::plan_sparse_launch(h, 1, 128, 32, {1, 8, 4}, true, kSm90, std::nullopt, 32).unpaired);
-  CHECK_FALSE(sp::plan_sparse_launch(h, 8, 128, 32, {2, 2, 16}, true, kSm90, std::nullopt, 32).unpaired);  // 8 of 4
-  CHECK(sp::sparse_sm90_unpaired(h, 8, 128, {1, 8, 2}, 1));
-  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 8, 128, {1, 8, 3}, 1));
-  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 9, 128, {1, 8, 1}, 1));  // 144 CTAs
-  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 8, 128, {1, 4, 2}, 2));
-  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 8, 64, {1, 8, 1}, 1));
-  CHECK(sp::sparse_sm90_unpaired(h, 8, 96, {1, 8, 1}, 1));  // two head groups, the second padded
+  CHECK(sp::plan_sparse_launch(h, 8, 128, 32, {2, 2, 16}, true, kSm90, std::nullopt, 32).unpaired);
+  CHECK(sp::sparse_sm90_unpaired(h, 8, 128, {1, 8, 2}, 1, sp::kDsv41UnpairedChunks));
+  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 8, 128, {1, 8, 3}, 1, sp::kDsv41UnpairedChunks));
+  CHECK(sp::sparse_sm90_unpaired(h, 8, 128, {1, 8, 4}, 1, sp::kNvfp4UnpairedChunks));
+  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 8, 128, {1, 8, 5}, 1, sp::kNvfp4UnpairedChunks));
+  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 9, 128, {1, 8, 1}, 1, 2));  // 144 CTAs
+  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 8, 128, {1, 4, 2}, 2, 2));
+  CHECK_FALSE(sp::sparse_sm90_unpaired(h, 8, 64, {1, 8, 1}, 1, 2));
+  CHECK(sp::sparse_sm90_unpaired(h, 8, 96, {1, 8, 1}, 1, 2));  // two head groups, the second padded
 }
 
 TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 launch", "[unit]") {

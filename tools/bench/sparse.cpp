@@ -349,7 +349,7 @@ int run_bench_sparse(const BenchOptions& options) {
     if (hopper) {
       r["sm90_deal"] = row.deal;
       r["sm90_runs"] = fmt::format("{}/{}", row.runs.num_splits, row.runs.chunks_per_block);
-      r["sm90_unpaired"] = sparse::sparse_sm90_unpaired(dev, c.tokens, c.heads, row.runs, row.deal);
+      r["sm90_unpaired"] = sparse::sparse_sm90_unpaired(dev, c.tokens, c.heads, row.runs, row.deal, sparse::kNvfp4UnpairedChunks);
     }
     if (row.sm90_no_deal) r["us_sm90_no_deal"] = row.sm90_no_deal->us;
     if (row.sm90_deal_forced) {
