@@ -76,7 +76,9 @@ Dsv41Device zero_token_device(const Dsv41Options& opt) {
 
 // `cluster`: the CTAs dealt one split per head group (dsv41_cluster_size).
 LaunchConfig decode_config(const Dsv41Policy& policy, const SparseNvfp4Params& params, int cluster, bool unpaired) {
-  if (policy.variant == Dsv41Variant::kSm90) return sparse::sparse_sm90_config(params, policy.heads, cluster, unpaired, sparse_dsv41_sm90_smem_bytes());
+  if (policy.variant == Dsv41Variant::kSm90) {
+    return sparse::sparse_sm90_config(params, policy.heads, cluster, unpaired, sparse_dsv41_sm90_smem_bytes());
+  }
   LaunchConfig decode;
   decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));
   decode.block[0] = kDsv41SmallThreads;
