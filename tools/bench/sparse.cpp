@@ -290,8 +290,7 @@ int run_bench_sparse(const BenchOptions& options) {
     std::vector<Timing> t;        // per entry of `kernels`
     int cluster = 1;              // CTAs per cluster of the mma.sync launch
     std::optional<Timing> mma_no_cluster;  // the mma.sync kernel without a cluster, where it has one
-    sparse::SplitPlanResult runs;  // the plan the sm90 launch runs (sparse_launch_plan)
-    int deal = 1;                 // CTAs sharing a split in the sm90 launch
+    sparse::SparseLaunch sm90;    // the sm90 launch (plan_sparse_launch): the plan it runs, the CTAs sharing a split, unpaired
     std::optional<Timing> sm90_no_deal;    // the sm90 kernel without dealing, where it deals
     int deal_forced = 1;          // the same with dealing forced on
     std::optional<Timing> sm90_deal_forced;  // where that differs from the launcher's
@@ -316,11 +315,11 @@ int run_bench_sparse(const BenchOptions& options) {
     if (hopper) row.cluster = sparse::sparse_cluster_size(dev, c.tokens, c.heads, launch_plan(c, plan, dev, sparse::SparseKernel::kMma));
     if (row.cluster > 1) row.mma_no_cluster = time_config(c, pool, sms, sparse::SparseKernel::kMma, false, stream, rng, service);
     if (hopper && std::find(kernels.begin(), kernels.end(), sparse::SparseKernel::kSm90) != kernels.end()) {
-      row.runs = launch_plan(c, plan, dev, sparse::SparseKernel::kSm90);
-      row.deal = sparse::sparse_cluster_size(dev, c.tokens, c.heads, row.runs, std::nullopt, sparse::SparseKernel::kSm90);
+      row.sm90 = sparse::plan_sparse_launch(dev, c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits,
+                                            sparse::SparseKernel::kSm90, std::nullopt, bench_scratch_splits(c, plan.num_splits));
       row.deal_forced = sparse::sparse_cluster_size(dev, c.tokens, c.heads, plan, true, sparse::SparseKernel::kSm90);
-      if (row.deal > 1) row.sm90_no_deal = time_config(c, pool, sms, sparse::SparseKernel::kSm90, false, stream, rng, service);
-      if (row.deal_forced != row.deal) row.sm90_deal_forced = time_config(c, pool, sms, sparse::SparseKernel::kSm90, true, stream, rng, service);
+      if (row.sm90.cluster > 1) row.sm90_no_deal = time_config(c, pool, sms, sparse::SparseKernel::kSm90, false, stream, rng, service);
+      if (row.deal_forced != row.sm90.cluster) row.sm90_deal_forced = time_config(c, pool, sms, sparse::SparseKernel::kSm90, true, stream, rng, service);
     }
     const Timing& t = row.picked(kernels);
     std::fprintf(stderr, "%-34s %5d calls %9.2f us (%s)  %7.1f GB/s  %6.1f TFLOP/s  plan %d/%d/%d  (%.0f ms)\n", c.name().c_str(), t.calls,
@@ -347,9 +346,9 @@ int run_bench_sparse(const BenchOptions& options) {
     if (c.splits) r["num_splits_forced"] = true;
     if (row.mma_no_cluster) r["us_mma_no_cluster"] = row.mma_no_cluster->us;
     if (hopper) {
-      r["sm90_deal"] = row.deal;
-      r["sm90_runs"] = fmt::format("{}/{}", row.runs.num_splits, row.runs.chunks_per_block);
-      r["sm90_unpaired"] = sparse::sparse_sm90_unpaired(dev, c.tokens, c.heads, row.runs, row.deal, sparse::kNvfp4UnpairedChunks);
+      r["sm90_deal"] = row.sm90.cluster;
+      r["sm90_runs"] = fmt::format("{}/{}", row.sm90.runs.num_splits, row.sm90.runs.chunks_per_block);
+      r["sm90_unpaired"] = row.sm90.unpaired;
     }
     if (row.sm90_no_deal) r["us_sm90_no_deal"] = row.sm90_no_deal->us;
     if (row.sm90_deal_forced) {
