@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Ratios of a `kiln bench mla|sparse|sparse_dsv41 --out FILE` report to the H200 anchors beside this script.
+"""Ratios of a `kiln bench mla|sparse|sparse_dsv41 --out FILE` report to the anchors beside this script.
 
-    python3 tools/bench/compare.py REPORT.json [--precision MODE] [--csv OUT]
+    python3 tools/bench/compare.py REPORT.json [--precision MODE] [--csv OUT] [--anchors CARD]
 
 ratio = anchor time / kiln time per config, so above 1 means kiln is faster. The anchors are
-results/flashmla_h200_dense.csv and results/fa3_h200_dense.csv (dense MLA decode) and
-results/flashmla_h200_sparse.csv (sparse decode, DeepSeek-V4 FP8 cache); results/README.md says how
-they were measured. Prints one line per matched config, the geometric mean over all of them and per
-group, and for dense reports the same again against the faster of FlashMLA and FlashAttention-3.
+results/flashmla_CARD_dense.csv and results/fa3_CARD_dense.csv (dense MLA decode) and
+results/flashmla_CARD_sparse.csv (sparse decode, DeepSeek-V4 FP8 cache), CARD h200 or h100;
+results/README.md says how they were measured. CARD is the report's own GPU unless --anchors names
+one: a ratio only means something between timings of one kind of card. Prints one line per matched
+config, the geometric mean over all of them and per group, and for dense reports the same again
+against the faster of FlashMLA and FlashAttention-3 where that card has both.
 A dense report that times the grid in several precision modes is compared mode by mode;
 --precision keeps only the rows whose "precision" field equals MODE.
 
@@ -52,10 +54,22 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def read_anchor(name, key_of, keep=lambda row: True):
-    """{config key: microseconds per call} of one anchor CSV ({} when the file is absent)."""
+ANCHOR_CARDS = ("h200", "h100")
+
+
+def card_of(report_path):
+    """The anchor card of a report's GPU ("NVIDIA H100 80GB HBM3" -> h100), or None."""
+    with open(report_path) as f:
+        gpu = json.load(f).get("gpu", "").lower()
+    return next((card for card in ANCHOR_CARDS if card in gpu), None)
+
+
+def read_anchor(name, key_of, keep=lambda row: True, required=False):
+    """{config key: microseconds per call} of one anchor CSV ({} when an optional file is absent)."""
     path = os.path.join(RESULTS, name)
     if not os.path.exists(path):
+        if required:
+            sys.exit("compare.py: no anchor file %s; pass --anchors with one of %s" % (path, ", ".join(ANCHOR_CARDS)))
         return {}
     with open(path, newline="") as f:
         return {key_of(row): float(row["t_us"]) for row in csv.DictReader(f) if keep(row)}
@@ -86,9 +100,9 @@ def report_key(r):
     return (r["B"], r["SQ"], r["H"], r["L"])
 
 
-def compare(rows, csv_out=None, baseline=None):
+def compare(rows, card, csv_out=None, baseline=None):
     """Prints the matched rows and the group ratios of one report's rows (one precision mode), against
-    the anchors, or against `baseline` ({config: us per call} of another report) when given."""
+    the anchors of `card`, or against `baseline` ({config: us per call} of another report) when given."""
     sparse = "topk" in rows[0]
     columns = ("T", "H", "main_topk", "extra_topk") if sparse else ("B", "SQ", "H", "L")
     groups = SPARSE_GROUPS if sparse else DENSE_GROUPS
@@ -96,10 +110,13 @@ def compare(rows, csv_out=None, baseline=None):
     if baseline is not None:
         anchor, anchor_name = baseline, "baseline"
     elif sparse:
-        anchor, anchor_name = read_anchor("flashmla_h200_sparse.csv", sparse_key, lambda row: row["fmt"] == "model1"), "FlashMLA"
+        anchor = read_anchor("flashmla_%s_sparse.csv" % card, sparse_key, lambda row: row["fmt"] == "model1", True)
+        anchor_name = "FlashMLA"
     else:
-        anchor, anchor_name = read_anchor("flashmla_h200_dense.csv", dense_key), "FlashMLA"
-        second = read_anchor("fa3_h200_dense.csv", dense_key)
+        anchor, anchor_name = read_anchor("flashmla_%s_dense.csv" % card, dense_key, required=True), "FlashMLA"
+        second = read_anchor("fa3_%s_dense.csv" % card, dense_key)
+    if baseline is None:
+        print("anchors: %s (%s)" % (card, "sparse" if sparse else "dense"))
 
     matched = sorted((report_key(r), r["us_per_call"], anchor[report_key(r)]) for r in rows if report_key(r) in anchor)
     if not matched:
@@ -147,10 +164,16 @@ def main():
                         help="JSON written by kiln bench mla|sparse|sparse_dsv41 --out; several runs: each config's fastest")
     parser.add_argument("--precision", help="dense reports: keep the rows of this precision mode only")
     parser.add_argument("--csv", help="also write the matched rows to this CSV file (with one precision mode)")
+    parser.add_argument("--anchors", choices=ANCHOR_CARDS,
+                        help="the card whose anchors to compare with (default: the report's own GPU)")
     parser.add_argument("--baseline", nargs="+",
                         help="another kiln report of the same bench (or several runs of it): ratios to it instead of the anchors")
     args = parser.parse_args()
 
+    card = args.anchors or card_of(args.report[0])
+    if card is None and not args.baseline:
+        sys.exit("compare.py: %s names no GPU with anchors; pass --anchors with one of %s"
+                 % (args.report[0], ", ".join(ANCHOR_CARDS)))
     rows = fastest_rows(args.report)
     base_rows = fastest_rows(args.baseline) if args.baseline else None
     if args.precision:
@@ -169,7 +192,7 @@ def main():
         baseline = None
         if base_rows is not None:
             baseline = {report_key(r): r["us_per_call"] for r in base_rows if r.get("precision") == mode}
-        compare([r for r in rows if r.get("precision") == mode], args.csv, baseline)
+        compare([r for r in rows if r.get("precision") == mode], card, args.csv, baseline)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ def run(*args):
     return r.returncode, r.stdout, r.stderr
 
 
-def write(path, rows):
-    path.write_text(json.dumps({"results": rows}))
+def write(path, rows, gpu="NVIDIA H200"):
+    path.write_text(json.dumps({"gpu": gpu, "results": rows}))
     return path
 
 
@@ -54,6 +54,18 @@ def test_anchors_still_the_default(tmp_path):
     rc, out, err = run(write(tmp_path / "new.json", [dense(1, 1, 16, 1024, 11.0)]))
     assert rc == 0, err
     assert "against FlashMLA: 1 configs" in out and "flashmla_us" in out
+
+
+def test_anchors_of_the_reports_own_card(tmp_path):
+    rc, out, err = run(write(tmp_path / "h200.json", [dense(1, 1, 16, 1024, 11.0)], "NVIDIA H200"))
+    assert rc == 0 and "anchors: h200" in out, err
+    # A card without anchors is refused rather than compared with another card's timings...
+    other = write(tmp_path / "a100.json", [dense(1, 1, 16, 1024, 11.0)], "NVIDIA A100-SXM4-80GB")
+    rc, _, err = run(other)
+    assert rc != 0 and "--anchors" in err
+    # ...unless the caller names the anchors.
+    rc, out, err = run(other, "--anchors", "h200")
+    assert rc == 0 and "anchors: h200" in out, err
 
 
 def test_several_runs_take_each_configs_fastest(tmp_path):
