@@ -54,6 +54,7 @@ constexpr std::size_t kMaxQueryBytes = 1024 * kBenchMiB;  // distinct Q (+ O) se
 constexpr double kBmm1Scale = 0.07216878364870322;  // 1/sqrt(192), DeepSeek's softmax scale
 // >= 5 replays timed always; long replays (compute-bound giants) stop there to fit the time budget.
 constexpr double kLongReplayMs = 60;
+constexpr double kMemoryBoundShareOfCopy = 0.92;  // the memory_bound bar: this share of the copy ceiling
 
 struct BenchConfig {
   int batch, len, heads, sq;
@@ -413,7 +414,9 @@ int run_bench_mla(const BenchOptions& options) {
     const long long tokens = c.tokens();
     const json key = {{"B", c.batch}, {"L", c.len}, {"H", c.heads}, {"SQ", c.sq}, {"precision", row["precision"]}};
     if (c.heads * c.sq <= 32 && tokens >= 512 * 1024) {
-      bars["memory_bound"].push_back({{"config", key}, {"tb_s", tb_s}, {"pass", tb_s >= 3.9}});
+      // Relative to this run's copy (3.9 TB/s on an H200), so the bar reads the same on any card.
+      const double min_tb_s = kMemoryBoundShareOfCopy * copy_ceiling;
+      bars["memory_bound"].push_back({{"config", key}, {"tb_s", tb_s}, {"min_tb_s", min_tb_s}, {"pass", tb_s >= min_tb_s}});
     }
     if (c.heads == 128 && tokens >= 256 * 1024) {
       bars["h128_compute"].push_back({{"config", key}, {"tflop_s", tflop_s}, {"pass", tflop_s >= 550}});
@@ -443,7 +446,7 @@ int run_bench_mla(const BenchOptions& options) {
       {"flop", "2*sum(L*q_len)*H*1088"},
       {"bmm1_scale", kBmm1Scale},
       {"precision", "grid rows in both: exact (P as bf16 hi + lo) and bf16 (one bf16 P, FlashMLA's numerics)"},
-      {"bars", "memory_bound: H*SQ <= 32 and B*L >= 512k at >= 3.9 TB/s; h128_compute: H 128, B*L >= 256k at >= 550 "
+      {"bars", "memory_bound: H*SQ <= 32 and B*L >= 512k at >= 92% of the run's copy ceiling; h128_compute: H 128, B*L >= 256k at >= 550 "
                "TFLOP/s; b1_latency: B 1, L <= 4096 at <= 12 us"},
       {"quick", quick}};
   report["bars"] = bars;
