@@ -50,15 +50,13 @@ def test_sparse_rows_and_no_overlap(tmp_path):
     assert rc != 0 and "no config of this report is in the baseline report" in err
 
 
-def test_anchors_still_the_default(tmp_path):
-    rc, out, err = run(write(tmp_path / "new.json", [dense(1, 1, 16, 1024, 11.0)]))
-    assert rc == 0, err
-    assert "against FlashMLA: 1 configs" in out and "flashmla_us" in out
-
-
 def test_anchors_of_the_reports_own_card(tmp_path):
     rc, out, err = run(write(tmp_path / "h200.json", [dense(1, 1, 16, 1024, 11.0)], "NVIDIA H200"))
-    assert rc == 0 and "anchors: h200" in out, err
+    assert rc == 0, err
+    assert "anchors: h200" in out and "against FlashMLA: 1 configs" in out and "flashmla_us" in out
+    sparse = {"T": 1, "H": 64, "topk": 512, "extra_topk": 0, "us_per_call": 8.0}
+    rc, out, err = run(write(tmp_path / "h100.json", [sparse], "NVIDIA H100 80GB HBM3"))
+    assert rc == 0 and "anchors: h100 (sparse)" in out and "against FlashMLA: 1 configs" in out, err
     # A card without anchors is refused rather than compared with another card's timings...
     other = write(tmp_path / "a100.json", [dense(1, 1, 16, 1024, 11.0)], "NVIDIA A100-SXM4-80GB")
     rc, _, err = run(other)
