@@ -12,6 +12,8 @@ namespace {
 
 sparse::SplitPlanResult split_result(const Dsv41Plan& plan) { return {plan.head_tiles, plan.num_splits, plan.chunks_per_block}; }
 
+sparse::SparseDevice sparse_device_of(const Dsv41Device& device) { return {device.arch, device.sms, device.residency}; }
+
 }  // namespace
 
 std::optional<Dsv41Variant> resolve_variant(std::string_view arch, int heads, std::optional<std::string_view> requested) {
@@ -49,8 +51,7 @@ Dsv41Variant choose_variant(const Dsv41Device& device, int tokens, int heads, co
 
 int dsv41_cluster_size(const Dsv41Device& device, int tokens, int heads, const Dsv41Plan& plan, std::optional<bool> cluster) {
   if (plan.variant != Dsv41Variant::kSm90) return 1;
-  return sparse::sparse_cluster_size(sparse::SparseDevice{device.arch, device.sms, device.residency}, tokens, heads, split_result(plan),
-                                     cluster, sparse::SparseKernel::kSm90);
+  return sparse::sparse_cluster_size(sparse_device_of(device), tokens, heads, split_result(plan), cluster, sparse::SparseKernel::kSm90);
 }
 
 Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, const Dsv41Device& device,
@@ -71,16 +72,14 @@ Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, co
 
 bool dsv41_unpaired(const Dsv41Device& device, int tokens, int heads, const Dsv41Plan& runs, int deal) {
   return runs.variant == Dsv41Variant::kSm90 &&
-         sparse::sparse_sm90_unpaired(sparse::SparseDevice{device.arch, device.sms, device.residency}, tokens, heads, split_result(runs), deal,
-                                       sparse::kDsv41UnpairedChunks);
+         sparse::sparse_sm90_unpaired(sparse_device_of(device), tokens, heads, split_result(runs), deal, sparse::kDsv41UnpairedChunks);
 }
 
 Dsv41Plan dsv41_launch_plan(const Dsv41Device& device, int tokens, int heads, int chunks, const Dsv41Plan& plan, bool planned,
                             std::optional<bool> cluster, int split_stride, int max_splits) {
   if (plan.variant != Dsv41Variant::kSm90) return plan;
-  const sparse::SplitPlanResult runs =
-      sparse::sparse_launch_plan(sparse::SparseDevice{device.arch, device.sms, device.residency}, tokens, heads, chunks, split_result(plan),
-                                 planned, cluster, sparse::SparseKernel::kSm90, split_stride, max_splits);
+  const sparse::SplitPlanResult runs = sparse::sparse_launch_plan(sparse_device_of(device), tokens, heads, chunks, split_result(plan),
+                                                                 planned, cluster, sparse::SparseKernel::kSm90, split_stride, max_splits);
   Dsv41Plan r = plan;
   r.num_splits = runs.num_splits;
   r.chunks_per_block = runs.chunks_per_block;
