@@ -22,6 +22,36 @@ void check_sparse_arch(std::string_view arch) {
   }
 }
 
+namespace {
+
+// The most splits, at most the scratch's and the caller's caps, whose CTAs (`per_split` for each)
+// still fit one wave; each a normalised count (spec: cpb = ceil(chunks / splits), then splits =
+// ceil(chunks / cpb)). `plan` where none is wider.
+SplitPlanResult widest_one_wave(const SparseDevice& device, int chunks, const SplitPlanResult& plan, int split_stride, int max_splits,
+                                long long per_split) {
+  for (int s = std::min({split_stride, max_splits, chunks}); s > plan.num_splits; --s) {
+    const int cpb = (chunks + s - 1) / s, splits = (chunks + cpb - 1) / cpb;
+    if (splits > plan.num_splits && per_split * splits <= device.sms) return SplitPlanResult{plan.head_tiles, splits, cpb};
+  }
+  return plan;
+}
+
+// Where a planned launch's runs are the same for both kernels, at most two chunks a CTA (so neither
+// deals: sparse_cluster_size spares a CTA two chunks or none), and the mma.sync grid fits one wave,
+// mma.sync's 16-head CTAs finish first. H100, T = 1, us per call: 16 splits of 2 chunks 13.2 against
+// 14.8 (H = 64, 2048 candidates) and 13.9 against 15.1 (H = 128); 8 of 1 8.4 against 12.3 (H = 64,
+// 512 candidates).
+bool mma_runs_first(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, int split_stride,
+                    int max_splits) {
+  const SplitPlanResult mma =
+      sparse_launch_plan(device, tokens, heads, chunks, plan, true, std::nullopt, SparseKernel::kMma, split_stride, max_splits);
+  const SplitPlanResult sm90 =
+      sparse_launch_plan(device, tokens, heads, chunks, plan, true, std::nullopt, SparseKernel::kSm90, split_stride, max_splits);
+  return mma == sm90 && mma.chunks_per_block <= 2 && sparse_decode_grid(tokens, heads, mma.head_tiles, mma.num_splits) <= device.sms;
+}
+
+}  // namespace
+
 SparseDevice sparse_device(KernelService& service, int device) {
   // One entry per device, written once: later calls are one atomic load and allocate nothing.
   static std::array<std::atomic<const SparseDevice*>, 64> cache{};
@@ -123,17 +153,15 @@ SplitPlanResult sparse_launch_plan(const SparseDevice& device, int tokens, int h
   if (!planned) return plan;
   if (kernel == SparseKernel::kSm90) {
     if (cluster || heads % 64 != 0) return plan;
-    // The most splits (at most the scratch's and the caller's caps) whose 64-head CTAs still fit one
-    // wave; each split is a normalised count (spec: cpb = ceil(chunks / splits), then splits =
-    // ceil(chunks / cpb)).
-    const long long per_split = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads);
-    for (int s = std::min({split_stride, max_splits, chunks}); s > plan.num_splits; --s) {
-      const int cpb = (chunks + s - 1) / s, splits = (chunks + cpb - 1) / cpb;
-      if (splits > plan.num_splits && per_split * splits <= device.sms) return SplitPlanResult{plan.head_tiles, splits, cpb};
-    }
-    return plan;
+    return widest_one_wave(device, chunks, plan, split_stride, max_splits, static_cast<long long>(tokens) * sparse_sm90_head_groups(heads));
   }
-  if (kernel != SparseKernel::kMma || plan.num_splits == 1 || (cluster && !*cluster) || chunks > kSparseMaxCluster) return plan;
+  if (kernel != SparseKernel::kMma) return plan;
+  if (!cluster) {
+    const SplitPlanResult wider = widest_one_wave(device, chunks, plan, split_stride, max_splits,
+                                                  sparse_decode_grid(tokens, heads, plan.head_tiles, 1));
+    if (wider.num_splits > plan.num_splits) return wider;
+  }
+  if (plan.num_splits == 1 || (cluster && !*cluster) || chunks > kSparseMaxCluster) return plan;
   const SplitPlanResult whole{plan.head_tiles, 1, chunks};
   return sparse_cluster_size(device, tokens, heads, whole, std::nullopt, kernel) == chunks ? whole : plan;
 }
@@ -142,6 +170,9 @@ SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int head
                                 std::optional<SparseKernel> kernel, std::optional<bool> cluster, int split_stride, int max_splits) {
   SparseLaunch l;
   l.kernel = choose_kernel(device, tokens, heads, plan, kernel);
+  if (!kernel && !cluster && planned && l.kernel == SparseKernel::kSm90 && mma_runs_first(device, tokens, heads, chunks, plan, split_stride, max_splits)) {
+    l.kernel = SparseKernel::kMma;
+  }
   l.runs = sparse_launch_plan(device, tokens, heads, chunks, plan, planned, cluster, l.kernel, split_stride, max_splits);
   l.cluster = sparse_cluster_size(device, tokens, heads, l.runs, cluster, l.kernel);
   l.unpaired = l.kernel == SparseKernel::kSm90 && sparse_sm90_unpaired(device, tokens, heads, l.runs, l.cluster, kNvfp4UnpairedChunks);

@@ -55,7 +55,9 @@ struct SparseLaunch {
 
 // The launch of `plan` (the planners' result for T tokens, H heads and `chunks` chunks; `planned`:
 // no num_splits override) on `device`, with the overrides of SparseOptions (`kernel`, `cluster`),
-// the split stride S of the call's mid_out / mid_lse (0: none) and its max_splits.
+// the split stride S of the call's mid_out / mid_lse (0: none) and its max_splits. The kernel is
+// choose_kernel's, except that a planned launch with neither override runs kMma where both kernels
+// would run the same splits of at most two chunks and the kMma grid fits one wave (measured at T = 1).
 SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
                                 std::optional<SparseKernel> kernel = std::nullopt, std::optional<bool> cluster = std::nullopt,
                                 int split_stride = 0, int max_splits = 16);
@@ -101,17 +103,18 @@ int sparse_cluster_size(const SparseDevice& device, int tokens, int heads, const
 
 // The plan a `kernel` launch runs for `plan`, the planners' result (which the call returns), when
 // `planned` (no num_splits override):
-// - kMma: a split of at most kSparseMaxCluster `chunks` in all, where one cluster per (token, head
-//   block) can give each chunk a CTA of its own, runs as one split dealt over that cluster: the
-//   splits combine in distributed shared memory, and neither mid_out nor the merge launch is used
-//   (H200, T = 1, 512 candidates: 10.0 vs 11.1 us at H = 64, 10.1 vs 12.1 at H = 128). Not with
-//   `cluster` false.
-// - kSm90, H a multiple of 64, `cluster` not forced: where the caller's scratch holds more splits
-//   than planned (split_stride S, e.g. mid_out sized by scratch_bytes, which holds one per chunk),
-//   the most splits up to min(S, max_splits, chunks) whose CTAs fit one wave: a grid of few
+// - kSm90 (H a multiple of 64) and kMma, `cluster` not forced: where the caller's scratch holds more
+//   splits than planned (split_stride S, e.g. mid_out sized by scratch_bytes, which holds one per
+//   chunk), the most splits up to min(S, max_splits, chunks) whose CTAs fit one wave: a grid of few
 //   long splits (each dealt to a cluster, or not) is slower than one of many short ones and the
-//   merge (H100, T = 8, 512 candidates: 16.8 -> 12.5 us at H = 64, 18.0 -> 16.0 at H = 128; 2048
-//   at H = 128: 28.7 -> 22.1).
+//   merge (H100, sm90, T = 8, 512 candidates: 16.8 -> 12.5 us at H = 64, 18.0 -> 16.0 at H = 128;
+//   2048 at H = 128: 28.7 -> 22.1; mma.sync, T = 1, H = 64, 512 candidates: 8 splits of 1 chunk 8.4
+//   us, one split dealt over a cluster of 8 10.8, 4 splits of 2 10.5).
+// - kMma otherwise: a split of at most kSparseMaxCluster `chunks` in all, where one cluster per
+//   (token, head block) can give each chunk a CTA of its own, runs as one split dealt over that
+//   cluster: the splits combine in distributed shared memory, and neither mid_out nor the merge
+//   launch is used (H200, T = 1, 512 candidates: 10.0 vs 11.1 us at H = 64, 10.1 vs 12.1 at H = 128).
+//   Not with `cluster` false.
 // Anything else runs as planned.
 SplitPlanResult sparse_launch_plan(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
                                    std::optional<bool> cluster, SparseKernel kernel, int split_stride = 0, int max_splits = 16);
