@@ -13,15 +13,17 @@ namespace kiln {
 #ifdef __CUDACC__
 
 // Combines the splits of a decode launched with p.split: one 64-thread group per
-// (token, head), 8 dims per thread. The LSEs and partial rows of up to kBatch splits are loaded
+// (token, head), 8 dims per thread, blockDim.x / 64 rows per block (sparse_merge_rows_per_block). The LSEs and partial rows of up to kBatch splits are loaded
 // together, before any is looked at, so a call with <= kBatch splits waits for one round trip to
 // L2 (more splits: a running maximum rescales the sums batch by batch). An empty split (lse ==
 // -1e30) weighs 0 and its stale row is discarded by a select, so it cannot leak a NaN.
-__global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
+__global__ void __launch_bounds__(kSparseMergeMaxRowsPerBlock* kSparseMergeThreadsPerRow)
+    sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
   pdl_launch_dependents();
   pdl_wait();
-  const long long row = (long long)blockIdx.x * kSparseMergeRowsPerBlock + threadIdx.x / 64;
+  const u32 rows_per_block = blockDim.x / kSparseMergeThreadsPerRow;
+  const long long row = (long long)blockIdx.x * rows_per_block + threadIdx.x / 64;
   if (row >= (long long)p.num_tokens * p.heads) return;
   const int d0 = (threadIdx.x % 64) * 8;
   const float* lse_row = static_cast<const float*>(p.mid_lse) + row * p.split_stride;
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(kSparseMergeThreads) sparse_nvfp4_merge_kernel
   if (sink != nullptr) {
     // A block's rows share a token (H is a multiple of 8): a 32-bit remainder of the block's first
     // row, not row % H on 64 bits, which the compiler computed ahead of the loads.
-    const int head = int((u32(blockIdx.x) * u32(kSparseMergeRowsPerBlock)) % u32(p.heads)) + int(threadIdx.x / 64);
+    const int head = int((u32(blockIdx.x) * rows_per_block) % u32(p.heads)) + int(threadIdx.x / 64);
     sparse_fold_sink(sink[head], empty, lse, factor);
   }
   u32 out[4];

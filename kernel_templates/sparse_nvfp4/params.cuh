@@ -66,8 +66,8 @@ constexpr int kSparseChunk = 64;             // candidate slots per chunk
 constexpr int kSparseMaxChunksPerBlock = 16;
 constexpr int kSparseMaxCluster = 8;         // CTAs of one split (portable cluster size)
 constexpr int kSparseHeadsPerTile = 16;
-constexpr int kSparseMergeThreads = 256;     // 4 (token, head) rows per merge block
-constexpr int kSparseMergeRowsPerBlock = 4;
+constexpr int kSparseMergeThreadsPerRow = 64;  // 8 dims each
+constexpr int kSparseMergeMaxRowsPerBlock = 4;
 constexpr float kSparseEmptySplitLse = -1e30f;
 
 // Shared-memory carve-up (bytes). Decoded tiles: 64 rows x 1024 B (448 f16 + 64 bf16), two buffers.
@@ -108,8 +108,14 @@ KILN_SPARSE_HD constexpr int sparse_head_groups(int heads, int head_tiles) {
 KILN_SPARSE_HD constexpr long long sparse_decode_grid(int tokens, int heads, int head_tiles, int num_splits) {
   return (long long)tokens * sparse_head_groups(heads, head_tiles) * num_splits;
 }
+// A merge block's reads all go through one SM, so a call of few (token, head) rows gives each row a
+// block of its own: at T = 1 a block of 4 rows reads 4 x splits x 1 KB (64 KB at 16 splits).
+KILN_SPARSE_HD constexpr int sparse_merge_rows_per_block(int tokens, int heads) {
+  return (long long)tokens * heads <= 128 ? 1 : kSparseMergeMaxRowsPerBlock;
+}
 KILN_SPARSE_HD constexpr long long sparse_merge_grid(int tokens, int heads) {
-  return ((long long)tokens * heads + kSparseMergeRowsPerBlock - 1) / kSparseMergeRowsPerBlock;
+  const int rows = sparse_merge_rows_per_block(tokens, heads);
+  return ((long long)tokens * heads + rows - 1) / rows;
 }
 
 // ---- the Hopper (sm_90a) warpgroup-MMA kernel (sparse_nvfp4/kernel_sm90.cuh) ----

@@ -295,7 +295,7 @@ void launch_sparse_decode(const KernelHandle& handle, LaunchConfig decode, const
   if (params.split) {
     LaunchConfig merge;
     merge.grid[0] = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, params.heads));
-    merge.block[0] = kSparseMergeThreads;
+    merge.block[0] = static_cast<unsigned>(sparse_merge_rows_per_block(params.num_tokens, params.heads) * kSparseMergeThreadsPerRow);
     merge.pdl = pdl;
     launch(handle.companion(0), merge, params, stream, 0);
   }

@@ -128,12 +128,12 @@ class Pools {
   std::vector<std::pair<int, std::unique_ptr<BenchDeviceMemory>>> pools_;
 };
 
-// The plan a `kernel` call of `c` runs (the launcher's sparse_launch_plan, without overrides but
-// --splits).
-sparse::SplitPlanResult launch_plan(const BenchConfig& c, const sparse::SplitPlanResult& plan, const sparse::SparseDevice& dev,
-                                    sparse::SparseKernel kernel) {
-  return sparse::sparse_launch_plan(dev, c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits, std::nullopt,
-                                    kernel, bench_scratch_splits(c, plan.num_splits));
+// The launch of an unforced call of `c` (the launcher's plan_sparse_launch, without overrides but
+// --splits and `kernel`), with the bench's scratch.
+sparse::SparseLaunch bench_launch(const BenchConfig& c, const sparse::SplitPlanResult& plan, const sparse::SparseDevice& dev,
+                                  std::optional<sparse::SparseKernel> kernel = std::nullopt) {
+  return sparse::plan_sparse_launch(dev, c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits, kernel,
+                                    std::nullopt, bench_scratch_splits(c, plan.num_splits));
 }
 
 Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms, std::optional<sparse::SparseKernel> kernel,
@@ -199,8 +199,9 @@ void SparseNvfp4Timer::warm(const std::vector<SparseShape>& configs) {
   for (const SparseShape& shape : configs) {
     const BenchConfig c{shape};
     const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, s.sms);
-    const sparse::SparseKernel kernel = sparse::choose_kernel(s.dev, c.tokens, c.heads, plan);
-    for (const sparse::SplitPlanResult& p : {plan, launch_plan(c, plan, s.dev, kernel)}) {
+    const sparse::SparseLaunch l = bench_launch(c, plan, s.dev);
+    const sparse::SparseKernel kernel = l.kernel;
+    for (const sparse::SplitPlanResult& p : {plan, l.runs}) {
       const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), p, kernel).key(s.arch);
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     }
@@ -221,7 +222,7 @@ SparseNvfp4Time SparseNvfp4Timer::time(const SparseShape& shape) {
   r.us_min = t.us_min;
   r.us_max = t.us_max;
   r.calls = t.calls;
-  r.kernel = sparse::sparse_kernel_name(sparse::choose_kernel(s.dev, c.tokens, c.heads, t.plan));
+  r.kernel = sparse::sparse_kernel_name(bench_launch(c, t.plan, s.dev).kernel);
   r.head_tiles = t.plan.head_tiles;
   r.num_splits = t.plan.num_splits;
   r.chunks_per_block = t.plan.chunks_per_block;
@@ -269,7 +270,7 @@ int run_bench_sparse(const BenchOptions& options) {
       for (const sparse::SparseKernel kernel : kernels) {
         // The planned split and, where the launch runs it as one dealt split, that one too (timed
         // with dealing forced off, it runs as planned).
-        for (const sparse::SplitPlanResult& p : {plan, launch_plan(c, plan, dev, kernel)}) {
+        for (const sparse::SplitPlanResult& p : {plan, bench_launch(c, plan, dev, kernel).runs}) {
           const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), p, kernel).key(arch);
           if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
         }
@@ -303,7 +304,7 @@ int run_bench_sparse(const BenchOptions& options) {
     const auto t0 = BenchClock::now();
     const BenchDeviceMemory& pool = pools.get(c.page);
     const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, sms, c.splits);
-    Row row{c, sparse::choose_kernel(dev, c.tokens, c.heads, plan), {}};
+    Row row{c, bench_launch(c, plan, dev).kernel, {}};
     for (const sparse::SparseKernel kernel : kernels) {
       row.t.push_back(time_config(c, pool, sms, kernel, std::nullopt, stream, rng, service));
       if (row.t.back().bad_outputs > 0) {
@@ -312,11 +313,10 @@ int run_bench_sparse(const BenchOptions& options) {
                                                       c.name(), sparse::sparse_kernel_name(kernel), row.t.back().bad_outputs));
       }
     }
-    if (hopper) row.cluster = sparse::sparse_cluster_size(dev, c.tokens, c.heads, launch_plan(c, plan, dev, sparse::SparseKernel::kMma));
+    if (hopper) row.cluster = bench_launch(c, plan, dev, sparse::SparseKernel::kMma).cluster;
     if (row.cluster > 1) row.mma_no_cluster = time_config(c, pool, sms, sparse::SparseKernel::kMma, false, stream, rng, service);
     if (hopper && std::find(kernels.begin(), kernels.end(), sparse::SparseKernel::kSm90) != kernels.end()) {
-      row.sm90 = sparse::plan_sparse_launch(dev, c.tokens, c.heads, sparse::num_chunks(c.topk, c.extra_topk), plan, !c.splits,
-                                            sparse::SparseKernel::kSm90, std::nullopt, bench_scratch_splits(c, plan.num_splits));
+      row.sm90 = bench_launch(c, plan, dev, sparse::SparseKernel::kSm90);
       row.deal_forced = sparse::sparse_cluster_size(dev, c.tokens, c.heads, plan, true, sparse::SparseKernel::kSm90);
       if (row.sm90.cluster > 1) row.sm90_no_deal = time_config(c, pool, sms, sparse::SparseKernel::kSm90, false, stream, rng, service);
       if (row.deal_forced != row.sm90.cluster) row.sm90_deal_forced = time_config(c, pool, sms, sparse::SparseKernel::kSm90, true, stream, rng, service);
