@@ -27,11 +27,11 @@ struct Format {
   using Record = dsv41::Record;
 
   template <bool kHasExtra>
-  __device__ static __forceinline__ bool load(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int chunk, int idx, int half,
-                                              Record& rec) {
+  __device__ static __forceinline__ bool load(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int t, int chunk, int cand,
+                                              int half, Record& rec) {
     const sparse_detail::CandidateRecord r =
         sparse_detail::locate_candidate<kHasExtra, kDsv41MainDataBytes, kDsv41MainScaleBytes, kDsv41ExtraDataBytes, kDsv41ExtraScaleBytes>(
-            p, w, chunk, idx, half * 16, 0);
+            p, w, t, chunk, cand, half * 16, 0);
     rec.extra = kHasExtra && chunk >= w.main_chunks;
     if (!rec.extra) {
 #pragma unroll

@@ -148,23 +148,10 @@ __device__ __forceinline__ SparseClusterRow sparse_cluster_row(bool split, u32 x
   return c;
 }
 
-// The raw cache index of candidate `cand` of `chunk` (of token t), -1 for a slot past its section's
-// length. Apart from locate_candidate so that a producer can have the indices of several chunks in
-// flight before it issues any gather that depends on them: at T = 1 a CTA's chunks are few and each
-// dependent round trip is a share of the call.
-template <bool kHasExtra>
-__device__ __forceinline__ int candidate_index(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk, int cand) {
-  const bool in_main = !kHasExtra || chunk < w.main_chunks;
-  const int slot = (in_main ? chunk : chunk - w.main_chunks) * kSparseChunk + cand;
-  const int* idx_row = in_main ? static_cast<const int*>(p.indices) + (long long)t * p.indices_row_stride
-                               : static_cast<const int*>(p.extra_indices) + (long long)t * p.extra_indices_row_stride;
-  return slot < (in_main ? w.main_len : w.extra_len) ? __ldg(idx_row + slot) : -1;
-}
-
-// Where the candidate of raw index `idx` (candidate_index) in `chunk`'s section lives: its record's
-// data row and scale row, plus the given byte offsets; both are the pool's base, and `valid` false,
-// for a masked slot (idx < 0). A page holds page_size data rows of kData bytes, then page_size scale
-// rows of kScale bytes (main pool; the extra pool's rows are kExtraData and kExtraScale bytes).
+// Where candidate `cand` of `chunk` (of token t) lives: its record's data row and scale row, plus the
+// given byte offsets; both are the pool's base, and `valid` false, for a masked slot. A page holds
+// page_size data rows of kData bytes, then page_size scale rows of kScale bytes (main pool; the extra
+// pool's rows are kExtraData and kExtraScale bytes).
 struct CandidateRecord {
   const u8* base;
   const u8* data;
@@ -173,14 +160,33 @@ struct CandidateRecord {
 };
 
 template <bool kHasExtra, int kData = int(kDataBytes), int kScale = 32, int kExtraData = kData, int kExtraScale = kScale>
-__device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Params& p, const TokenWork& w, int chunk, int idx,
-                                                            int data_offset, int scale_offset) {
-  const bool in_main = !kHasExtra || chunk < w.main_chunks;
-  const int data_bytes = in_main ? kData : kExtraData, scale_bytes = in_main ? kScale : kExtraScale;
-  const long long page_stride = in_main ? p.kv_page_stride : p.extra_page_stride;
-  const int page_size = in_main ? p.kv_page_size : p.extra_page_size;
+__device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
+                                                            int chunk, int cand, int data_offset, int scale_offset) {
+  long long page_stride;
+  int page_size, len, slot, data_bytes, scale_bytes;
+  const int* idx_row;
   CandidateRecord r;
-  r.base = static_cast<const u8*>(in_main ? p.kv : p.extra_kv);
+  if (!kHasExtra || chunk < w.main_chunks) {
+    data_bytes = kData;
+    scale_bytes = kScale;
+    r.base = static_cast<const u8*>(p.kv);
+    page_stride = p.kv_page_stride;
+    page_size = p.kv_page_size;
+    len = w.main_len;
+    slot = chunk * kSparseChunk + cand;
+    idx_row = static_cast<const int*>(p.indices) + (long long)t * p.indices_row_stride;
+  } else {
+    data_bytes = kExtraData;
+    scale_bytes = kExtraScale;
+    r.base = static_cast<const u8*>(p.extra_kv);
+    page_stride = p.extra_page_stride;
+    page_size = p.extra_page_size;
+    len = w.extra_len;
+    slot = (chunk - w.main_chunks) * kSparseChunk + cand;
+    idx_row = static_cast<const int*>(p.extra_indices) + (long long)t * p.extra_indices_row_stride;
+  }
+  int idx = -1;
+  if (slot < len) idx = __ldg(idx_row + slot);
   r.valid = idx >= 0;
   r.data = r.base;
   r.scales = r.base;
@@ -198,9 +204,9 @@ __device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Par
 // half h takes data units 2k+h and scale unit h, so a lane pair reads whole 32 B sectors.
 // Returns whether the slot is a real candidate (masked slots are zero-filled).
 template <bool kHasExtra>
-__device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const TokenWork& w, int chunk, int idx, int half,
-                                               u8* stage_row) {
-  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, chunk, idx, half * 16, half * 16);
+__device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
+                                               int chunk, int cand, int half, u8* stage_row) {
+  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, t, chunk, cand, half * 16, half * 16);
   const u32 bytes = r.valid ? 16u : 0u;
 #pragma unroll
   for (int k = 0; k < 11; ++k) cp_async_16(stage_row + (2 * k + half) * 16, r.valid ? r.data + 32 * k : r.base, bytes);
@@ -238,9 +244,9 @@ struct RecordHalf {
 };
 
 template <bool kHasExtra>
-__device__ __forceinline__ bool load_candidate_regs(const SparseNvfp4Params& p, const TokenWork& w, int chunk, int idx, int half,
-                                                    RecordHalf& rec) {
-  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, chunk, idx, half * 16, 0);
+__device__ __forceinline__ bool load_candidate_regs(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk,
+                                                    int cand, int half, RecordHalf& rec) {
+  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, t, chunk, cand, half * 16, 0);
 #pragma unroll
   for (int k = 0; k < 11; ++k) rec.data[k] = ldg128_if(r.data + 32 * k, r.valid);
   rec.scales[0] = ldg128_if(r.scales, r.valid);
@@ -341,8 +347,9 @@ struct Nvfp4Format {
   static constexpr float kNopeUndo = kKScaleUndo;
   using Record = RecordHalf;
   template <bool kHasExtra>
-  __device__ static __forceinline__ bool load(const SparseNvfp4Params& p, const TokenWork& w, int chunk, int idx, int half, Record& rec) {
-    return load_candidate_regs<kHasExtra>(p, w, chunk, idx, half, rec);
+  __device__ static __forceinline__ bool load(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk, int cand, int half,
+                                              Record& rec) {
+    return load_candidate_regs<kHasExtra>(p, w, t, chunk, cand, half, rec);
   }
   __device__ static __forceinline__ void decode(const Record& rec, u8* tile_row, int cand, int half) {
     decode_candidate_regs(rec, tile_row, cand, half);
@@ -362,23 +369,17 @@ struct Nvfp4Format {
 
 // Producers of the compact configuration (one tile): thread (cand, half) = (ptid / 2, ptid % 2)
 // loads its record half of chunk i + 1 into registers before it decodes chunk i, so the loads'
-// latency hides behind the decode and the consumers' wait on the tile. Indices go a chunk further
-// ahead: chunk i + 2's is loaded beside chunk i + 1's record, and the first two chunks' together.
+// latency hides behind the decode and the consumers' wait on the tile.
 template <class F, bool kHasExtra>
 __device__ __forceinline__ void produce_compact(const SparseNvfp4Params& p, const TokenWork& work, int t, int c_begin, int n_iter, u8* tiles,
                                                 u32* masks, u32 bar_empty, u32 bar_full, int ptid, int lane) {
   const int cand = ptid >> 1, half = ptid & 1;
   typename F::Record cur, next;
-  const int idx_first = n_iter > 0 ? candidate_index<kHasExtra>(p, work, t, c_begin, cand) : -1;
-  int idx_ahead = n_iter > 1 ? candidate_index<kHasExtra>(p, work, t, c_begin + 1, cand) : -1;
-  bool valid_cur = n_iter > 0 && F::template load<kHasExtra>(p, work, c_begin, idx_first, half, cur);
+  bool valid_cur = n_iter > 0 && F::template load<kHasExtra>(p, work, t, c_begin, cand, half, cur);
   for (int i = 0; i < n_iter; ++i) {
     const int b = i & 1;
     bool valid_next = false;
-    if (i + 1 < n_iter) {
-      valid_next = F::template load<kHasExtra>(p, work, c_begin + i + 1, idx_ahead, half, next);
-      idx_ahead = i + 2 < n_iter ? candidate_index<kHasExtra>(p, work, t, c_begin + i + 2, cand) : -1;
-    }
+    if (i + 1 < n_iter) valid_next = F::template load<kHasExtra>(p, work, t, c_begin + i + 1, cand, half, next);
     if (i >= 1) mbar_wait(bar_empty, u32((i - 1) & 1));
     F::decode(cur, tiles + cand * kTileRow, cand, half);
     const u32 ballot = __ballot_sync(0xffffffffu, valid_cur && half == 0);
@@ -399,14 +400,6 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
                                                int lane) {
   constexpr int kReps = 128 / kProducers;
   bool valid_next[2][kReps];
-  // Chunk i + 2's indices, loaded a chunk before its gather; the first two chunks' go out together.
-  int idx_ahead[kReps], idx_first[kReps];
-#pragma unroll
-  for (int r = 0; r < kReps; ++r) {
-    const int cand = (ptid + r * kProducers) >> 1;
-    idx_first[r] = n_iter > 0 ? candidate_index<kHasExtra>(p, work, t, c_begin, cand) : -1;
-    idx_ahead[r] = n_iter > 1 ? candidate_index<kHasExtra>(p, work, t, c_begin + 1, cand) : -1;
-  }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -414,9 +407,8 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
       const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
       valid_next[i][r] = false;
       if (i < n_iter)
-        valid_next[i][r] = load_candidate<kHasExtra>(p, work, c_begin + i, i == 0 ? idx_first[r] : idx_ahead[r], half,
-                                                     stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
-      if (i == 1) idx_ahead[r] = n_iter > 2 ? candidate_index<kHasExtra>(p, work, t, c_begin + 2, cand) : -1;
+        valid_next[i][r] =
+            load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half, stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
     }
     cp_async_commit();  // one group per chunk
   }
@@ -441,11 +433,9 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
       const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
       valid_next[0][r] = valid_next[1][r];
       valid_next[1][r] = false;
-      if (i + 2 < n_iter) {
+      if (i + 2 < n_iter)
         valid_next[1][r] =
-            load_candidate<kHasExtra>(p, work, c_begin + i + 2, idx_ahead[r], half, stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
-        idx_ahead[r] = i + 3 < n_iter ? candidate_index<kHasExtra>(p, work, t, c_begin + i + 3, cand) : -1;
-      }
+            load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half, stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
     }
     cp_async_commit();
   }
