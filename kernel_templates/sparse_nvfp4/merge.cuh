@@ -12,20 +12,21 @@ namespace kiln {
 
 #ifdef __CUDACC__
 
-// Combines the splits of a decode launched with p.split: one 64-thread group per
-// (token, head), 8 dims per thread, blockDim.x / 64 rows per block (sparse_merge_rows_per_block). The LSEs and partial rows of up to kBatch splits are loaded
-// together, before any is looked at, so a call with <= kBatch splits waits for one round trip to
-// L2 (more splits: a running maximum rescales the sums batch by batch). An empty split (lse ==
-// -1e30) weighs 0 and its stale row is discarded by a select, so it cannot leak a NaN.
-__global__ void __launch_bounds__(kSparseMergeMaxRowsPerBlock* kSparseMergeThreadsPerRow)
+// Combines the splits of a decode launched with p.split: one 64-thread group per (token, head), 8
+// dims per thread, blockDim.x / 64 rows per block (sparse_merge_rows_per_block). The LSEs and
+// partial rows of up to kBatch splits are loaded together, before any is looked at, so a call with
+// <= kBatch splits waits for one round trip to L2 (more splits: a running maximum rescales the sums
+// batch by batch). An empty split (lse == -1e30) weighs 0 and its stale row is discarded by a
+// select, so it cannot leak a NaN.
+__global__ void __launch_bounds__(kSparseMergeMaxRowsPerBlock * kSparseMergeThreadsPerRow)
     sparse_nvfp4_merge_kernel(const __grid_constant__ SparseNvfp4Params p) {
   using namespace sparse_detail;
   pdl_launch_dependents();
   pdl_wait();
   const u32 rows_per_block = blockDim.x / kSparseMergeThreadsPerRow;
-  const long long row = (long long)blockIdx.x * rows_per_block + threadIdx.x / 64;
+  const long long row = (long long)blockIdx.x * rows_per_block + threadIdx.x / kSparseMergeThreadsPerRow;
   if (row >= (long long)p.num_tokens * p.heads) return;
-  const int d0 = (threadIdx.x % 64) * 8;
+  const int d0 = (threadIdx.x % kSparseMergeThreadsPerRow) * 8;
   const float* lse_row = static_cast<const float*>(p.mid_lse) + row * p.split_stride;
   const u16* mid = static_cast<const u16*>(p.mid_out) + row * p.split_stride * 512 + d0;
   constexpr int kBatch = 16;
@@ -74,14 +75,14 @@ __global__ void __launch_bounds__(kSparseMergeMaxRowsPerBlock* kSparseMergeThrea
   if (sink != nullptr) {
     // A block's rows share a token (H is a multiple of 8): a 32-bit remainder of the block's first
     // row, not row % H on 64 bits, which the compiler computed ahead of the loads.
-    const int head = int((u32(blockIdx.x) * rows_per_block) % u32(p.heads)) + int(threadIdx.x / 64);
+    const int head = int((u32(blockIdx.x) * rows_per_block) % u32(p.heads)) + int(threadIdx.x / kSparseMergeThreadsPerRow);
     sparse_fold_sink(sink[head], empty, lse, factor);
   }
   u32 out[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) out[i] = pack_bf16x2(acc[2 * i] * factor, acc[2 * i + 1] * factor);
   *reinterpret_cast<uint4*>(static_cast<u16*>(p.output) + row * 512 + d0) = make_uint4(out[0], out[1], out[2], out[3]);
-  if (threadIdx.x % 64 == 0) static_cast<float*>(p.out_lse)[row] = lse * p.lse_scale;
+  if (threadIdx.x % kSparseMergeThreadsPerRow == 0) static_cast<float*>(p.out_lse)[row] = lse * p.lse_scale;
 }
 
 #endif  // __CUDACC__
