@@ -146,7 +146,7 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   const int cluster = dsv41_cluster_size(target, static_cast<int>(c.tokens), c.heads, runs, opt.cluster);
   const bool unpaired = dsv41_unpaired(target, static_cast<int>(c.tokens), c.heads, runs, cluster);
   sparse::launch_sparse_decode(handle, decode_config(policy, params, cluster, unpaired), params, opt.enable_pdl.value_or(true), stream,
-                               unpaired ? kSparseSm90UnpairedEntry : 0);
+                               unpaired);
   return plan;
 }
 
