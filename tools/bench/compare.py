@@ -57,11 +57,18 @@ def geomean(values):
 ANCHOR_CARDS = ("h200", "h100")
 
 
-def card_of(report_path):
+def card_of(report):
     """The anchor card of a report's GPU ("NVIDIA H100 80GB HBM3" -> h100), or None."""
-    with open(report_path) as f:
-        gpu = json.load(f).get("gpu", "").lower()
+    gpu = report.get("gpu", "").lower()
     return next((card for card in ANCHOR_CARDS if card in gpu), None)
+
+
+def load_reports(paths):
+    reports = []
+    for path in paths:
+        with open(path) as f:
+            reports.append(json.load(f))
+    return reports
 
 
 def read_anchor(name, key_of, keep=lambda row: True, required=False):
@@ -139,13 +146,10 @@ def compare(rows, card, csv_out=None, baseline=None):
                 out.writerow(list(key) + [kiln_us, anchor_us, round(anchor_us / kiln_us, 4)])
 
 
-def fastest_rows(paths):
-    """The first report's rows, each with the fastest us_per_call any of the reports has for its config
-    and precision mode; exits when the reports do not time the same configs."""
-    runs = []
-    for path in paths:
-        with open(path) as f:
-            runs.append(json.load(f)["results"])
+def fastest_rows(paths, reports):
+    """The first report's rows, each with the fastest us_per_call any of the reports (read from
+    `paths`) has for its config and precision mode; exits when the reports do not time the same configs."""
+    runs = [report["results"] for report in reports]
     ident = lambda r: (r.get("precision"), report_key(r))
     first = {ident(r) for r in runs[0]}
     for path, run_rows in zip(paths[1:], runs[1:]):
@@ -170,12 +174,13 @@ def main():
                         help="another kiln report of the same bench (or several runs of it): ratios to it instead of the anchors")
     args = parser.parse_args()
 
-    card = args.anchors or card_of(args.report[0])
+    reports = load_reports(args.report)
+    card = args.anchors or card_of(reports[0])
     if card is None and not args.baseline:
         sys.exit("compare.py: %s names no GPU with anchors; pass --anchors with one of %s"
                  % (args.report[0], ", ".join(ANCHOR_CARDS)))
-    rows = fastest_rows(args.report)
-    base_rows = fastest_rows(args.baseline) if args.baseline else None
+    rows = fastest_rows(args.report, reports)
+    base_rows = fastest_rows(args.baseline, load_reports(args.baseline)) if args.baseline else None
     if args.precision:
         rows = [r for r in rows if r.get("precision") == args.precision]
     if not rows:
