@@ -200,9 +200,8 @@ void SparseNvfp4Timer::warm(const std::vector<SparseShape>& configs) {
     const BenchConfig c{shape};
     const sparse::SplitPlanResult plan = sparse::resolve_plan(c.tokens, c.heads, c.topk, c.extra_topk, s.sms);
     const sparse::SparseLaunch l = bench_launch(c, plan, s.dev);
-    const sparse::SparseKernel kernel = l.kernel;
     for (const sparse::SplitPlanResult& p : {plan, l.runs}) {
-      const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), p, kernel).key(s.arch);
+      const SemanticKey key = sparse::sparse_policy(c.heads, c.has_extra(), p, l.kernel).key(s.arch);
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     }
   }
