@@ -768,6 +768,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
     }
     if (!kSmall) {
       for (int st = 0; st < 2; ++st) mbar_init(bar_raw + 8 * st, kProducers);
+      mbar_fence_init();  // the raw stages' barriers complete bulk copies (async proxy)
     }
   }
   pdl_wait();  // the first read of an input (sparse_detail)
