@@ -24,12 +24,6 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 
-// Raises the current phase's expected transaction bytes without arriving (a thread that issues
-// several bulk copies into one phase and arrives once).
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
 // True once the phase with parity `parity` has completed (non-blocking probe, may time out early).
 __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
   u32 done;

@@ -21,7 +21,6 @@
 #include "common/nvfp4_encode.cuh"
 #include "common/pdl.cuh"
 #include "common/softmax.cuh"
-#include "common/tma.cuh"
 #include "sparse_nvfp4/params.cuh"
 #include "sparse_nvfp4/sink.cuh"
 
@@ -201,21 +200,17 @@ __device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Par
   return r;
 }
 
-// Producer thread (cand, half): copies its part of one candidate's record into the staging row as
-// one bulk copy completing on `bar_raw` (half 0 the 352 data bytes, half 1 the 32 scale bytes; the
-// row is the record as stored), or zeroes the part of a masked slot, which decodes to zeros. Returns
-// whether the slot is a real candidate.
+// Producer thread (cand, half): issues 12 x 16 B of one candidate's record into the staging row;
+// half h takes data units 2k+h and scale unit h, so a lane pair reads whole 32 B sectors.
+// Returns whether the slot is a real candidate (masked slots are zero-filled).
 template <bool kHasExtra>
 __device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
-                                               int chunk, int cand, int half, u8* stage_row, u32 bar_raw) {
-  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, t, chunk, cand, 0, 0);
-  const u32 dst = smem_addr(stage_row) + (half ? kDataBytes : 0u), bytes = half ? 32u : kDataBytes;
-  if (r.valid) {
-    mbar_expect_tx(bar_raw, bytes);
-    bulk_load(dst, half ? r.scales : r.data, bytes, bar_raw);
-  } else {
-    for (u32 o = 0; o < bytes; o += 16) sts128(dst + o, U32x4{0u, 0u, 0u, 0u});
-  }
+                                               int chunk, int cand, int half, u8* stage_row) {
+  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, t, chunk, cand, half * 16, half * 16);
+  const u32 bytes = r.valid ? 16u : 0u;
+#pragma unroll
+  for (int k = 0; k < 11; ++k) cp_async_16(stage_row + (2 * k + half) * 16, r.valid ? r.data + 32 * k : r.base, bytes);
+  cp_async_16(stage_row + kDataBytes + half * 16, r.scales, bytes);
   return r.valid;
 }
 
@@ -401,7 +396,7 @@ __device__ __forceinline__ void produce_compact(const SparseNvfp4Params& p, cons
 // their first gathers are in flight.
 template <class F, int kRows, int kQThreads, int kProducers, bool kStageQ, bool kHasExtra>
 __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const TokenWork& work, int t, int head0, int c_begin, int n_iter,
-                                               u8* stages, u8* tiles, u8* q_smem, u32* masks, u32 bar_empty, u32 bar_full, u32 bar_raw, int tid, int ptid,
+                                               u8* stages, u8* tiles, u8* q_smem, u32* masks, u32 bar_empty, u32 bar_full, int tid, int ptid,
                                                int lane) {
   constexpr int kReps = 128 / kProducers;
   bool valid_next[2][kReps];
@@ -412,15 +407,16 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
       const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
       valid_next[i][r] = false;
       if (i < n_iter)
-        valid_next[i][r] = load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half, stages + i * kSparseStageBytes + cand * kSparseStageRowBytes,
-                                                     bar_raw + 8 * i);
+        valid_next[i][r] =
+            load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half, stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
     }
-    mbar_arrive(bar_raw + 8 * i);  // one phase per chunk and stage
+    cp_async_commit();  // one group per chunk
   }
   if (kStageQ) F::template stage_q<kRows, kQThreads>(p, t, head0, q_smem, tid);
   for (int i = 0; i < n_iter; ++i) {
     const int b = i & 1;
-    mbar_wait(bar_raw + 8 * b, u32((i >> 1) & 1));  // chunk i's records have landed
+    cp_async_wait<1>();
+    named_barrier_sync(kBarProducers, kProducers);
     if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) - 1) & 1));
 #pragma unroll
     for (int r = 0; r < kReps; ++r) {
@@ -432,18 +428,18 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
     }
     mbar_arrive(bar_full + 8 * b);
     named_barrier_sync(kBarProducers, kProducers);  // staging buffer b fully read
-    fence_proxy_async_smem();                       // those reads before the next bulk copies' writes
 #pragma unroll
     for (int r = 0; r < kReps; ++r) {
       const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
       valid_next[0][r] = valid_next[1][r];
       valid_next[1][r] = false;
       if (i + 2 < n_iter)
-        valid_next[1][r] = load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half,
-                                                     stages + b * kSparseStageBytes + cand * kSparseStageRowBytes, bar_raw + 8 * b);
+        valid_next[1][r] =
+            load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half, stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
     }
-    if (i + 2 < n_iter) mbar_arrive(bar_raw + 8 * b);
+    cp_async_commit();
   }
+  cp_async_wait<0>();
 }
 
 // A consumer thread's place: team `team` owns heads head0 + 16 team .. + 15 (rows row0 = 16 team ..
@@ -748,7 +744,6 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   // reader's for every tool that checks it, and neither side waits for the other to arrive.
   const u32 bar_empty = smem_addr(smem + sparse_smem_empty_offset(kHeadTiles, kSmall));  // + 8 * buffer
   const u32 bar_full = bar_empty + 8 * kTileBufs;                                         // + 8 * buffer
-  const u32 bar_raw = bar_full + 8 * kTileBufs;  // staged configuration: + 8 * raw stage
 
   const int tid = threadIdx.x;
   // With a cluster of ncta CTAs (kMma launches only), the cluster shares one (token, head group,
@@ -766,10 +761,6 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
       mbar_init(bar_empty + 8 * b, kConsumers);
       mbar_init(bar_full + 8 * b, kProducers);
     }
-    if (!kSmall) {
-      for (int st = 0; st < 2; ++st) mbar_init(bar_raw + 8 * st, kProducers);
-      mbar_fence_init();  // the raw stages' barriers complete bulk copies (async proxy)
-    }
   }
   pdl_wait();  // the first read of an input (sparse_detail)
   const TokenWork work = token_work<kHasExtra>(p, t);
@@ -784,7 +775,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   if constexpr (!kSmall) {
     if (tid >= kConsumers) {
       produce_staged<F, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra>(p, work, t, head0, c_begin, n_iter, stages, tiles,
-                                                                                   q_smem, masks, bar_empty, bar_full, bar_raw, tid,
+                                                                                   q_smem, masks, bar_empty, bar_full, tid,
                                                                                    tid - kConsumers, tid & 31);
       if (ncta > 1) {  // the consumers' two cluster barriers (cluster_combine)
         cluster_sync();

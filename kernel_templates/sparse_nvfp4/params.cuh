@@ -91,15 +91,14 @@ KILN_SPARSE_HD constexpr unsigned sparse_smem_red_offset(int head_tiles, bool sm
 KILN_SPARSE_HD constexpr unsigned sparse_smem_mask_offset(int head_tiles, bool small) {
   return sparse_smem_red_offset(head_tiles, small) + (2u * 4u * 32u + 4u * 32u) * 4u;
 }
-// Then per decoded tile buffer a "tile empty" mbarrier, then per buffer a "tile full" one, then (staged
-// configuration) per raw stage a "records landed" one.
+// Then per decoded tile buffer a "tile empty" mbarrier, then per buffer a "tile full" one.
 KILN_SPARSE_HD constexpr unsigned sparse_smem_empty_offset(int head_tiles, bool small) {
   return sparse_smem_mask_offset(head_tiles, small) + 2u * 4u * 4u;
 }
-// Dynamic shared memory of one decode block: 206,416 B (head_tiles 1) or 226,896 B (head_tiles 2);
+// Dynamic shared memory of one decode block: 206,400 B (head_tiles 1) or 226,880 B (head_tiles 2);
 // 87,600 B in the compact configuration.
 KILN_SPARSE_HD constexpr unsigned sparse_decode_smem_bytes(int head_tiles, bool small = false) {
-  return sparse_smem_empty_offset(head_tiles, small) + 16u * unsigned(sparse_tile_buffers(small)) + (small ? 0u : 16u);
+  return sparse_smem_empty_offset(head_tiles, small) + 16u * unsigned(sparse_tile_buffers(small));
 }
 static_assert(sparse_decode_smem_bytes(1, true) <= 99u * 1024u, "the compact configuration must fit sm_120's 99 KiB");
 KILN_SPARSE_HD constexpr int sparse_head_groups(int heads, int head_tiles) {
