@@ -30,6 +30,14 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const void* map, int c0, in
       : "memory");
 }
 
+// `bytes` (a multiple of 16) from global `src` into this CTA's shared memory at `dst`, both 16-byte
+// aligned, completing on the mbarrier at `bar`: one instruction for what would be bytes / 16 cp.asyncs.
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src), "r"(bytes),
+               "r"(bar)
+               : "memory");
+}
+
 // Brings the tensor map at `map` into the descriptor cache ahead of the first copy that uses it. The
 // map is a kernel parameter, not data an earlier grid writes, so this may precede the grid dependency
 // wait.

@@ -21,6 +21,7 @@
 #include "common/nvfp4_encode.cuh"
 #include "common/pdl.cuh"
 #include "common/softmax.cuh"
+#include "common/tma.cuh"
 #include "sparse_nvfp4/params.cuh"
 #include "sparse_nvfp4/sink.cuh"
 
@@ -200,9 +201,10 @@ __device__ __forceinline__ CandidateRecord locate_candidate(const SparseNvfp4Par
   return r;
 }
 
-// Producer thread (cand, half): issues 12 x 16 B of one candidate's record into the staging row;
-// half h takes data units 2k+h and scale unit h, so a lane pair reads whole 32 B sectors.
-// Returns whether the slot is a real candidate (masked slots are zero-filled).
+// Producer thread (cand, half) of the staged configuration, cp.async gather: issues 12 x 16 B of one
+// candidate's record into the staging row; half h takes data units 2k+h and scale unit h, so a lane
+// pair reads whole 32 B sectors. Returns whether the slot is a real candidate (masked slots are
+// zero-filled).
 template <bool kHasExtra>
 __device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const TokenWork& w, int t,
                                                int chunk, int cand, int half, u8* stage_row) {
@@ -212,6 +214,41 @@ __device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const
   for (int k = 0; k < 11; ++k) cp_async_16(stage_row + (2 * k + half) * 16, r.valid ? r.data + 32 * k : r.base, bytes);
   cp_async_16(stage_row + kDataBytes + half * 16, r.scales, bytes);
   return r.valid;
+}
+
+// The same thread's part of the record by bulk gather, completing on the raw stage's mbarrier
+// `bar_raw`: half 0 copies the 352 data bytes as one bulk copy and adds them to `bytes` (the warp
+// announces its sum, stage_arrive); half 1 copies the 32 scale bytes as two cp.asyncs. A masked
+// slot's parts are zero-filled by cp.async, so every byte of the row lands through the barrier.
+// A bulk copy's operands must be warp-uniform, so ptxas issues per-lane ones one lane per trip of
+// an 8-instruction loop (ELECT, R2UR): the small scale part goes the cheaper way.
+template <bool kHasExtra>
+__device__ __forceinline__ bool load_candidate_bulk(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk, int cand, int half,
+                                                    u8* stage_row, u32 bar_raw, u32& bytes) {
+  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, t, chunk, cand, 0, 0);
+  const u32 dst = smem_addr(stage_row);
+  if (half) {
+    cp_async_16_addr(dst + kDataBytes, r.scales, r.valid ? 16u : 0u);
+    cp_async_16_addr(dst + kDataBytes + 16, r.valid ? r.scales + 16 : r.scales, r.valid ? 16u : 0u);
+  } else if (r.valid) {
+    bulk_load(dst, r.data, kDataBytes, bar_raw);
+    bytes += kDataBytes;
+  } else {
+#pragma unroll
+    for (u32 o = 0; o < kDataBytes; o += 16) cp_async_16_addr(dst + o, r.base, 0u);
+  }
+  return r.valid;
+}
+
+// Ends a producer warp's bulk gathers into one raw stage: each thread's cp.asyncs arrive when they
+// land, and lane 0 arrives adding the warp's bulk `bytes` to the phase's expected count (copies that
+// land first leave the count negative, which the phase allows while arrivals are pending), so the
+// barrier takes one atomic per warp for the bulk copies. Its count: kProducers + kProducers / 32.
+__device__ __forceinline__ void stage_arrive(u32 bar, u32 bytes, int lane) {
+  cp_async_mbar_arrive(bar);
+  u32 total;
+  asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;\n" : "=r"(total) : "r"(bytes));
+  if (lane == 0) mbar_arrive_expect_tx(bar, total);
 }
 
 // A staged record half (cand, half) into its tile row: code units u = 2k + half (k < 7: dims 32u ..
@@ -391,32 +428,46 @@ __device__ __forceinline__ void produce_compact(const SparseNvfp4Params& p, cons
 }
 
 // Producers of the staged configuration (two tiles, two raw stages): work item = (candidate, half)
-// of 128, two per thread with 64 producer threads. Chunks i and i + 1 are in flight as cp.async
-// groups while chunk i waits for its tile; kStageQ: the producers also stage a share of Q while
-// their first gathers are in flight.
-template <class F, int kRows, int kQThreads, int kProducers, bool kStageQ, bool kHasExtra>
+// of 128, two per thread with 64 producer threads. Chunks i and i + 1 are in flight while chunk i
+// waits for its tile; kStageQ: the producers also stage a share of Q while their first gathers are in
+// flight. kBulk: the gathers are load_candidate_bulk's, each raw stage landing on its mbarrier at
+// `bar_raw` + 8 * stage; else load_candidate's cp.async groups, one per chunk.
+template <class F, int kRows, int kQThreads, int kProducers, bool kStageQ, bool kHasExtra, bool kBulk>
 __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const TokenWork& work, int t, int head0, int c_begin, int n_iter,
-                                               u8* stages, u8* tiles, u8* q_smem, u32* masks, u32 bar_empty, u32 bar_full, int tid, int ptid,
-                                               int lane) {
+                                               u8* stages, u8* tiles, u8* q_smem, u32* masks, u32 bar_empty, u32 bar_full, u32 bar_raw,
+                                               int tid, int ptid, int lane) {
   constexpr int kReps = 128 / kProducers;
   bool valid_next[2][kReps];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  // Gathers chunk c_begin + i into raw stage b.
+  auto gather = [&](int i, int b, bool (&valid)[kReps]) {
+    u32 bytes = 0u;
 #pragma unroll
     for (int r = 0; r < kReps; ++r) {
       const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
-      valid_next[i][r] = false;
-      if (i < n_iter)
-        valid_next[i][r] =
-            load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half, stages + i * kSparseStageBytes + cand * kSparseStageRowBytes);
+      u8* stage_row = stages + b * kSparseStageBytes + cand * kSparseStageRowBytes;
+      valid[r] = false;
+      if (i < n_iter) {
+        if constexpr (kBulk) valid[r] = load_candidate_bulk<kHasExtra>(p, work, t, c_begin + i, cand, half, stage_row, bar_raw + 8 * b, bytes);
+        else valid[r] = load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half, stage_row);
+      }
     }
-    cp_async_commit();  // one group per chunk
-  }
+    if constexpr (kBulk) {
+      if (i < n_iter) stage_arrive(bar_raw + 8 * b, bytes, lane);  // one phase per chunk and stage
+    } else {
+      cp_async_commit();  // one group per chunk
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < 2; ++i) gather(i, i, valid_next[i]);
   if (kStageQ) F::template stage_q<kRows, kQThreads>(p, t, head0, q_smem, tid);
   for (int i = 0; i < n_iter; ++i) {
     const int b = i & 1;
-    cp_async_wait<1>();
-    named_barrier_sync(kBarProducers, kProducers);
+    if constexpr (kBulk) {
+      mbar_wait(bar_raw + 8 * b, u32((i >> 1) & 1));  // chunk i's records have landed
+    } else {
+      cp_async_wait<1>();
+      named_barrier_sync(kBarProducers, kProducers);
+    }
     if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) - 1) & 1));
 #pragma unroll
     for (int r = 0; r < kReps; ++r) {
@@ -428,18 +479,12 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
     }
     mbar_arrive(bar_full + 8 * b);
     named_barrier_sync(kBarProducers, kProducers);  // staging buffer b fully read
+    if constexpr (kBulk) fence_proxy_async_smem();  // those reads before the next bulk copies' writes
 #pragma unroll
-    for (int r = 0; r < kReps; ++r) {
-      const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
-      valid_next[0][r] = valid_next[1][r];
-      valid_next[1][r] = false;
-      if (i + 2 < n_iter)
-        valid_next[1][r] =
-            load_candidate<kHasExtra>(p, work, t, c_begin + i + 2, cand, half, stages + b * kSparseStageBytes + cand * kSparseStageRowBytes);
-    }
-    cp_async_commit();
+    for (int r = 0; r < kReps; ++r) valid_next[0][r] = valid_next[1][r];
+    gather(i + 2, b, valid_next[1]);
   }
-  cp_async_wait<0>();
+  if constexpr (!kBulk) cp_async_wait<0>();
 }
 
 // A consumer thread's place: team `team` owns heads head0 + 16 team .. + 15 (rows row0 = 16 team ..
@@ -744,6 +789,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   // reader's for every tool that checks it, and neither side waits for the other to arrive.
   const u32 bar_empty = smem_addr(smem + sparse_smem_empty_offset(kHeadTiles, kSmall));  // + 8 * buffer
   const u32 bar_full = bar_empty + 8 * kTileBufs;                                         // + 8 * buffer
+  const u32 bar_raw = bar_full + 8 * kTileBufs;  // staged configuration, bulk gathers: + 8 * raw stage
 
   const int tid = threadIdx.x;
   // With a cluster of ncta CTAs (kMma launches only), the cluster shares one (token, head group,
@@ -761,6 +807,10 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
       mbar_init(bar_empty + 8 * b, kConsumers);
       mbar_init(bar_full + 8 * b, kProducers);
     }
+    if (!kSmall && p.bulk_gather) {
+      for (int st = 0; st < 2; ++st) mbar_init(bar_raw + 8 * st, kProducers + kProducers / 32);
+      mbar_fence_init();  // the raw stages' barriers complete bulk copies (async proxy)
+    }
   }
   pdl_wait();  // the first read of an input (sparse_detail)
   const TokenWork work = token_work<kHasExtra>(p, t);
@@ -774,9 +824,13 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   }
   if constexpr (!kSmall) {
     if (tid >= kConsumers) {
-      produce_staged<F, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra>(p, work, t, head0, c_begin, n_iter, stages, tiles,
-                                                                                   q_smem, masks, bar_empty, bar_full, tid,
-                                                                                   tid - kConsumers, tid & 31);
+      if (p.bulk_gather) {
+        produce_staged<F, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra, true>(
+            p, work, t, head0, c_begin, n_iter, stages, tiles, q_smem, masks, bar_empty, bar_full, bar_raw, tid, tid - kConsumers, tid & 31);
+      } else {
+        produce_staged<F, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra, false>(
+            p, work, t, head0, c_begin, n_iter, stages, tiles, q_smem, masks, bar_empty, bar_full, bar_raw, tid, tid - kConsumers, tid & 31);
+      }
       if (ncta > 1) {  // the consumers' two cluster barriers (cluster_combine)
         cluster_sync();
         cluster_sync();

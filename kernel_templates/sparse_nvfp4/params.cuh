@@ -52,6 +52,9 @@ struct SparseNvfp4Params {
   // The policy's split as a run-time flag, so that keys differing only in it share one kernel (one
   // compile, one cubin); it selects work once per CTA and in the epilogue, never in a chunk loop.
   bool split;  // num_splits > 1: write mid_out/mid_lse for the merge kernel instead of output/out_lse
+  // The staged mma.sync configuration's gather (the planner's choice per launch, sparse_bulk_gather):
+  // one bulk copy per record's data instead of 16-byte cp.asyncs. Read once per CTA.
+  bool bulk_gather;
 };
 
 // ---- launch geometry shared by the host planner and the kernels ----
@@ -91,14 +94,15 @@ KILN_SPARSE_HD constexpr unsigned sparse_smem_red_offset(int head_tiles, bool sm
 KILN_SPARSE_HD constexpr unsigned sparse_smem_mask_offset(int head_tiles, bool small) {
   return sparse_smem_red_offset(head_tiles, small) + (2u * 4u * 32u + 4u * 32u) * 4u;
 }
-// Then per decoded tile buffer a "tile empty" mbarrier, then per buffer a "tile full" one.
+// Then per decoded tile buffer a "tile empty" mbarrier, then per buffer a "tile full" one, then (staged
+// configuration) per raw stage a "records landed" one for bulk gathers.
 KILN_SPARSE_HD constexpr unsigned sparse_smem_empty_offset(int head_tiles, bool small) {
   return sparse_smem_mask_offset(head_tiles, small) + 2u * 4u * 4u;
 }
-// Dynamic shared memory of one decode block: 206,400 B (head_tiles 1) or 226,880 B (head_tiles 2);
+// Dynamic shared memory of one decode block: 206,416 B (head_tiles 1) or 226,896 B (head_tiles 2);
 // 87,600 B in the compact configuration.
 KILN_SPARSE_HD constexpr unsigned sparse_decode_smem_bytes(int head_tiles, bool small = false) {
-  return sparse_smem_empty_offset(head_tiles, small) + 16u * unsigned(sparse_tile_buffers(small));
+  return sparse_smem_empty_offset(head_tiles, small) + 16u * unsigned(sparse_tile_buffers(small)) + (small ? 0u : 16u);
 }
 static_assert(sparse_decode_smem_bytes(1, true) <= 99u * 1024u, "the compact configuration must fit sm_120's 99 KiB");
 KILN_SPARSE_HD constexpr int sparse_head_groups(int heads, int head_tiles) {

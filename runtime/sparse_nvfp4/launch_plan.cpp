@@ -167,7 +167,8 @@ SplitPlanResult sparse_launch_plan(const SparseDevice& device, int tokens, int h
 }
 
 SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
-                                std::optional<SparseKernel> kernel, std::optional<bool> cluster, int split_stride, int max_splits) {
+                                std::optional<SparseKernel> kernel, std::optional<bool> cluster, int split_stride, int max_splits,
+                                std::optional<bool> bulk_gather) {
   SparseLaunch l;
   l.kernel = choose_kernel(device, tokens, heads, plan, kernel);
   if (!kernel && !cluster && planned && l.kernel == SparseKernel::kSm90 && mma_runs_first(device, tokens, heads, chunks, plan, split_stride, max_splits)) {
@@ -176,7 +177,22 @@ SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int head
   l.runs = sparse_launch_plan(device, tokens, heads, chunks, plan, planned, cluster, l.kernel, split_stride, max_splits);
   l.cluster = sparse_cluster_size(device, tokens, heads, l.runs, cluster, l.kernel);
   l.unpaired = l.kernel == SparseKernel::kSm90 && sparse_sm90_unpaired(device, tokens, heads, l.runs, l.cluster, kNvfp4UnpairedChunks);
+  if (l.kernel != SparseKernel::kMma) {
+    if (bulk_gather && *bulk_gather) {
+      check::fail("bulk_gather", "only with the \"mma\" kernel (the staged mma.sync configuration of sm_90a)",
+                  fmt::format("true with kernel \"{}\"", sparse_kernel_name(l.kernel)));
+    }
+  } else {
+    l.bulk_gather = bulk_gather ? *bulk_gather : sparse_bulk_gather(device, tokens, heads, l.runs, l.cluster);
+  }
   return l;
+}
+
+bool sparse_bulk_gather(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int cluster) {
+  if (runs.head_tiles != 1) return false;
+  const long long ctas = sparse_decode_grid(tokens, heads, 1, runs.num_splits) * cluster;
+  const int per_cta = (runs.chunks_per_block + cluster - 1) / cluster;
+  return 2 * ctas <= device.sms || (ctas <= device.sms && per_cta <= 2);
 }
 
 bool sparse_sm90_unpaired(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int deal, int max_chunks) {

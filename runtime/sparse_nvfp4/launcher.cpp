@@ -118,8 +118,9 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   const SparseDevice device = sparse_device(service, on.device());
   const SplitPlanResult plan = finish_plan(a, c, device.sms);
   const SparseLaunch l = plan_sparse_launch(device, static_cast<int>(c.tokens), c.heads, num_chunks(c.topk, c.extra_topk), plan,
-                                            !opt.num_splits, opt.kernel, opt.cluster, c.split_stride, opt.max_splits);
-  const SparseNvfp4Params params = sparse_params(a, c, l.runs.num_splits, l.runs.chunks_per_block);
+                                            !opt.num_splits, opt.kernel, opt.cluster, c.split_stride, opt.max_splits, opt.bulk_gather);
+  SparseNvfp4Params params = sparse_params(a, c, l.runs.num_splits, l.runs.chunks_per_block);
+  params.bulk_gather = l.bulk_gather;
   launch_sparse(sparse_policy(c.heads, c.has_extra, l.runs, l.kernel), params, l, stream, on.device(), service);
   return plan;
 }

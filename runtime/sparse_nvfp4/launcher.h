@@ -19,6 +19,7 @@ namespace kiln::sparse {
 struct SparseOptions : SparseCallOptions {
   std::optional<SparseKernel> kernel;           // overrides the launcher's choice of decode kernel (tests, benchmarks)
   std::optional<bool> cluster;                  // overrides sparse_cluster_size's choice (true: always when it can, false: never)
+  std::optional<bool> bulk_gather;              // overrides sparse_bulk_gather's choice (a "mma" launch only)
 };
 
 // Writes output [T, H, 512] bf16 and out_lse [T, H] fp32 in place on `stream` (on the stream's

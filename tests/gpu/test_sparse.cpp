@@ -188,13 +188,15 @@ struct Variant {
   std::optional<int> head_tiles;
   std::optional<SparseKernel> kernel;
   std::optional<bool> cluster;  // SparseOptions::cluster
+  std::optional<bool> bulk_gather;  // SparseOptions::bulk_gather
   bool planned() const { return !num_splits && !head_tiles; }
   std::string name() const {
     std::ostringstream s;
     s << (num_splits ? "splits=" + std::to_string(*num_splits) : std::string("planned splits"))
       << (head_tiles ? " tiles=" + std::to_string(*head_tiles) : std::string(""))
       << " kernel " << (kernel ? kiln::sparse::sparse_kernel_name(*kernel) : "default")
-      << (cluster ? (*cluster ? " cluster on" : " cluster off") : "");
+      << (cluster ? (*cluster ? " cluster on" : " cluster off") : "")
+      << (bulk_gather ? (*bulk_gather ? " bulk gather" : " cp.async gather") : "");
     return s.str();
   }
 };
@@ -225,7 +227,9 @@ bool on_sm90() { return kiln::KernelService::global().device_arch(0) == "sm_90a"
 // Every variant runs with the launcher's kernel, the forced compact configuration and (sm_90a) the
 // forced warpgroup-MMA kernel (one head tiling: it maps both onto its own blocks), also with dealing
 // forced on; planned calls also with the mma.sync kernel. On sm_90a the mma.sync kernel also runs
-// with the cluster forced on and off (planned calls and every sweep variant).
+// with the cluster forced on and off (planned calls and every sweep variant), and with each gather
+// forced (planned calls; sweeps: the one the planner does not pick for that tiling at these grids of
+// at most half a wave, cp.async with one head tile and bulk copies with two).
 std::vector<Variant> variants(const SparseCase& c) {
   std::vector<Variant> v = {Variant{}, Variant{std::nullopt, std::nullopt, SparseKernel::kMmaSmall},
                             Variant{std::nullopt, std::nullopt, SparseKernel::kMma}};
@@ -234,6 +238,8 @@ std::vector<Variant> variants(const SparseCase& c) {
     v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kSm90, true});
     v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kMma, true});
     v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kMma, false});
+    v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kMma, std::nullopt, true});
+    v.push_back(Variant{std::nullopt, std::nullopt, SparseKernel::kMma, std::nullopt, false});
   }
   if (!c.sweep) return v;
   const int chunks = c.chunks();
@@ -251,6 +257,7 @@ std::vector<Variant> variants(const SparseCase& c) {
       if (on_sm90()) {
         v.push_back(Variant{ns, tiles, SparseKernel::kMma, true});
         v.push_back(Variant{ns, tiles, SparseKernel::kMma, false});
+        v.push_back(Variant{ns, tiles, SparseKernel::kMma, std::nullopt, tiles == 2});
       }
     }
   }
@@ -418,6 +425,7 @@ struct DeviceCase : kt::SparseDecodeBuffers {
     o.head_tiles = v.head_tiles;
     o.kernel = v.kernel;
     o.cluster = v.cluster;
+    o.bulk_gather = v.bulk_gather;
     return o;
   }
   SplitPlanResult launch(const Variant& v, float sm_scale, bool with_scratch, CUstream stream) const {
@@ -597,7 +605,12 @@ TEST_CASE("sparse: sanitizer subset", "[gpu][sparse][sanitizer]") {
   run_oracle(h);
   DeviceCase dev(h);
   std::vector<Variant> forced = {Variant{3, 1}, Variant{3, 2}, Variant{3, 1, SparseKernel::kMmaSmall}};
-  if (on_sm90()) forced.push_back(Variant{3, 1, SparseKernel::kSm90});
+  if (on_sm90()) {
+    forced.push_back(Variant{3, 1, SparseKernel::kSm90});
+    // The staged mma.sync configuration's bulk gathers, both tilings.
+    forced.push_back(Variant{3, 1, SparseKernel::kMma, std::nullopt, true});
+    forced.push_back(Variant{3, 2, SparseKernel::kMma, std::nullopt, true});
+  }
   for (const Variant& v : forced) {
     kiln::KernelService::global().warm(variant_key(split_extra, v, kiln::KernelService::global().device_arch(0)), 0);
     const Outputs o = run_variant(dev, h, v, true);
@@ -605,11 +618,12 @@ TEST_CASE("sparse: sanitizer subset", "[gpu][sparse][sanitizer]") {
     check_against_oracle(h, o, v.name(), nullptr);
   }
   // The cluster epilogue, forced: one split of 3 chunks over 3 CTAs (the final output with the sink),
-  // 2 splits of 2 chunks (a CTA with none) with both tilings, and the same dealing on the sm90 kernel.
+  // 2 splits of 2 chunks (a CTA with none) with both tilings and with each gather, and the same
+  // dealing on the sm90 kernel.
   if (on_sm90()) {
     for (const Variant& v : {Variant{1, 1, SparseKernel::kMma, true}, Variant{2, 1, SparseKernel::kMma, true},
-                             Variant{2, 2, SparseKernel::kMma, true}, Variant{1, 1, SparseKernel::kSm90, true},
-                             Variant{2, 1, SparseKernel::kSm90, true}}) {
+                             Variant{2, 2, SparseKernel::kMma, true}, Variant{2, 1, SparseKernel::kMma, true, false},
+                             Variant{1, 1, SparseKernel::kSm90, true}, Variant{2, 1, SparseKernel::kSm90, true}}) {
       kiln::KernelService::global().warm(variant_key(split_extra, v, kiln::KernelService::global().device_arch(0)), 0);
       const Outputs o = run_variant(dev, h, v, true);
       CHECK(o.plan.num_splits == *v.num_splits);

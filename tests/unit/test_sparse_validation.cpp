@@ -729,6 +729,35 @@ TEST_CASE("sparse validation: an sm90 launch runs more splits where the scratch 
   CHECK(sp::sparse_sm90_unpaired(h, 8, 96, {1, 8, 1}, 1, 2));  // two head groups, the second padded
 }
 
+TEST_CASE("sparse validation: how an mma.sync launch gathers its records", "[unit]") {
+  const sp::SparseDevice h = dev("sm_90a", 132);
+  constexpr auto kMma = sp::SparseKernel::kMma, kSm90 = sp::SparseKernel::kSm90;
+  // Bulk copies with one head tile and at most half a wave (66 CTAs), or one wave of CTAs that do at
+  // most two chunks each; cp.async with two head tiles or past either bound.
+  CHECK(sp::sparse_bulk_gather(h, 8, 64, {1, 2, 16}, 1));         // 64 CTAs of 16 chunks
+  CHECK_FALSE(sp::sparse_bulk_gather(h, 8, 64, {2, 2, 16}, 1));   // two head tiles
+  CHECK_FALSE(sp::sparse_bulk_gather(h, 9, 64, {1, 2, 16}, 1));   // 72 CTAs of 16 chunks
+  CHECK(sp::sparse_bulk_gather(h, 33, 64, {1, 1, 2}, 1));         // 132 CTAs of 2
+  CHECK_FALSE(sp::sparse_bulk_gather(h, 34, 64, {1, 1, 2}, 1));   // 136 CTAs of 2
+  CHECK_FALSE(sp::sparse_bulk_gather(h, 33, 64, {1, 1, 3}, 1));   // 132 CTAs of 3
+  CHECK(sp::sparse_bulk_gather(h, 16, 64, {1, 1, 4}, 2));         // 128 CTAs, 2 chunks each of a dealt split
+  CHECK_FALSE(sp::sparse_bulk_gather(h, 16, 64, {1, 1, 6}, 2));   // 128 CTAs of 3
+  // The launch carries the choice for mma.sync only: T = 1, H = 128, 2048 candidates (16 splits of 2
+  // on 128 CTAs) gathers by bulk copies; the sm90 launch of the same call and a forced cp.async do not.
+  const sp::SplitPlanResult h128{1, 8, 4};
+  const sp::SparseLaunch m = sp::plan_sparse_launch(h, 1, 128, 32, h128, true, std::nullopt, std::nullopt, 32);
+  REQUIRE(m.kernel == kMma);
+  CHECK(m.bulk_gather);
+  CHECK_FALSE(sp::plan_sparse_launch(h, 1, 128, 32, h128, true, kSm90, std::nullopt, 32).bulk_gather);
+  CHECK_FALSE(sp::plan_sparse_launch(h, 1, 128, 32, h128, true, std::nullopt, std::nullopt, 32, 16, false).bulk_gather);
+  // Forced on: any mma.sync launch (two head tiles too); on another kernel it is refused, naming it.
+  CHECK(sp::plan_sparse_launch(h, 64, 64, 32, {2, 2, 16}, true, kMma, std::nullopt, 32, 16, true).bulk_gather);
+  expect_error([&] { sp::plan_sparse_launch(h, 1, 128, 32, h128, true, kSm90, std::nullopt, 32, 16, true); }, "bulk_gather",
+               {"mma", "sm90"});
+  expect_error([&] { sp::plan_sparse_launch(dev("sm_120a", 188), 1, 64, 32, {1, 16, 2}, true, std::nullopt, std::nullopt, 32, 16, true); },
+               "bulk_gather", {"mma_small"});
+}
+
 TEST_CASE("sparse validation: CTAs per head group sharing a split of an sm90 launch", "[unit]") {
   using K = sp::SparseKernel;
   constexpr K kSm90 = K::kSm90;

@@ -137,10 +137,12 @@ sparse::SparseLaunch bench_launch(const BenchConfig& c, const sparse::SplitPlanR
 }
 
 Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms, std::optional<sparse::SparseKernel> kernel,
-                   std::optional<bool> cluster, CUstream stream, BenchRng& rng, KernelService& service) {
+                   std::optional<bool> cluster, CUstream stream, BenchRng& rng, KernelService& service,
+                   std::optional<bool> bulk_gather = std::nullopt) {
   const Driver& d = Driver::get();
   const std::string where = c.name() + (kernel ? fmt::format(" kernel {}", sparse::sparse_kernel_name(*kernel)) : std::string()) +
-                            (cluster ? fmt::format(" cluster {}", *cluster ? "on" : "off") : std::string());
+                            (cluster ? fmt::format(" cluster {}", *cluster ? "on" : "off") : std::string()) +
+                            (bulk_gather ? fmt::format(" gather {}", *bulk_gather ? "bulk" : "cp.async") : std::string());
   const std::int64_t pool_pages = static_cast<std::int64_t>(pool.bytes() / (c.page * kTokenBytes));
   const std::int64_t pool_tokens = pool_pages * c.page;
   Timing t;
@@ -156,6 +158,7 @@ Timing time_config(const BenchConfig& c, const BenchDeviceMemory& pool, int sms,
   sparse::SparseOptions opt;
   opt.kernel = kernel;
   opt.cluster = cluster;
+  opt.bulk_gather = bulk_gather;
   opt.num_splits = c.splits;
   if (lengths) opt.topk_length = TensorView::contiguous(lengths->at(0), DType::kI32, {c.tokens});
   if (c.has_extra()) opt.extra_kv_cache = cache;
@@ -290,6 +293,8 @@ int run_bench_sparse(const BenchOptions& options) {
     std::vector<Timing> t;        // per entry of `kernels`
     int cluster = 1;              // CTAs per cluster of the mma.sync launch
     std::optional<Timing> mma_no_cluster;  // the mma.sync kernel without a cluster, where it has one
+    bool mma_bulk = false;                 // the mma.sync launch's gather (sparse_bulk_gather)
+    std::optional<Timing> mma_other_gather;  // the mma.sync kernel with the other gather forced
     sparse::SparseLaunch sm90;    // the sm90 launch (plan_sparse_launch): the plan it runs, the CTAs sharing a split, unpaired
     std::optional<Timing> sm90_no_deal;    // the sm90 kernel without dealing, where it deals
     int deal_forced = 1;          // the same with dealing forced on
@@ -312,7 +317,12 @@ int run_bench_sparse(const BenchOptions& options) {
                                                       c.name(), sparse::sparse_kernel_name(kernel), row.t.back().bad_outputs));
       }
     }
-    if (hopper) row.cluster = bench_launch(c, plan, dev, sparse::SparseKernel::kMma).cluster;
+    if (hopper) {
+      const sparse::SparseLaunch mma = bench_launch(c, plan, dev, sparse::SparseKernel::kMma);
+      row.cluster = mma.cluster;
+      row.mma_bulk = mma.bulk_gather;
+      row.mma_other_gather = time_config(c, pool, sms, sparse::SparseKernel::kMma, std::nullopt, stream, rng, service, !mma.bulk_gather);
+    }
     if (row.cluster > 1) row.mma_no_cluster = time_config(c, pool, sms, sparse::SparseKernel::kMma, false, stream, rng, service);
     if (hopper && std::find(kernels.begin(), kernels.end(), sparse::SparseKernel::kSm90) != kernels.end()) {
       row.sm90 = bench_launch(c, plan, dev, sparse::SparseKernel::kSm90);
@@ -344,6 +354,8 @@ int run_bench_sparse(const BenchOptions& options) {
     if (hopper) r["mma_cluster"] = row.cluster;
     if (c.splits) r["num_splits_forced"] = true;
     if (row.mma_no_cluster) r["us_mma_no_cluster"] = row.mma_no_cluster->us;
+    if (hopper) r["mma_gather"] = row.mma_bulk ? "bulk" : "cp.async";
+    if (row.mma_other_gather) r["us_mma_other_gather"] = row.mma_other_gather->us;
     if (hopper) {
       r["sm90_deal"] = row.sm90.cluster;
       r["sm90_runs"] = fmt::format("{}/{}", row.sm90.runs.num_splits, row.sm90.runs.chunks_per_block);
@@ -381,6 +393,8 @@ int run_bench_sparse(const BenchOptions& options) {
       {"mma_cluster", "CTAs per cluster sharing a split's chunks in the mma.sync launch (sparse_cluster_size of the plan it runs, "
                       "sparse_launch_plan: a planned split small enough runs as one split dealt over one cluster); us_mma_no_cluster: "
                       "the same calls on mma.sync with the cluster forced off (so also run as planned), where it has one"},
+      {"mma_gather", "how the mma.sync launch gathers records (sparse_bulk_gather: one bulk copy per record's data, or 16-byte "
+                     "cp.asyncs); us_mma_other_gather: the same calls on mma.sync with the other gather forced"},
       {"scratch", "mid_out / mid_lse hold one split per chunk (S = num_chunks, at least the plan's splits), as upstream's "
                   "scratch_bytes sizes a workspace"},
       {"sm90_runs", "splits / chunks per split the sm90 launch runs (sparse_launch_plan: where the scratch holds more splits "
@@ -401,16 +415,18 @@ int run_bench_sparse(const BenchOptions& options) {
   report["extended"] = extended;
   // The compact table last, on stderr (stdout carries the JSON).
   bench_finish_report(report, ceilings, service.config().cache_dir.string(), t_start, options.out);
-  std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %-16s %2s %12s %2s %12s %2s %12s\n", "T", "H", "cands", "page",
-               "len", "us/call", "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us sm90", "us mma", "tiles/splits/cpb", "cl", "us mma 1 CTA",
-               "dl", "sm90 no deal", "df", "sm90 deal df");
+  std::fprintf(stderr, "%-4s %-4s %-9s %-5s %-5s %10s %-9s %8s %6s %8s %6s %9s %9s %-8s %11s %-16s %2s %12s %2s %12s %2s %12s\n", "T", "H", "cands",
+               "page", "len", "us/call", "kernel", "GB/s", "%copy", "TFLOP/s", "%wgmma", "us sm90", "us mma", "gather", "mma other g",
+               "tiles/splits/cpb", "cl", "us mma 1 CTA", "dl", "sm90 no deal", "df", "sm90 deal df");
   for (const json* list : {&results, &extended}) {
     for (const json& r : *list) {
       const std::string cands = sparse_candidates(r["topk"].get<int>(), r["extra_topk"].get<int>());
-      std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %-9s %8.1f %6.1f %8.1f %6.1f %9.2f %9.2f %-16s %2d %12.2f %2d %12.2f %2d %12.2f\n", r["T"].get<int>(),
+      std::fprintf(stderr, "%-4d %-4d %-9s %-5d %-5d %10.2f %-9s %8.1f %6.1f %8.1f %6.1f %9.2f %9.2f %-8s %11.2f %-16s %2d %12.2f %2d %12.2f %2d %12.2f\n",
+                   r["T"].get<int>(),
                    r["H"].get<int>(), cands.c_str(), r["page_size"].get<int>(), r.value("topk_length", 0), r["us_per_call"].get<double>(),
                    r["kernel"].get<std::string>().c_str(), r["gathered_gb_s"].get<double>(), r["pct_copy"].get<double>(),
                    r["tflop_s"].get<double>(), r.value("pct_wgmma_peak", 0.0), r.value("us_sm90", 0.0), r.value("us_mma", 0.0),
+                   r.value("mma_gather", std::string("-")).c_str(), r.value("us_mma_other_gather", 0.0),
                    fmt::format("{}/{}/{}", r["head_tiles"].get<int>(), r["num_splits"].get<int>(), r["chunks_per_block"].get<int>()).c_str(),
                    r.value("mma_cluster", 1), r.value("us_mma_no_cluster", 0.0), r.value("sm90_deal", 1), r.value("us_sm90_no_deal", 0.0),
                    r.value("sm90_deal_forced", 0), r.value("us_sm90_deal_forced", 0.0));
