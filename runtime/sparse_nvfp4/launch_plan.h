@@ -58,8 +58,8 @@ struct SparseLaunch {
 // no num_splits override) on `device`, with the overrides of SparseOptions (`kernel`, `cluster`,
 // `bulk_gather`: only for a kMma launch, else kInvalidArgument naming it), the split stride S of the
 // call's mid_out / mid_lse (0: none) and its max_splits. The kernel is choose_kernel's, except that a
-// planned launch with neither override runs kMma where both kernels would run the same splits of at
-// most two chunks and the kMma grid fits one wave (measured at T = 1).
+// planned launch with neither override runs kMma where the kMma runs give each CTA at most two chunks
+// and its grid fits one wave (measured at T = 1 and at T = 8, H = 64).
 SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
                                 std::optional<SparseKernel> kernel = std::nullopt, std::optional<bool> cluster = std::nullopt,
                                 int split_stride = 0, int max_splits = 16, std::optional<bool> bulk_gather = std::nullopt);

@@ -691,10 +691,11 @@ TEST_CASE("sparse validation: an sm90 launch runs more splits where the scratch 
   CHECK(sp::sparse_launch_plan(h, 8, 64, 8, {1, 2, 4}, true, std::nullopt, sp::SparseKernel::kMma, 8) == sp::SplitPlanResult{1, 4, 2});
   CHECK(sp::sparse_launch_plan(h, 1, 64, 8, {1, 4, 2}, true, false, sp::SparseKernel::kMma, 8) == sp::SplitPlanResult{1, 4, 2});
   CHECK(sp::sparse_launch_plan(h, 1, 64, 8, {1, 4, 2}, true, true, sp::SparseKernel::kMma, 8) == sp::SplitPlanResult{1, 1, 8});
-  // Where both kernels would run the same splits of at most two chunks and the mma.sync grid fits
-  // one wave, an unforced launch takes mma.sync: T = 1, H = 128, 2048 candidates (planned 8 of 4,
-  // which choose_kernel gives sm90) run as 16 of 2 on 128 mma.sync CTAs. Not where the scratch holds
-  // only the plan, nor with a kernel or cluster override, nor at T = 8 (sm90 8 of 1, mma.sync 2 of 4).
+  // Where the mma.sync runs give each CTA at most two chunks and its grid fits one wave, an unforced
+  // launch takes mma.sync: T = 1, H = 128, 2048 candidates (planned 8 of 4, which choose_kernel gives
+  // sm90) run as 16 of 2 on 128 mma.sync CTAs; T = 8, H = 64, 512 candidates as 4 of 2. Not where the
+  // scratch holds only the plan, nor with a kernel or cluster override, nor at T = 8, H = 128
+  // (mma.sync 2 of 4).
   const sp::SplitPlanResult h128{1, 8, 4};
   CHECK(sp::choose_kernel(h, 1, 128, h128) == sp::SparseKernel::kSm90);
   const sp::SparseLaunch m = sp::plan_sparse_launch(h, 1, 128, 32, h128, true, std::nullopt, std::nullopt, 32);
@@ -706,6 +707,11 @@ TEST_CASE("sparse validation: an sm90 launch runs more splits where the scratch 
   CHECK(sp::plan_sparse_launch(h, 1, 128, 32, h128, true, std::nullopt, false, 32).kernel == kSm90);
   CHECK(sp::plan_sparse_launch(h, 1, 128, 32, h128, false, std::nullopt, std::nullopt, 32).kernel == kSm90);
   CHECK(sp::plan_sparse_launch(h, 8, 128, 8, {1, 1, 8}, true, std::nullopt, std::nullopt, 8).kernel == kSm90);
+  CHECK(sp::choose_kernel(h, 8, 64, {1, 2, 4}) == kSm90);
+  const sp::SparseLaunch t8 = sp::plan_sparse_launch(h, 8, 64, 8, {1, 2, 4}, true, std::nullopt, std::nullopt, 8);
+  CHECK(t8.kernel == sp::SparseKernel::kMma);
+  CHECK(t8.runs == sp::SplitPlanResult{1, 4, 2});
+  CHECK(sp::plan_sparse_launch(h, 8, 64, 8, {1, 2, 4}, true, std::nullopt, std::nullopt, 2).kernel == kSm90);
   // The whole launch: the sm90 kernel, no dealing on the wider plan.
   const sp::SparseLaunch l = sp::plan_sparse_launch(h, 8, 64, 8, {1, 2, 4}, true, kSm90, std::nullopt, 8);
   CHECK(l.runs == sp::SplitPlanResult{1, 8, 1});
