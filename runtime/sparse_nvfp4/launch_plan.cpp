@@ -36,18 +36,18 @@ SplitPlanResult widest_one_wave(const SparseDevice& device, int chunks, const Sp
   return plan;
 }
 
-// Where the mma.sync launch's own runs give its CTAs at most two chunks each (so it deals no split:
-// sparse_cluster_size spares a CTA two chunks or none) and its grid fits one wave, its 16-head CTAs
-// finish first. H100, us per call: T = 1, 16 splits of 2, 13.2 against 14.8 (H = 64, 2048
-// candidates) and 13.9 against 15.1 (H = 128); T = 1, H = 64, 8 of 1, 8.4 against 12.3 (512
-// candidates); T = 8, H = 64, 512 candidates, 4 of 2 against sm90's 8 of 1, 11.66 against 12.60
-// (with bulk gathers, which sparse_bulk_gather gives those CTAs). With 128 + 512 candidates mma.sync
-// runs 4 of 3, outside this rule, though it measured 14.35 against 15.48 with bulk gathers.
+// Where the mma.sync launch's own runs fit one wave and give each CTA at most two chunks, or three
+// with bulk gathers (one head tile), its 16-head CTAs finish first. It deals no split there:
+// sparse_cluster_size spares a CTA two chunks or none. H100, us per call against the sm90 launch:
+// T = 1, 16 splits of 2, 13.2 against 14.8 (H = 64, 2048 candidates) and 13.9 against 15.1 (H = 128);
+// T = 1, H = 64, 8 of 1, 8.4 against 12.3 (512 candidates); T = 8, H = 64, 4 of 2, 11.2 against 12.6
+// (512 candidates), 4 of 3, 13.4 against 15.5 (128 + 512). At four and five chunks a CTA it lost:
+// T = 8, H = 128, 2 of 4, 15.7 against 14.7 (512) and 2 of 5, 18.2 against 16.6 (128 + 512).
 bool mma_runs_first(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, int split_stride,
                     int max_splits) {
   const SplitPlanResult mma =
       sparse_launch_plan(device, tokens, heads, chunks, plan, true, std::nullopt, SparseKernel::kMma, split_stride, max_splits);
-  return mma.chunks_per_block <= 2 && sparse_decode_grid(tokens, heads, mma.head_tiles, mma.num_splits) <= device.sms;
+  return mma.chunks_per_block <= (sparse_bulk_gather(mma) ? 3 : 2) && sparse_decode_grid(tokens, heads, mma.head_tiles, mma.num_splits) <= device.sms;
 }
 
 }  // namespace
@@ -183,17 +183,12 @@ SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int head
                   fmt::format("true with kernel \"{}\"", sparse_kernel_name(l.kernel)));
     }
   } else {
-    l.bulk_gather = bulk_gather ? *bulk_gather : sparse_bulk_gather(device, tokens, heads, l.runs, l.cluster);
+    l.bulk_gather = bulk_gather ? *bulk_gather : sparse_bulk_gather(l.runs);
   }
   return l;
 }
 
-bool sparse_bulk_gather(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int cluster) {
-  if (runs.head_tiles != 1) return false;
-  const long long ctas = sparse_decode_grid(tokens, heads, 1, runs.num_splits) * cluster;
-  const int per_cta = (runs.chunks_per_block + cluster - 1) / cluster;
-  return 2 * ctas <= device.sms || (ctas <= device.sms && per_cta <= 2);
-}
+bool sparse_bulk_gather(const SplitPlanResult& runs) { return runs.head_tiles == 1; }
 
 bool sparse_sm90_unpaired(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int deal, int max_chunks) {
   return sparse_sm90_cluster(heads) == 2 && deal == 1 && runs.chunks_per_block <= max_chunks &&

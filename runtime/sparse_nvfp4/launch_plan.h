@@ -58,24 +58,21 @@ struct SparseLaunch {
 // no num_splits override) on `device`, with the overrides of SparseOptions (`kernel`, `cluster`,
 // `bulk_gather`: only for a kMma launch, else kInvalidArgument naming it), the split stride S of the
 // call's mid_out / mid_lse (0: none) and its max_splits. The kernel is choose_kernel's, except that a
-// planned launch with neither override runs kMma where the kMma runs give each CTA at most two chunks
-// and its grid fits one wave (measured at T = 1 and at T = 8, H = 64).
+// planned launch with neither override runs kMma where the kMma runs fit one wave and give each CTA
+// at most two chunks, or three with bulk gathers (measured at T = 1 and at T = 8, H = 64).
 SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int heads, int chunks, const SplitPlanResult& plan, bool planned,
                                 std::optional<SparseKernel> kernel = std::nullopt, std::optional<bool> cluster = std::nullopt,
                                 int split_stride = 0, int max_splits = 16, std::optional<bool> bulk_gather = std::nullopt);
 
-// Whether a kMma launch of `runs` dealt to `cluster` CTAs per split gathers each record's data with
-// one bulk copy (SparseNvfp4Params::bulk_gather) instead of 16-byte cp.asyncs: with one head tile
-// (four producer warps) and a grid of at most half the SMs, or of at most one wave whose CTAs do at
-// most two chunks each. A bulk copy with per-lane operands costs its warp an 8-instruction issue loop
-// per copy, where one cp.async instruction moves 16 bytes for each of 32 lanes; the copies pay where a
-// CTA's time is its first gathers' latency and the producers have issue slots to spare. The rule is
-// drawn through what an earlier form (both record parts by bulk copy) measured on an H100, mma.sync
-// forced, bulk against cp.async: T = 1, H = 128, 2048 candidates (128 CTAs of 2 chunks) 1.10x; H = 64
-// with 16 chunks a CTA at half a wave 1.03x; H = 16 with 16 chunks a CTA 0.96x at one wave, 0.90x at
-// eight; two head tiles (two producer warps) 0.76-0.80x everywhere. `kiln bench sparse` times every
-// row both ways (us_mma_other_gather).
-bool sparse_bulk_gather(const SparseDevice& device, int tokens, int heads, const SplitPlanResult& runs, int cluster);
+// Whether a kMma launch of `runs` gathers each record's data with one bulk copy
+// (SparseNvfp4Params::bulk_gather) instead of 16-byte cp.asyncs: with one head tile (four producer
+// warps, one record item each per chunk). ptxas issues a bulk copy with per-lane operands as an
+// 8-instruction loop per lane, where one cp.async moves 16 bytes for each of 32 lanes, so the two
+// producer warps of two head tiles, with two items each, lose on it. H100, mma.sync forced, bulk
+// against cp.async in one run: one head tile 1.04-1.17x faster at T 1-8 (H 16-128), 1.07x at T = 64
+// and 1.02x at T = 512 (H = 16, eight waves); two head tiles 0.90-0.95x (T >= 8, H 32-128).
+// `kiln bench sparse` times every row both ways (us_mma_other_gather).
+bool sparse_bulk_gather(const SplitPlanResult& runs);
 
 // Whether a kSm90 launch of H > 64 runs each 64-head group as a CTA of its own that decodes every
 // candidate (the module's entry kSparseSm90UnpairedEntry) instead of cluster pairs that share each

@@ -712,6 +712,15 @@ TEST_CASE("sparse validation: an sm90 launch runs more splits where the scratch 
   CHECK(t8.kernel == sp::SparseKernel::kMma);
   CHECK(t8.runs == sp::SplitPlanResult{1, 4, 2});
   CHECK(sp::plan_sparse_launch(h, 8, 64, 8, {1, 2, 4}, true, std::nullopt, std::nullopt, 2).kernel == kSm90);
+  // Three chunks a CTA with bulk gathers: T = 8, H = 64, 128 + 512 candidates (planned 2 of 5) as 4
+  // of 3; not four (T = 8, H = 128, 512 candidates: mma.sync 2 of 4, above), nor three with two head
+  // tiles (T = 11, H = 64, 1024 candidates: mma.sync 6 of 3 on 132 two-tile CTAs).
+  const sp::SparseLaunch t8x = sp::plan_sparse_launch(h, 8, 64, 10, {1, 2, 5}, true, std::nullopt, std::nullopt, 10);
+  CHECK(t8x.kernel == sp::SparseKernel::kMma);
+  CHECK(t8x.runs == sp::SplitPlanResult{1, 4, 3});
+  CHECK(t8x.bulk_gather);
+  CHECK(sp::plan_sparse_launch(h, 11, 64, 16, {2, 4, 4}, true, sp::SparseKernel::kMma, std::nullopt, 16).runs == sp::SplitPlanResult{2, 6, 3});
+  CHECK(sp::plan_sparse_launch(h, 11, 64, 16, {2, 4, 4}, true, std::nullopt, std::nullopt, 16).kernel == kSm90);
   // The whole launch: the sm90 kernel, no dealing on the wider plan.
   const sp::SparseLaunch l = sp::plan_sparse_launch(h, 8, 64, 8, {1, 2, 4}, true, kSm90, std::nullopt, 8);
   CHECK(l.runs == sp::SplitPlanResult{1, 8, 1});
@@ -738,16 +747,11 @@ TEST_CASE("sparse validation: an sm90 launch runs more splits where the scratch 
 TEST_CASE("sparse validation: how an mma.sync launch gathers its records", "[unit]") {
   const sp::SparseDevice h = dev("sm_90a", 132);
   constexpr auto kMma = sp::SparseKernel::kMma, kSm90 = sp::SparseKernel::kSm90;
-  // Bulk copies with one head tile and at most half a wave (66 CTAs), or one wave of CTAs that do at
-  // most two chunks each; cp.async with two head tiles or past either bound.
-  CHECK(sp::sparse_bulk_gather(h, 8, 64, {1, 2, 16}, 1));         // 64 CTAs of 16 chunks
-  CHECK_FALSE(sp::sparse_bulk_gather(h, 8, 64, {2, 2, 16}, 1));   // two head tiles
-  CHECK_FALSE(sp::sparse_bulk_gather(h, 9, 64, {1, 2, 16}, 1));   // 72 CTAs of 16 chunks
-  CHECK(sp::sparse_bulk_gather(h, 33, 64, {1, 1, 2}, 1));         // 132 CTAs of 2
-  CHECK_FALSE(sp::sparse_bulk_gather(h, 34, 64, {1, 1, 2}, 1));   // 136 CTAs of 2
-  CHECK_FALSE(sp::sparse_bulk_gather(h, 33, 64, {1, 1, 3}, 1));   // 132 CTAs of 3
-  CHECK(sp::sparse_bulk_gather(h, 16, 64, {1, 1, 4}, 2));         // 128 CTAs, 2 chunks each of a dealt split
-  CHECK_FALSE(sp::sparse_bulk_gather(h, 16, 64, {1, 1, 6}, 2));   // 128 CTAs of 3
+  // Bulk copies with one head tile, cp.async with two, whatever the grid.
+  CHECK(sp::sparse_bulk_gather({1, 2, 16}));
+  CHECK(sp::sparse_bulk_gather({1, 16, 2}));
+  CHECK_FALSE(sp::sparse_bulk_gather({2, 2, 16}));
+  CHECK_FALSE(sp::sparse_bulk_gather({2, 1, 8}));
   // The launch carries the choice for mma.sync only: T = 1, H = 128, 2048 candidates (16 splits of 2
   // on 128 CTAs) gathers by bulk copies; the sm90 launch of the same call and a forced cp.async do not.
   const sp::SplitPlanResult h128{1, 8, 4};

@@ -70,6 +70,9 @@ std::vector<BenchConfig> bench_grid(bool quick) {
     for (int t : {1, 8, 64, 512}) grid.push_back({{t, h, 2048, 0}, 64, 0, true});
   for (int t : {2, 4})
     for (int h : {64, 128}) grid.push_back({{t, h, 2048, 0}, 64, 0, true});
+  // Where the planner's mma.sync launch gives each CTA three chunks (mma_runs_first's bound).
+  for (const SparseShape& s : {SparseShape{3, 64, 2048, 0}, SparseShape{4, 128, 128, 512}, SparseShape{5, 128, 512, 0}})
+    grid.push_back({s, 64, 0, true});
   for (int page : {32, 128}) {
     grid.push_back({{1, 128, 2048, 0}, page, 0, true});
     grid.push_back({{64, 128, 2048, 0}, page, 0, true});
