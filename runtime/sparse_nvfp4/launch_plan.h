@@ -69,8 +69,8 @@ SparseLaunch plan_sparse_launch(const SparseDevice& device, int tokens, int head
 // warps, one record item each per chunk). ptxas issues a bulk copy with per-lane operands as an
 // 8-instruction loop per lane, where one cp.async moves 16 bytes for each of 32 lanes, so the two
 // producer warps of two head tiles, with two items each, lose on it. H100, mma.sync forced, bulk
-// against cp.async in one run: one head tile 1.04-1.17x faster at T 1-8 (H 16-128), 1.07x at T = 64
-// and 1.02x at T = 512 (H = 16, eight waves); two head tiles 0.90-0.95x (T >= 8, H 32-128).
+// against cp.async in one run: one head tile 1.04-1.19x faster at T 1-8 (H 16-128), 1.07x at T = 64
+// and 1.02x at T = 512 (H = 16, eight waves); two head tiles 0.89-0.96x (T >= 8, H 32-128).
 // `kiln bench sparse` times every row both ways (us_mma_other_gather).
 bool sparse_bulk_gather(const SplitPlanResult& runs);
 
