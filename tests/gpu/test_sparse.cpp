@@ -228,8 +228,8 @@ bool on_sm90() { return kiln::KernelService::global().device_arch(0) == "sm_90a"
 // forced warpgroup-MMA kernel (one head tiling: it maps both onto its own blocks), also with dealing
 // forced on; planned calls also with the mma.sync kernel. On sm_90a the mma.sync kernel also runs
 // with the cluster forced on and off (planned calls and every sweep variant), and with each gather
-// forced (planned calls; sweeps: the one the planner does not pick for that tiling at these grids of
-// at most half a wave, cp.async with one head tile and bulk copies with two).
+// forced (planned calls; sweeps: the one the planner does not pick for that tiling, cp.async with one
+// head tile and bulk copies with two).
 std::vector<Variant> variants(const SparseCase& c) {
   std::vector<Variant> v = {Variant{}, Variant{std::nullopt, std::nullopt, SparseKernel::kMmaSmall},
                             Variant{std::nullopt, std::nullopt, SparseKernel::kMma}};
