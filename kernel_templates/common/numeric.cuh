@@ -1,5 +1,5 @@
 #pragma once
-// Scalar types, conversions and a warp shuffle shared by every family. Compiled only by NVRTC (or
+// Scalar types, conversions and warp-wide operations shared by every family. Compiled only by NVRTC (or
 // nvcc in standalone checks): no host headers, no cuda_bf16.h (NVRTC 13.0 does not ship it).
 
 namespace kiln {
@@ -61,6 +61,18 @@ __device__ __forceinline__ u8 float_to_e4m3_satfinite(float f) {
 __device__ __forceinline__ u64 shfl_u64(u64 v, int src) {
   const u32 lo = __shfl_sync(0xffffffffu, u32(v), src);
   return (u64(__shfl_sync(0xffffffffu, u32(v >> 32), src)) << 32) | lo;
+}
+
+// Sum and max of v over the warp's lanes (redux.sync, sm_80+); every lane gets them.
+__device__ __forceinline__ u32 warp_redux_add(u32 v) {
+  u32 r;
+  asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(v));
+  return r;
+}
+__device__ __forceinline__ u32 warp_redux_max(u32 v) {
+  u32 r;
+  asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(v));
+  return r;
 }
 
 #endif  // __CUDACC__

@@ -84,18 +84,6 @@ __device__ __forceinline__ void block_sum_max(long long v, long long m, long lon
   }
 }
 
-// Sum and max of v over the warp's lanes (redux.sync, sm_80+); every lane gets them.
-__device__ __forceinline__ unsigned warp_redux_add(unsigned v) {
-  unsigned r;
-  asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(v));
-  return r;
-}
-__device__ __forceinline__ unsigned warp_redux_max(unsigned v) {
-  unsigned r;
-  asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(v));
-  return r;
-}
-
 // Inclusive prefix sum of v over the warp's lanes.
 __device__ __forceinline__ long long warp_inclusive_sum(long long v, int lane) {
 #pragma unroll

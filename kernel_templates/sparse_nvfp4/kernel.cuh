@@ -246,8 +246,7 @@ __device__ __forceinline__ bool load_candidate_bulk(const SparseNvfp4Params& p, 
 // barrier takes one atomic per warp for the bulk copies. Its count: kProducers + kProducers / 32.
 __device__ __forceinline__ void stage_arrive(u32 bar, u32 bytes, int lane) {
   cp_async_mbar_arrive(bar);
-  u32 total;
-  asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;\n" : "=r"(total) : "r"(bytes));
+  const u32 total = warp_redux_add(bytes);
   if (lane == 0) mbar_arrive_expect_tx(bar, total);
 }
 
