@@ -47,33 +47,73 @@ struct Format {
   }
 
   // Tile row layout as in the NVFP4 body: 16-byte piece j (dims 8j .. 8j + 7) at (j ^ (cand & 7)) * 16.
+  // `unit(k)` is the record half's k-th 16-byte data unit (unit 2k + half of the row), `sc` its
+  // scale bytes as words: a main record's 16 UE8M0 bytes, an extra record's 32 E4M3 bytes.
+  __device__ static __forceinline__ void put(u8* tile_row, int cand, int piece, u32 a, u32 b, u32 c, u32 d) {
+    *reinterpret_cast<uint4*>(tile_row + ((piece ^ (cand & 7)) * 16)) = make_uint4(a, b, c, d);
+  }
+  template <class Unit>
+  __device__ static __forceinline__ void decode_main(Unit unit, const u32 (&sc)[4], u8* tile_row, int cand, int half) {
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const int u = 2 * k + half;  // dims 16u .. 16u + 15, scale group u / 2 = k
+      u32 o[8];
+      e4m3x16_to_bf16(unit(k), ue8m0_to_bf16x2(sc[k >> 2], u32(k & 3)), o);
+      put(tile_row, cand, 2 * u, o[0], o[1], o[2], o[3]);
+      put(tile_row, cand, 2 * u + 1, o[4], o[5], o[6], o[7]);
+    }
+  }
+  template <class Unit>
+  __device__ static __forceinline__ void decode_extra(Unit unit, const u32 (&sc)[8], u8* tile_row, int cand, int half) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int u = 2 * k + half;  // dims 32u .. 32u + 31, scale groups 2u, 2u + 1 (bytes 4k + 2 half ..)
+      const U32x4 c = unit(k);
+      const u32 words[4] = {c.x, c.y, c.z, c.w};
+      u32 o[4][4];
+      e2m1x32_to_bf16(words, u16(sc[k] >> (16 * half)), o);
+#pragma unroll
+      for (int wi = 0; wi < 4; ++wi) put(tile_row, cand, 4 * u + wi, o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
+    }
+  }
+
   __device__ static __forceinline__ void decode(const Record& rec, u8* tile_row, int cand, int half) {
-    const int sw = cand & 7;
-    const auto put = [&](int piece, u32 a, u32 b, u32 c, u32 d) {
-      *reinterpret_cast<uint4*>(tile_row + ((piece ^ sw) * 16)) = make_uint4(a, b, c, d);
-    };
+    const auto unit = [&](int k) { return rec.data[k]; };
     if (!rec.extra) {
       const u32 sc[4] = {rec.scales[0].x, rec.scales[0].y, rec.scales[0].z, rec.scales[0].w};
-#pragma unroll
-      for (int k = 0; k < 16; ++k) {
-        const int u = 2 * k + half;  // dims 16u .. 16u + 15, scale group u / 2 = k
-        u32 o[8];
-        e4m3x16_to_bf16(rec.data[k], ue8m0_to_bf16x2(sc[k >> 2], u32(k & 3)), o);
-        put(2 * u, o[0], o[1], o[2], o[3]);
-        put(2 * u + 1, o[4], o[5], o[6], o[7]);
-      }
+      decode_main(unit, sc, tile_row, cand, half);
     } else {
       const u32 sc[8] = {rec.scales[0].x, rec.scales[0].y, rec.scales[0].z, rec.scales[0].w,
                          rec.scales[1].x, rec.scales[1].y, rec.scales[1].z, rec.scales[1].w};
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int u = 2 * k + half;  // dims 32u .. 32u + 31, scale groups 2u, 2u + 1 (bytes 4k + 2 half ..)
-        const u32 words[4] = {rec.data[k].x, rec.data[k].y, rec.data[k].z, rec.data[k].w};
-        u32 o[4][4];
-        e2m1x32_to_bf16(words, u16(sc[k] >> (16 * half)), o);
-#pragma unroll
-        for (int wi = 0; wi < 4; ++wi) put(4 * u + wi, o[wi][0], o[wi][1], o[wi][2], o[wi][3]);
-      }
+      decode_extra(unit, sc, tile_row, cand, half);
+    }
+  }
+
+  // Staged configuration (sm_90a): a raw stage row holds the record's data bytes, then its scale
+  // bytes. 544 B rows: 544 = 32 mod 128, so the 8 lanes of a phase (4 candidates x 2 halves) read
+  // distinct banks; 528 would pair them.
+  static constexpr unsigned kStageRowBytes = 544;
+  static constexpr bool kAsyncGather = false;
+  template <bool kHasExtra>
+  __device__ static __forceinline__ bool gather_bulk(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int t, int chunk,
+                                                     int cand, int half, u8* stage_row, u32 bar_raw, u32& bytes) {
+    return sparse_detail::load_candidate_bulk<kHasExtra, kDsv41MainDataBytes, kDsv41MainScaleBytes, kDsv41ExtraDataBytes,
+                                              kDsv41ExtraScaleBytes>(p, w, t, chunk, cand, half, stage_row, bar_raw, bytes);
+  }
+  __device__ static __forceinline__ void decode_staged(const u8* stage_row, u8* tile_row, int cand, int half, bool extra) {
+    const auto unit = [&](int k) {
+      const uint4 v = *reinterpret_cast<const uint4*>(stage_row + (2 * k + half) * 16);
+      return U32x4{v.x, v.y, v.z, v.w};
+    };
+    if (!extra) {
+      const uint4 s0 = *reinterpret_cast<const uint4*>(stage_row + kDsv41MainDataBytes);
+      const u32 sc[4] = {s0.x, s0.y, s0.z, s0.w};
+      decode_main(unit, sc, tile_row, cand, half);
+    } else {
+      const uint4 s0 = *reinterpret_cast<const uint4*>(stage_row + kDsv41ExtraDataBytes);
+      const uint4 s1 = *reinterpret_cast<const uint4*>(stage_row + kDsv41ExtraDataBytes + 16);
+      const u32 sc[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+      decode_extra(unit, sc, tile_row, cand, half);
     }
   }
 
@@ -102,9 +142,19 @@ struct Format {
 
 // H (p.heads: 8, 16, 32, 48, ..., 128) is a run-time value. kHasExtra: an FP4 extra cache shares the softmax.
 // At run time p.split: write mid_out/mid_lse, merged by sparse_nvfp4_merge_kernel.
+// On sm_90a p.bulk_gather picks the staged body (records by bulk copies into raw stages, two decoded
+// tiles; sparse_dsv41_staged_smem_bytes) instead of the compact one, which every target has.
 template <bool kHasExtra>
 __global__ void __launch_bounds__(kDsv41SmallThreads, 1) sparse_dsv41_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
   static_assert(kDsv41SmallThreads == sparse_block_threads(1), "the portable variant is the compact body");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(sparse_dsv41_staged_smem_bytes() == sparse_decode_smem_bytes(1, false, dsv41::Format::kStageRowBytes),
+                "the host's staged shared-memory size is the body's");
+  if (p.bulk_gather) {
+    sparse_detail::sparse_decode<dsv41::Format, 1, kHasExtra, false>(p);
+    return;
+  }
+#endif
   sparse_detail::sparse_decode<dsv41::Format, 1, kHasExtra, true>(p);
 }
 

@@ -217,25 +217,26 @@ __device__ __forceinline__ bool load_candidate(const SparseNvfp4Params& p, const
 }
 
 // The same thread's part of the record by bulk gather, completing on the raw stage's mbarrier
-// `bar_raw`: half 0 copies the 352 data bytes as one bulk copy and adds them to `bytes` (the warp
-// announces its sum, stage_arrive); half 1 copies the 32 scale bytes as two cp.asyncs. A masked
-// slot's parts are zero-filled by cp.async, so every byte of the row lands through the barrier.
-// A bulk copy's operands must be warp-uniform, so ptxas issues per-lane ones one lane per trip of
-// an 8-instruction loop (ELECT, R2UR): the small scale part goes the cheaper way.
-template <bool kHasExtra>
+// `bar_raw`: half 0 copies the data bytes as one bulk copy and adds them to `bytes` (the warp
+// announces its sum, stage_arrive); half 1 copies the scale bytes behind them as 16-byte cp.asyncs.
+// A masked slot's parts are zero-filled by cp.async, so every byte of the row lands through the
+// barrier. A bulk copy's operands must be warp-uniform, so ptxas issues per-lane ones one lane per
+// trip of an 8-instruction loop (ELECT, R2UR): the small scale part goes the cheaper way. The record
+// geometry is locate_candidate's (defaults: NVFP4).
+template <bool kHasExtra, int kData = int(kDataBytes), int kScale = 32, int kExtraData = kData, int kExtraScale = kScale>
 __device__ __forceinline__ bool load_candidate_bulk(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk, int cand, int half,
                                                     u8* stage_row, u32 bar_raw, u32& bytes) {
-  const CandidateRecord r = locate_candidate<kHasExtra>(p, w, t, chunk, cand, 0, 0);
+  const CandidateRecord r = locate_candidate<kHasExtra, kData, kScale, kExtraData, kExtraScale>(p, w, t, chunk, cand, 0, 0);
+  const bool extra = kHasExtra && chunk >= w.main_chunks;
+  const u32 data = extra ? kExtraData : kData, scale = extra ? kExtraScale : kScale;
   const u32 dst = smem_addr(stage_row);
   if (half) {
-    cp_async_16_addr(dst + kDataBytes, r.scales, r.valid ? 16u : 0u);
-    cp_async_16_addr(dst + kDataBytes + 16, r.valid ? r.scales + 16 : r.scales, r.valid ? 16u : 0u);
+    for (u32 o = 0; o < scale; o += 16) cp_async_16_addr(dst + data + o, r.valid ? r.scales + o : r.scales, r.valid ? 16u : 0u);
   } else if (r.valid) {
-    bulk_load(dst, r.data, kDataBytes, bar_raw);
-    bytes += kDataBytes;
+    bulk_load(dst, r.data, data, bar_raw);
+    bytes += data;
   } else {
-#pragma unroll
-    for (u32 o = 0; o < kDataBytes; o += 16) cp_async_16_addr(dst + o, r.base, 0u);
+    for (u32 o = 0; o < data; o += 16) cp_async_16_addr(dst + o, r.base, 0u);
   }
   return r.valid;
 }
@@ -375,12 +376,15 @@ __device__ __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int h
 }
 
 // What the decode body needs to know about a cache format: how Q is staged, how a candidate's record
-// half is gathered into registers and decoded into its tile row (compact configuration), and the
-// tile's number formats. kF16Nope: dims below 448 hold f16 value * 2^-7 (and Q's RoPE dims and P
+// half is gathered into registers and decoded into its tile row (compact configuration) or gathered
+// into a raw stage row of kStageRowBytes and decoded from it (staged configuration), and the tile's
+// number formats. kF16Nope: dims below 448 hold f16 value * 2^-7 (and Q's RoPE dims and P
 // follow suit, see the file comment); otherwise every dim of Q and of a tile is bf16, unscaled.
 struct Nvfp4Format {
   static constexpr bool kF16Nope = true;
   static constexpr float kNopeUndo = kKScaleUndo;
+  static constexpr unsigned kStageRowBytes = kSparseStageRowBytes;
+  static constexpr bool kAsyncGather = true;  // the staged configuration may gather by cp.async too
   using Record = RecordHalf;
   template <bool kHasExtra>
   __device__ static __forceinline__ bool load(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk, int cand, int half,
@@ -389,6 +393,20 @@ struct Nvfp4Format {
   }
   __device__ static __forceinline__ void decode(const Record& rec, u8* tile_row, int cand, int half) {
     decode_candidate_regs(rec, tile_row, cand, half);
+  }
+  // Staged configuration: a record half from its raw stage row (both pools share one layout).
+  template <bool kHasExtra>
+  __device__ static __forceinline__ bool gather_bulk(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk, int cand, int half,
+                                                     u8* stage_row, u32 bar_raw, u32& bytes) {
+    return load_candidate_bulk<kHasExtra>(p, w, t, chunk, cand, half, stage_row, bar_raw, bytes);
+  }
+  template <bool kHasExtra>
+  __device__ static __forceinline__ bool gather_async(const SparseNvfp4Params& p, const TokenWork& w, int t, int chunk, int cand, int half,
+                                                      u8* stage_row) {
+    return load_candidate<kHasExtra>(p, w, t, chunk, cand, half, stage_row);
+  }
+  __device__ static __forceinline__ void decode_staged(const u8* stage_row, u8* tile_row, int cand, int half, bool) {
+    decode_candidate(stage_row, tile_row, cand, half);
   }
   template <int kRows, int kThreads>
   __device__ static __forceinline__ void stage_q(const SparseNvfp4Params& p, int t, int head0, u8* q_smem, int idx) {
@@ -436,6 +454,7 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
                                                u8* stages, u8* tiles, u8* q_smem, u32* masks, u32 bar_empty, u32 bar_full, u32 bar_raw,
                                                int tid, int ptid, int lane) {
   constexpr int kReps = 128 / kProducers;
+  constexpr unsigned kStageBytes = 64u * F::kStageRowBytes;
   bool valid_next[2][kReps];
   // Gathers chunk c_begin + i into raw stage b.
   auto gather = [&](int i, int b, bool (&valid)[kReps]) {
@@ -443,11 +462,11 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
 #pragma unroll
     for (int r = 0; r < kReps; ++r) {
       const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
-      u8* stage_row = stages + b * kSparseStageBytes + cand * kSparseStageRowBytes;
+      u8* stage_row = stages + b * kStageBytes + cand * F::kStageRowBytes;
       valid[r] = false;
       if (i < n_iter) {
-        if constexpr (kBulk) valid[r] = load_candidate_bulk<kHasExtra>(p, work, t, c_begin + i, cand, half, stage_row, bar_raw + 8 * b, bytes);
-        else valid[r] = load_candidate<kHasExtra>(p, work, t, c_begin + i, cand, half, stage_row);
+        if constexpr (kBulk) valid[r] = F::template gather_bulk<kHasExtra>(p, work, t, c_begin + i, cand, half, stage_row, bar_raw + 8 * b, bytes);
+        else valid[r] = F::template gather_async<kHasExtra>(p, work, t, c_begin + i, cand, half, stage_row);
       }
     }
     if constexpr (kBulk) {
@@ -468,11 +487,12 @@ __device__ __forceinline__ void produce_staged(const SparseNvfp4Params& p, const
       named_barrier_sync(kBarProducers, kProducers);
     }
     if (i >= 2) mbar_wait(bar_empty + 8 * b, u32(((i >> 1) - 1) & 1));
+    const bool extra = kHasExtra && c_begin + i >= work.main_chunks;
 #pragma unroll
     for (int r = 0; r < kReps; ++r) {
       const int item = ptid + r * kProducers, cand = item >> 1, half = item & 1;
-      const u8* stage_row = stages + b * kSparseStageBytes + cand * kSparseStageRowBytes;
-      decode_candidate(stage_row, tiles + b * kSparseTileBytes + cand * kTileRow, cand, half);
+      const u8* stage_row = stages + b * kStageBytes + cand * F::kStageRowBytes;
+      F::decode_staged(stage_row, tiles + b * kSparseTileBytes + cand * kTileRow, cand, half, extra);
       const u32 ballot = __ballot_sync(0xffffffffu, valid_next[0][r] && half == 0);
       if (lane == 0) masks[b * 4 + (item >> 5)] = compress_even_bits(ballot);
     }
@@ -753,12 +773,14 @@ __device__ __forceinline__ void cluster_combine(const SparseNvfp4Params& p, cons
 
 // H (p.heads: a multiple of 8, <= 128) is a run-time value, used per CTA and per output row, so one
 // module serves every head count. kHeadTiles: 1 (16 heads per block) or 2 (32 heads share one
-// gather). kHasExtra: a second pool shares the softmax. kSmall: the compact configuration, the only
-// one formats other than NVFP4 instantiate. At run time p.split: write mid_out/mid_lse (merged by
-// sparse_nvfp4_merge_kernel) instead of output/out_lse.
+// gather). kHasExtra: a second pool shares the softmax. kSmall: the compact configuration (records
+// gathered into registers), else the staged one (raw stages in shared memory, by bulk copies or, for
+// a format with kAsyncGather, by cp.async as p.bulk_gather says). At run time p.split: write
+// mid_out/mid_lse (merged by sparse_nvfp4_merge_kernel) instead of output/out_lse.
 template <class F, int kHeadTiles, bool kHasExtra, bool kSmall>
 __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
-  static_assert(kSmall || F::kF16Nope, "the staged configuration decodes NVFP4 records");
+  static_assert(kSmall || sparse_decode_smem_bytes(kHeadTiles, false, F::kStageRowBytes) <= 227u * 1024u,
+                "the staged configuration's tiles, raw stages and Q fit one SM's shared memory");
   static_assert(kHeadTiles == 1 || kHeadTiles == 2, "head_tiles is 1 or 2");
   static_assert(!kSmall || kHeadTiles == 1, "the compact configuration has one head tile");
   constexpr int kTileBufs = sparse_tile_buffers(kSmall);
@@ -777,16 +799,17 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   extern __shared__ __align__(128) u8 smem[];
   u8* tiles = smem;
   u8* stages = smem + 2 * kSparseTileBytes;  // absent in the compact configuration
-  u8* q_smem = smem + sparse_smem_q_offset(kSmall);
-  u8* p_smem = smem + sparse_smem_p_offset(kHeadTiles, kSmall);                                  // [2][kRows][128 B]
-  float* red_max = reinterpret_cast<float*>(smem + sparse_smem_red_offset(kHeadTiles, kSmall));  // [2][4][32]
-  float* red_l = red_max + 2 * 4 * 32;                                                            // [4][32]
-  u32* masks = reinterpret_cast<u32*>(smem + sparse_smem_mask_offset(kHeadTiles, kSmall));        // [2][4]
+  constexpr unsigned kStageRow = F::kStageRowBytes;
+  u8* q_smem = smem + sparse_smem_q_offset(kSmall, kStageRow);
+  u8* p_smem = smem + sparse_smem_p_offset(kHeadTiles, kSmall, kStageRow);                                  // [2][kRows][128 B]
+  float* red_max = reinterpret_cast<float*>(smem + sparse_smem_red_offset(kHeadTiles, kSmall, kStageRow));  // [2][4][32]
+  float* red_l = red_max + 2 * 4 * 32;                                                                       // [4][32]
+  u32* masks = reinterpret_cast<u32*>(smem + sparse_smem_mask_offset(kHeadTiles, kSmall, kStageRow));        // [2][4]
   // A decoded tile changes hands through mbarriers rather than bar.arrive: producers arrive on its
   // "full" barrier (every producer thread, after its writes of the tile, the masks and its share of
   // Q), consumers on its "empty" one, so each release orders the writer's accesses before the
   // reader's for every tool that checks it, and neither side waits for the other to arrive.
-  const u32 bar_empty = smem_addr(smem + sparse_smem_empty_offset(kHeadTiles, kSmall));  // + 8 * buffer
+  const u32 bar_empty = smem_addr(smem + sparse_smem_empty_offset(kHeadTiles, kSmall, kStageRow));  // + 8 * buffer
   const u32 bar_full = bar_empty + 8 * kTileBufs;                                         // + 8 * buffer
   const u32 bar_raw = bar_full + 8 * kTileBufs;  // staged configuration, bulk gathers: + 8 * raw stage
 
@@ -806,7 +829,7 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
       mbar_init(bar_empty + 8 * b, kConsumers);
       mbar_init(bar_full + 8 * b, kProducers);
     }
-    if (!kSmall && p.bulk_gather) {
+    if (!kSmall && (!F::kAsyncGather || p.bulk_gather)) {
       for (int st = 0; st < 2; ++st) mbar_init(bar_raw + 8 * st, kProducers + kProducers / 32);
       mbar_fence_init();  // the raw stages' barriers complete bulk copies (async proxy)
     }
@@ -823,10 +846,10 @@ __device__ __forceinline__ void sparse_decode(const SparseNvfp4Params& p) {
   }
   if constexpr (!kSmall) {
     if (tid >= kConsumers) {
-      if (p.bulk_gather) {
+      if (!F::kAsyncGather || p.bulk_gather) {
         produce_staged<F, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra, true>(
             p, work, t, head0, c_begin, n_iter, stages, tiles, q_smem, masks, bar_empty, bar_full, bar_raw, tid, tid - kConsumers, tid & 31);
-      } else {
+      } else if constexpr (F::kAsyncGather) {
         produce_staged<F, kRows, kQThreads, kProducers, kProducersStageQ, kHasExtra, false>(
             p, work, t, head0, c_begin, n_iter, stages, tiles, q_smem, masks, bar_empty, bar_full, bar_raw, tid, tid - kConsumers, tid & 31);
       }

@@ -74,35 +74,35 @@ constexpr int kSparseMergeMaxRowsPerBlock = 4;
 constexpr float kSparseEmptySplitLse = -1e30f;
 
 // Shared-memory carve-up (bytes). Decoded tiles: 64 rows x 1024 B (448 f16 + 64 bf16), two buffers.
-// Raw staging: 64 rows x 416 B (384 B record padded so 8 lanes of a phase hit distinct banks).
+// Raw staging: 64 rows of `stage_row` bytes, two stages (NVFP4: 416, its 384 B record padded so 8
+// lanes of a phase hit distinct banks; a format's decode passes its own, Dsv41 528).
 // The compact configuration (`small`, for GPUs with 99 KiB per block such as sm_120) keeps one
 // decoded tile and no raw staging (its producers gather into registers), and one 16-head tile.
 constexpr unsigned kSparseTileBytes = 64u * 1024u;
 constexpr unsigned kSparseStageRowBytes = 416u;
-constexpr unsigned kSparseStageBytes = 64u * kSparseStageRowBytes;
 KILN_SPARSE_HD constexpr int sparse_tile_buffers(bool small) { return small ? 1 : 2; }
-KILN_SPARSE_HD constexpr unsigned sparse_smem_q_offset(bool small) {
-  return small ? kSparseTileBytes : 2u * kSparseTileBytes + 2u * kSparseStageBytes;
+KILN_SPARSE_HD constexpr unsigned sparse_smem_q_offset(bool small, unsigned stage_row = kSparseStageRowBytes) {
+  return small ? kSparseTileBytes : 2u * kSparseTileBytes + 2u * 64u * stage_row;
 }
-KILN_SPARSE_HD constexpr unsigned sparse_smem_p_offset(int head_tiles, bool small) {
-  return sparse_smem_q_offset(small) + unsigned(head_tiles) * 16u * 1024u;
+KILN_SPARSE_HD constexpr unsigned sparse_smem_p_offset(int head_tiles, bool small, unsigned stage_row = kSparseStageRowBytes) {
+  return sparse_smem_q_offset(small, stage_row) + unsigned(head_tiles) * 16u * 1024u;
 }
-KILN_SPARSE_HD constexpr unsigned sparse_smem_red_offset(int head_tiles, bool small) {
-  return sparse_smem_p_offset(head_tiles, small) + 2u * unsigned(head_tiles) * 16u * 128u;
+KILN_SPARSE_HD constexpr unsigned sparse_smem_red_offset(int head_tiles, bool small, unsigned stage_row = kSparseStageRowBytes) {
+  return sparse_smem_p_offset(head_tiles, small, stage_row) + 2u * unsigned(head_tiles) * 16u * 128u;
 }
 // red_max[2][4][32] + red_l[4][32] floats, then mask[2][4] u32.
-KILN_SPARSE_HD constexpr unsigned sparse_smem_mask_offset(int head_tiles, bool small) {
-  return sparse_smem_red_offset(head_tiles, small) + (2u * 4u * 32u + 4u * 32u) * 4u;
+KILN_SPARSE_HD constexpr unsigned sparse_smem_mask_offset(int head_tiles, bool small, unsigned stage_row = kSparseStageRowBytes) {
+  return sparse_smem_red_offset(head_tiles, small, stage_row) + (2u * 4u * 32u + 4u * 32u) * 4u;
 }
 // Then per decoded tile buffer a "tile empty" mbarrier, then per buffer a "tile full" one, then (staged
 // configuration) per raw stage a "records landed" one for bulk gathers.
-KILN_SPARSE_HD constexpr unsigned sparse_smem_empty_offset(int head_tiles, bool small) {
-  return sparse_smem_mask_offset(head_tiles, small) + 2u * 4u * 4u;
+KILN_SPARSE_HD constexpr unsigned sparse_smem_empty_offset(int head_tiles, bool small, unsigned stage_row = kSparseStageRowBytes) {
+  return sparse_smem_mask_offset(head_tiles, small, stage_row) + 2u * 4u * 4u;
 }
 // Dynamic shared memory of one decode block: 206,416 B (head_tiles 1) or 226,896 B (head_tiles 2);
 // 87,600 B in the compact configuration.
-KILN_SPARSE_HD constexpr unsigned sparse_decode_smem_bytes(int head_tiles, bool small = false) {
-  return sparse_smem_empty_offset(head_tiles, small) + 16u * unsigned(sparse_tile_buffers(small)) + (small ? 0u : 16u);
+KILN_SPARSE_HD constexpr unsigned sparse_decode_smem_bytes(int head_tiles, bool small = false, unsigned stage_row = kSparseStageRowBytes) {
+  return sparse_smem_empty_offset(head_tiles, small, stage_row) + 16u * unsigned(sparse_tile_buffers(small)) + (small ? 0u : 16u);
 }
 static_assert(sparse_decode_smem_bytes(1, true) <= 99u * 1024u, "the compact configuration must fit sm_120's 99 KiB");
 KILN_SPARSE_HD constexpr int sparse_head_groups(int heads, int head_tiles) {

@@ -86,6 +86,15 @@ Dsv41Plan dsv41_launch_plan(const Dsv41Device& device, int tokens, int heads, in
   return r;
 }
 
+bool dsv41_bulk_gather(const Dsv41Device& device, const Dsv41Plan& runs, std::optional<bool> requested) {
+  const bool staged = device.arch == "sm_90a" && runs.variant == Dsv41Variant::kDefault;
+  if (requested && *requested && !staged) {
+    check::fail("bulk_gather", "only with the \"default\" variant on sm_90a (its staged body)",
+                fmt::format("true with variant \"{}\" on {}", dsv41_variant_name(runs.variant), device.arch));
+  }
+  return staged && requested.value_or(false);
+}
+
 std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads) {
   sparse::check_sparse_arch(arch);
   if (arch == "sm_90a" && heads >= 32) return {Dsv41Variant::kDefault, Dsv41Variant::kSm90};

@@ -82,7 +82,7 @@ LaunchConfig decode_config(const Dsv41Policy& policy, const SparseNvfp4Params& p
   LaunchConfig decode;
   decode.grid[0] = static_cast<unsigned>(sparse_decode_grid(params.num_tokens, policy.heads, 1, params.num_splits));
   decode.block[0] = kDsv41SmallThreads;
-  decode.smem_bytes = sparse_dsv41_small_smem_bytes();
+  decode.smem_bytes = params.bulk_gather ? sparse_dsv41_staged_smem_bytes() : sparse_dsv41_small_smem_bytes();
   return decode;
 }
 
@@ -140,7 +140,8 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   const Dsv41Plan plan = finish_plan(a, c, target);
   const Dsv41Plan runs = dsv41_launch_plan(target, static_cast<int>(c.tokens), c.heads, num_chunks(c.topk, c.extra_topk), plan,
                                            !opt.num_splits, opt.cluster, c.split_stride, opt.max_splits);
-  const SparseNvfp4Params params = sparse_params(a, c, runs.num_splits, runs.chunks_per_block);
+  SparseNvfp4Params params = sparse_params(a, c, runs.num_splits, runs.chunks_per_block);
+  params.bulk_gather = dsv41_bulk_gather(target, runs, opt.bulk_gather);
   const Dsv41Policy policy = dsv41_policy(c.heads, c.has_extra, runs);
   const KernelHandle& handle = acquire(service, policy, stream, device);
   const int cluster = dsv41_cluster_size(target, static_cast<int>(c.tokens), c.heads, runs, opt.cluster);

@@ -23,6 +23,7 @@ struct Dsv41Options : sparse::SparseCallOptions {
   std::string_view compute_precision = "bf16";  // "default" or "bf16" (upstream's "fp8" is not implemented)
   std::optional<bool> enable_pdl;               // programmatic dependent launch; none: on
   std::optional<bool> cluster;                  // "sm90": overrides dsv41_cluster_size's choice (tests, benchmarks)
+  std::optional<bool> bulk_gather;              // "default" on sm_90a: overrides dsv41_bulk_gather's choice (tests, benchmarks)
 };
 
 // Writes output [T, H, 512] bf16 and out_lse [T, H] fp32 in place on `stream` and returns the

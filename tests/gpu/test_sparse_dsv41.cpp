@@ -11,7 +11,7 @@
 // Every launch gets NaN-poisoned output, out_lse, mid_out and mid_lse. The matrix
 // (tests/support/dsv41_matrix) touches every value of every conformance axis; each case runs the
 // decode's own choice (twice: bitwise repeat), every variant the device has forced ("default" on
-// sm_90a too), and for sweeps every forced num_splits, with enable_pdl on, off and unset in turn.
+// sm_90a too, with its compact and its staged body), and for sweeps every forced num_splits, with enable_pdl on, off and unset in turn.
 // The other tests check the bitwise rules: views of the same bytes, lse_scale, graph replay and
 // enable_pdl, stale and shared split scratch, and T == 0.
 #include <catch2/catch.hpp>
@@ -299,10 +299,13 @@ void run_case(const Dsv41Case& c, std::uint64_t seed, int case_number, AccuracyT
   std::fflush(stdout);
 }
 
-// The variants this device has, forced.
+// The variants this device has, forced ("default" twice on sm_90a: compact and staged bodies).
 std::vector<Launch> forced_variants(std::optional<int> num_splits = std::nullopt) {
   std::vector<Launch> v = {Launch{num_splits, Variant::kDefault, std::nullopt}};
-  if (on_sm90()) v.push_back(Launch{num_splits, Variant::kSm90, std::nullopt});
+  if (on_sm90()) {
+    v.push_back(Launch{num_splits, Variant::kSm90, std::nullopt});
+    v.push_back(Launch{num_splits, Variant::kDefault, std::nullopt, std::nullopt, true});
+  }
   return v;
 }
 
@@ -547,7 +550,10 @@ TEST_CASE("dsv41: graph replay and enable_pdl give the same bits as eager launch
   e.empty_rows = {EmptyRow::kBoth};
   std::vector<GraphCase> cases = {{a, Launch{}}, {a, Launch{5, Variant::kDefault, false}}, {b, Launch{std::nullopt, Variant::kDefault, true}},
                                    {e, Launch{3, std::nullopt, std::nullopt}}};
-  if (on_sm90()) cases.push_back({a, Launch{10, Variant::kSm90, true}});
+  if (on_sm90()) {
+    cases.push_back({a, Launch{10, Variant::kSm90, true}});
+    cases.push_back({a, Launch{5, Variant::kDefault, std::nullopt, std::nullopt, true}});
+  }
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const Dsv41Case& c = cases[ci].c;
     const Launch& l = cases[ci].l;

@@ -81,6 +81,7 @@ std::string Launch::name() const {
   s << (num_splits ? "splits=" + std::to_string(*num_splits) : std::string("planned")) << " variant "
     << (variant ? variant_name(*variant) : "auto") << " pdl " << (enable_pdl ? (*enable_pdl ? "on" : "off") : "unset");
   if (cluster) s << " cluster " << (*cluster ? "forced" : "off");
+  if (bulk_gather) s << (*bulk_gather ? " staged" : " compact");
   return s.str();
 }
 
@@ -222,7 +223,10 @@ std::vector<Launch> launches(const Dsv41Case& c, bool sm90) {
   if (sm90) variants.push_back(Variant::kSm90);
   const auto forced = [&](std::optional<int> n, std::vector<Launch>& to) {
     for (const Variant v : variants) to.push_back(Launch{n, v, std::nullopt, std::nullopt});
-    if (sm90) to.push_back(Launch{n, Variant::kSm90, std::nullopt, true});
+    if (sm90) {
+      to.push_back(Launch{n, Variant::kSm90, std::nullopt, true});
+      to.push_back(Launch{n, Variant::kDefault, std::nullopt, std::nullopt, true});
+    }
   };
   std::vector<Launch> out = {Launch{c.num_splits, std::nullopt, std::nullopt, std::nullopt}};
   forced(c.num_splits, out);
@@ -310,6 +314,7 @@ Call make_call(const Dsv41Case& c, const Launch& l, const CallBuffers& b, double
   if (l.variant) o.variant = variant_name(*l.variant);
   o.enable_pdl = l.enable_pdl;
   o.cluster = l.cluster;
+  o.bulk_gather = l.bulk_gather;
   return call;
 }
 

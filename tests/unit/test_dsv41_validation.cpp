@@ -129,6 +129,15 @@ TEST_CASE("dsv41 validation: variant choice and refusal", "[unit]") {
   CHECK(d::dsv41_launch_plan(kH200, 8, 128, 32, planned, false, std::nullopt, 32) == planned);
   const d::Dsv41Plan compact{d::Dsv41Variant::kDefault, 1, 4, 8, 0};
   CHECK(d::dsv41_launch_plan(kH200, 8, 128, 32, compact, true, std::nullopt, 32) == compact);
+  // The staged body: "default" on sm_90a only.
+  const d::Dsv41Plan sm90_runs{d::Dsv41Variant::kSm90, 2, 4, 8, 0};
+  CHECK_FALSE(d::dsv41_bulk_gather(kH200, compact, std::nullopt));
+  CHECK(d::dsv41_bulk_gather(kH200, compact, true));
+  CHECK_FALSE(d::dsv41_bulk_gather(kH200, compact, false));
+  CHECK_FALSE(d::dsv41_bulk_gather(kRtx, compact, std::nullopt));
+  CHECK_FALSE(d::dsv41_bulk_gather(kH200, sm90_runs, false));
+  expect_error([&] { d::dsv41_bulk_gather(kH200, sm90_runs, true); }, "bulk_gather", {"\"default\" variant on sm_90a", "\"sm90\""});
+  expect_error([&] { d::dsv41_bulk_gather(kRtx, compact, true); }, "bulk_gather", {"sm_120a"});
   CHECK(std::string(d::dsv41_variant_name(d::Dsv41Variant::kDefault)) == "default");
   CHECK(std::string(d::dsv41_variant_name(d::Dsv41Variant::kSm90)) == "sm90");
 

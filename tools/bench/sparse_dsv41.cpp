@@ -1,7 +1,8 @@
 // kiln bench sparse_dsv41: sparse MLA decode over the DeepSeek-V4.1 caches, L2-cold, against ceilings
 // measured in the same run, beside kiln's NVFP4 decode on the same configs. "results" is the
 // 30-config grid of the FlashMLA FP8 sparse anchors (compare.py reads it: T, H, topk, extra_topk,
-// us_per_call). On sm_90a every config is timed with each variant forced ("us_default", "us_sm90");
+// us_per_call). On sm_90a every config is timed with each variant forced ("us_default", "us_sm90",
+// and "us_default_bulk": "default" with its staged body, bulk_gather);
 // "us_per_call" is the time of the variant the launcher picks ("variant"). "us_nvfp4" is kiln's
 // NVFP4 decode on the same (T, H, topk, extra_topk), timed as `kiln bench sparse` times it.
 //
@@ -100,14 +101,16 @@ dsv41::Dsv41Plan launch_runs(const SparseShape& c, const dsv41::Dsv41Device& dev
 }
 
 Timing time_config(const SparseShape& c, const Pool& main, const Pool& extra, const dsv41::Dsv41Device& device, Dsv41Variant variant,
-                   CUstream stream, BenchRng& rng, KernelService& service) {
-  const std::string where = fmt::format("{} variant {}", c.name(), dsv41::dsv41_variant_name(variant));
+                   std::optional<bool> bulk_gather, CUstream stream, BenchRng& rng, KernelService& service) {
+  const std::string where =
+      fmt::format("{} variant {}{}", c.name(), dsv41::dsv41_variant_name(variant), bulk_gather ? (*bulk_gather ? " bulk" : " compact") : "");
   Timing t;
   t.plan = expected_plan(c, device, variant);
 
   const TensorView main_view = TensorView::contiguous(main.mem->at(0), DType::kU8, {main.pages, kPage, static_cast<std::int64_t>(kMainRecord)});
   dsv41::Dsv41Options opt;
   opt.variant = dsv41::dsv41_variant_name(variant);
+  opt.bulk_gather = bulk_gather;
   if (c.has_extra()) {
     opt.extra_kv_cache = TensorView::contiguous(extra.mem->at(0), DType::kU8, {extra.pages, kPage, static_cast<std::int64_t>(kExtraRecord)});
   }
@@ -184,6 +187,7 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
     SparseShape c;
     Dsv41Variant variant;  // the launcher's pick
     std::vector<Timing> t;  // per entry of `variants`
+    std::optional<Timing> bulk;  // sm_90a: "default" with its staged body
     SparseNvfp4Time nvfp4;
     const Timing& picked(const std::vector<Dsv41Variant>& all) const { return t[std::find(all.begin(), all.end(), variant) - all.begin()]; }
   };
@@ -191,14 +195,17 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
   for (const SparseShape& c : grid) {
     const auto t0 = BenchClock::now();
     Row row{c, dsv41::resolve_dsv41_plan(c.tokens, c.heads, c.topk, c.extra_topk, device).variant, {}, {}};
-    for (const Dsv41Variant v : variants) {
-      row.t.push_back(time_config(c, main_pool, extra_pool, device, v, stream, rng, service));
-      if (row.t.back().bad_outputs > 0) {
+    const auto timed = [&](Dsv41Variant v, std::optional<bool> bulk_gather) {
+      Timing t = time_config(c, main_pool, extra_pool, device, v, bulk_gather, stream, rng, service);
+      if (t.bad_outputs > 0) {
         throw Error(ErrorCode::kInternal, fmt::format("dsv41 bench {} variant {}: {} NaN/Inf values in the outputs after a replay: the "
                                                       "kernel is broken for this config, its timing would mean nothing",
-                                                      c.name(), dsv41::dsv41_variant_name(v), row.t.back().bad_outputs));
+                                                      c.name(), dsv41::dsv41_variant_name(v), t.bad_outputs));
       }
-    }
+      return t;
+    };
+    for (const Dsv41Variant v : variants) row.t.push_back(timed(v, std::nullopt));
+    if (arch == "sm_90a") row.bulk = timed(Dsv41Variant::kDefault, true);
     row.nvfp4 = nvfp4.time(c);
     const Timing& t = row.picked(variants);
     std::fprintf(stderr, "%-28s %5d calls %9.2f us (%s)  %7.1f GB/s  %6.1f TFLOP/s  plan %d/%d/%d  nvfp4 %9.2f us (%s)  (%.0f ms)\n",
@@ -229,6 +236,7 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
     r["nvfp4_plan"] = fmt::format("{}/{}/{}", row.nvfp4.head_tiles, row.nvfp4.num_splits, row.nvfp4.chunks_per_block);
     r["nvfp4_speedup"] = row.nvfp4.us / t.us;
     for (std::size_t k = 0; k < variants.size(); ++k) r[fmt::format("us_{}", dsv41::dsv41_variant_name(variants[k]))] = row.t[k].us;
+    if (row.bulk) r["us_default_bulk"] = row.bulk->us;
     results.push_back(r);
   }
 
@@ -247,7 +255,8 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
                   "scratch_bytes sizes a workspace; runs: splits / chunks per split the launch runs with it (dsv41_launch_plan)"},
       {"unpaired", "whether an sm90 launch runs the head groups of H > 64 as CTAs of their own rather than cluster pairs "
                    "(sparse_sm90_unpaired)"},
-      {"variant", "the launcher's choice for the call; us_<variant>: the same calls with each variant this device has forced"},
+      {"variant", "the launcher's choice for the call; us_<variant>: the same calls with each variant this device has forced; "
+                  "us_default_bulk: \"default\" with bulk_gather (its staged body, sm_90a)"},
       {"nvfp4", "us_nvfp4: kiln's NVFP4 decode (384-byte records) on the same T, H, topk, extra_topk, timed as kiln bench sparse "
                 "times it (its own pool and the launcher's own kernel and plan); nvfp4_speedup = us_nvfp4 / us_per_call"},
       {"gathered_bytes", "T * (topk * 528 + extra_topk * 288) (index reads, Q and outputs not counted)"},
