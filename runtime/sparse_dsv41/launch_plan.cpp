@@ -42,11 +42,11 @@ Dsv41Variant choose_variant(const Dsv41Device& device, int tokens, int heads, co
   const Dsv41Plan sm90{Dsv41Variant::kSm90, variant_head_tiles(Dsv41Variant::kSm90, heads), split.num_splits, split.chunks_per_block};
   const int deal = dsv41_cluster_size(device, tokens, heads, sm90, cluster);
   if (deal > 1 && (split.chunks_per_block + deal - 1) / deal >= 2) return Dsv41Variant::kSm90;
-  // H200, 1 token: 10-20 sm90 CTAs of one chunk each (the chunk's two 32-record gathers in
-  // sequence) 14-16 us, the default variant's 40-80 CTAs 9-11 us; from 8 tokens (40+ CTAs) sm90 is
-  // ahead (18.8 vs 24.3 us at H 64, 128 + 512 candidates).
+  // H100, 1 token, "default" with its staged body against sm90: 10-20 sm90 CTAs of one chunk each
+  // 7.6-8.9 us against 10.6-11.8, and 32 CTAs of two chunks (H 128, 2048 candidates) 12.6 us against
+  // 14.1; from 8 tokens (40+ CTAs) sm90 is ahead (14.8 vs 20.8 us at H 64, 128 + 512 candidates).
   const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * split.num_splits;
-  return 5 * blocks < device.sms ? Dsv41Variant::kDefault : Dsv41Variant::kSm90;
+  return 4 * blocks <= device.sms ? Dsv41Variant::kDefault : Dsv41Variant::kSm90;
 }
 
 int dsv41_cluster_size(const Dsv41Device& device, int tokens, int heads, const Dsv41Plan& plan, std::optional<bool> cluster) {
@@ -92,7 +92,9 @@ bool dsv41_bulk_gather(const Dsv41Device& device, const Dsv41Plan& runs, std::op
     check::fail("bulk_gather", "only with the \"default\" variant on sm_90a (its staged body)",
                 fmt::format("true with variant \"{}\" on {}", dsv41_variant_name(runs.variant), device.arch));
   }
-  return staged && requested.value_or(false);
+  // H100, every config of the bench grid forced onto "default": the staged body 1.02-1.22x the
+  // compact one's speed (T = 1 1.13-1.22x), so it is the choice wherever it exists.
+  return staged && requested.value_or(true);
 }
 
 std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads) {

@@ -41,9 +41,9 @@ std::optional<Dsv41Variant> resolve_variant(std::string_view arch, int heads, st
 // for "sm90".
 int variant_head_tiles(Dsv41Variant variant, int heads);
 // kiln's variant for T tokens and H heads planned as `split` on `device`: "default" on sm_120a and
-// for H < 32; on sm_90a "sm90" where it was measured faster (tools/bench/results/sparse_dsv41_h200.json):
-// a split dealt to several of its CTAs that still do >= 2 chunks each, or 64-head blocks on at
-// least a fifth of the SMs; "default" otherwise (few blocks: its 16-head CTAs are 4x as many).
+// for H < 32; on sm_90a "sm90" where it was measured faster (tools/bench/results/sparse_dsv41_h100.json):
+// a split dealt to several of its CTAs that still do >= 2 chunks each, or 64-head blocks on more
+// than a quarter of the SMs; "default" otherwise (few blocks: its 16-head CTAs are 4x as many).
 Dsv41Variant choose_variant(const Dsv41Device& device, int tokens, int heads, const SplitPlan& split,
                             std::optional<bool> cluster = std::nullopt);
 // CTAs that share one split per head group of a `plan` launch ("sm90": the NVFP4 sm90 launch's
@@ -68,7 +68,7 @@ Dsv41Plan dsv41_launch_plan(const Dsv41Device& device, int tokens, int heads, in
 // Whether a launch of `runs` runs the "default" variant's staged body on sm_90a (records gathered by
 // bulk copies into raw stages in shared memory, SparseNvfp4Params::bulk_gather) instead of its
 // compact one (records gathered into registers, the body every target has): `requested`, else
-// kiln's choice. Requesting it for "sm90" or off sm_90a is kInvalidArgument naming bulk_gather.
+// the staged body wherever it exists. Requesting it for "sm90" or off sm_90a is kInvalidArgument naming bulk_gather.
 bool dsv41_bulk_gather(const Dsv41Device& device, const Dsv41Plan& runs, std::optional<bool> requested);
 // Every variant the launcher picks on `arch` for H heads without an override (what a prebuild
 // manifest needs for that target).

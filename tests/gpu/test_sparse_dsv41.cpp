@@ -299,12 +299,12 @@ void run_case(const Dsv41Case& c, std::uint64_t seed, int case_number, AccuracyT
   std::fflush(stdout);
 }
 
-// The variants this device has, forced ("default" twice on sm_90a: compact and staged bodies).
+// The variants this device has, forced ("default" twice on sm_90a: its staged and its compact body).
 std::vector<Launch> forced_variants(std::optional<int> num_splits = std::nullopt) {
   std::vector<Launch> v = {Launch{num_splits, Variant::kDefault, std::nullopt}};
   if (on_sm90()) {
     v.push_back(Launch{num_splits, Variant::kSm90, std::nullopt});
-    v.push_back(Launch{num_splits, Variant::kDefault, std::nullopt, std::nullopt, true});
+    v.push_back(Launch{num_splits, Variant::kDefault, std::nullopt, std::nullopt, false});
   }
   return v;
 }
@@ -552,7 +552,7 @@ TEST_CASE("dsv41: graph replay and enable_pdl give the same bits as eager launch
                                    {e, Launch{3, std::nullopt, std::nullopt}}};
   if (on_sm90()) {
     cases.push_back({a, Launch{10, Variant::kSm90, true}});
-    cases.push_back({a, Launch{5, Variant::kDefault, std::nullopt, std::nullopt, true}});
+    cases.push_back({a, Launch{5, Variant::kDefault, std::nullopt, std::nullopt, false}});
   }
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const Dsv41Case& c = cases[ci].c;

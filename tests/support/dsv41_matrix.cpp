@@ -225,7 +225,7 @@ std::vector<Launch> launches(const Dsv41Case& c, bool sm90) {
     for (const Variant v : variants) to.push_back(Launch{n, v, std::nullopt, std::nullopt});
     if (sm90) {
       to.push_back(Launch{n, Variant::kSm90, std::nullopt, true});
-      to.push_back(Launch{n, Variant::kDefault, std::nullopt, std::nullopt, true});
+      to.push_back(Launch{n, Variant::kDefault, std::nullopt, std::nullopt, false});
     }
   };
   std::vector<Launch> out = {Launch{c.num_splits, std::nullopt, std::nullopt, std::nullopt}};

@@ -53,8 +53,8 @@ using kiln::testing::expect_rejected;
 
 TEST_CASE("dsv41 validation: a well-formed call plans without a driver", "[unit]") {
   Call c;
-  // sm_90a, H = 64: 2 chunks, base 4 * 2 = 8, 80 <= 132: 2 splits; 8 sm90 CTAs are under a fifth of
-  // the SMs, so "default".
+  // sm_90a, H = 64: 2 chunks, base 4 * 2 = 8, 80 <= 132: 2 splits; 8 sm90 CTAs are at most a
+  // quarter of the SMs, so "default".
   CHECK(c.with_mid(2).plan() == d::Dsv41Plan{d::Dsv41Variant::kDefault, 1, 2, 1, 0});
   Call rtx;
   rtx.with_mid(2);
@@ -105,8 +105,11 @@ TEST_CASE("dsv41 validation: variant choice and refusal", "[unit]") {
     const std::vector<d::Dsv41Variant> both{d::Dsv41Variant::kDefault, d::Dsv41Variant::kSm90};
     CHECK(d::dsv41_variants_for("sm_90a", h) == (h >= 32 ? both : std::vector{d::Dsv41Variant::kDefault}));
     CHECK(d::dsv41_variants_for("sm_120a", h) == std::vector{d::Dsv41Variant::kDefault});
-    // One token on 10 one-chunk splits: 10-20 sm90 CTAs, under a fifth of 132 SMs.
+    // One token on 10 one-chunk splits: 10-20 sm90 CTAs; on 16 two-chunk ones 16-32: at most a
+    // quarter of 132 SMs. 8 tokens on 5 splits: 40-80 sm90 CTAs.
     CHECK(d::choose_variant(kH200, 1, h, {10, 1}) == d::Dsv41Variant::kDefault);
+    CHECK(d::choose_variant(kH200, 1, h, {16, 2}) == d::Dsv41Variant::kDefault);
+    CHECK(d::choose_variant(kH200, 8, h, {5, 2}) == (h >= 32 ? d::Dsv41Variant::kSm90 : d::Dsv41Variant::kDefault));
     // 64 tokens, one split of 10 chunks: 64 x ceil(H / 64) CTAs, and at H 64 each split is dealt to a
     // pair (5 chunks each).
     CHECK(d::choose_variant(kH200, 64, h, {1, 10}) == (h >= 32 ? d::Dsv41Variant::kSm90 : d::Dsv41Variant::kDefault));
@@ -131,7 +134,7 @@ TEST_CASE("dsv41 validation: variant choice and refusal", "[unit]") {
   CHECK(d::dsv41_launch_plan(kH200, 8, 128, 32, compact, true, std::nullopt, 32) == compact);
   // The staged body: "default" on sm_90a only.
   const d::Dsv41Plan sm90_runs{d::Dsv41Variant::kSm90, 2, 4, 8, 0};
-  CHECK_FALSE(d::dsv41_bulk_gather(kH200, compact, std::nullopt));
+  CHECK(d::dsv41_bulk_gather(kH200, compact, std::nullopt));
   CHECK(d::dsv41_bulk_gather(kH200, compact, true));
   CHECK_FALSE(d::dsv41_bulk_gather(kH200, compact, false));
   CHECK_FALSE(d::dsv41_bulk_gather(kRtx, compact, std::nullopt));

@@ -2,7 +2,7 @@
 // measured in the same run, beside kiln's NVFP4 decode on the same configs. "results" is the
 // 30-config grid of the FlashMLA FP8 sparse anchors (compare.py reads it: T, H, topk, extra_topk,
 // us_per_call). On sm_90a every config is timed with each variant forced ("us_default", "us_sm90",
-// and "us_default_bulk": "default" with its staged body, bulk_gather);
+// and "us_default_compact": "default" with its compact body, the sm_120a one, bulk_gather false);
 // "us_per_call" is the time of the variant the launcher picks ("variant"). "us_nvfp4" is kiln's
 // NVFP4 decode on the same (T, H, topk, extra_topk), timed as `kiln bench sparse` times it.
 //
@@ -187,7 +187,7 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
     SparseShape c;
     Dsv41Variant variant;  // the launcher's pick
     std::vector<Timing> t;  // per entry of `variants`
-    std::optional<Timing> bulk;  // sm_90a: "default" with its staged body
+    std::optional<Timing> compact;  // sm_90a: "default" with its compact body
     SparseNvfp4Time nvfp4;
     const Timing& picked(const std::vector<Dsv41Variant>& all) const { return t[std::find(all.begin(), all.end(), variant) - all.begin()]; }
   };
@@ -205,7 +205,7 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
       return t;
     };
     for (const Dsv41Variant v : variants) row.t.push_back(timed(v, std::nullopt));
-    if (arch == "sm_90a") row.bulk = timed(Dsv41Variant::kDefault, true);
+    if (arch == "sm_90a") row.compact = timed(Dsv41Variant::kDefault, false);
     row.nvfp4 = nvfp4.time(c);
     const Timing& t = row.picked(variants);
     std::fprintf(stderr, "%-28s %5d calls %9.2f us (%s)  %7.1f GB/s  %6.1f TFLOP/s  plan %d/%d/%d  nvfp4 %9.2f us (%s)  (%.0f ms)\n",
@@ -236,7 +236,7 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
     r["nvfp4_plan"] = fmt::format("{}/{}/{}", row.nvfp4.head_tiles, row.nvfp4.num_splits, row.nvfp4.chunks_per_block);
     r["nvfp4_speedup"] = row.nvfp4.us / t.us;
     for (std::size_t k = 0; k < variants.size(); ++k) r[fmt::format("us_{}", dsv41::dsv41_variant_name(variants[k]))] = row.t[k].us;
-    if (row.bulk) r["us_default_bulk"] = row.bulk->us;
+    if (row.compact) r["us_default_compact"] = row.compact->us;
     results.push_back(r);
   }
 
@@ -256,7 +256,7 @@ int run_bench_sparse_dsv41(const BenchOptions& options) {
       {"unpaired", "whether an sm90 launch runs the head groups of H > 64 as CTAs of their own rather than cluster pairs "
                    "(sparse_sm90_unpaired)"},
       {"variant", "the launcher's choice for the call; us_<variant>: the same calls with each variant this device has forced; "
-                  "us_default_bulk: \"default\" with bulk_gather (its staged body, sm_90a)"},
+                  "us_default_compact: \"default\" with bulk_gather false (its compact body, sm_120a's, forced on sm_90a)"},
       {"nvfp4", "us_nvfp4: kiln's NVFP4 decode (384-byte records) on the same T, H, topk, extra_topk, timed as kiln bench sparse "
                 "times it (its own pool and the launcher's own kernel and plan); nvfp4_speedup = us_nvfp4 / us_per_call"},
       {"gathered_bytes", "T * (topk * 528 + extra_topk * 288) (index reads, Q and outputs not counted)"},
