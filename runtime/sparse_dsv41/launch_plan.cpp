@@ -92,8 +92,9 @@ bool dsv41_bulk_gather(const Dsv41Device& device, const Dsv41Plan& runs, std::op
     check::fail("bulk_gather", "only with the \"default\" variant on sm_90a (its staged body)",
                 fmt::format("true with variant \"{}\" on {}", dsv41_variant_name(runs.variant), device.arch));
   }
-  // H100, every config of the bench grid forced onto "default": the staged body 1.02-1.22x the
-  // compact one's speed (T = 1 1.13-1.22x), so it is the choice wherever it exists.
+  // H100, every config of the bench grid forced onto "default": the staged body 1.03-1.20x the speed
+  // of the compact-only kernel it replaced, except one token with the extra pool (10 one-chunk
+  // splits: 0.95x at H 64, 0.98x at H 128), where the compact body beside it is slower still.
   return staged && requested.value_or(true);
 }
 
