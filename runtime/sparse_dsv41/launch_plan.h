@@ -68,7 +68,8 @@ Dsv41Plan dsv41_launch_plan(const Dsv41Device& device, int tokens, int heads, in
 // Whether a launch of `runs` runs the "default" variant's staged body on sm_90a (records gathered by
 // bulk copies into raw stages in shared memory, SparseNvfp4Params::bulk_gather) instead of its
 // compact one (records gathered into registers, the body every target has): `requested`, else
-// the staged body wherever it exists. Requesting it for "sm90" or off sm_90a is kInvalidArgument naming bulk_gather.
+// the staged body wherever it exists. Requesting it for "sm90" or off sm_90a is kInvalidArgument
+// naming bulk_gather.
 bool dsv41_bulk_gather(const Dsv41Device& device, const Dsv41Plan& runs, std::optional<bool> requested);
 // Every variant the launcher picks on `arch` for H heads without an override (what a prebuild
 // manifest needs for that target).

@@ -11,7 +11,8 @@
 // Every launch gets NaN-poisoned output, out_lse, mid_out and mid_lse. The matrix
 // (tests/support/dsv41_matrix) touches every value of every conformance axis; each case runs the
 // decode's own choice (twice: bitwise repeat), every variant the device has forced ("default" on
-// sm_90a too, with its compact and its staged body), and for sweeps every forced num_splits, with enable_pdl on, off and unset in turn.
+// sm_90a too, with its compact and its staged body), and for sweeps every forced num_splits, with
+// enable_pdl on, off and unset in turn.
 // The other tests check the bitwise rules: views of the same bytes, lse_scale, graph replay and
 // enable_pdl, stale and shared split scratch, and T == 0.
 #include <catch2/catch.hpp>

@@ -80,9 +80,9 @@ std::vector<Dsv41Case> conformance_matrix();
 
 // The launches of one case on a device (sm90: an sm_90a device, which has both variants): the
 // decode's own choice first (the GPU suite runs it twice: a bitwise repeat), every variant the
-// device has forced, "sm90" with its split dealt to a cluster, "default" with its compact body, and for sweeps every forced
-// num_splits whose normalisation keeps it (>= ceil(chunks / 16)) with each of these. After the
-// first, launches set enable_pdl on, off and unset in turn.
+// device has forced, "sm90" with its split dealt to a cluster, "default" with its compact body, and
+// for sweeps every forced num_splits whose normalisation keeps it (>= ceil(chunks / 16)) with each
+// of these. After the first, launches set enable_pdl on, off and unset in turn.
 std::vector<Launch> launches(const Dsv41Case& c, bool sm90);
 
 // num_splits as the decode normalises an explicit count: cpb = ceil(chunks / n), ceil(chunks / cpb).
