@@ -89,10 +89,8 @@ struct Format {
     }
   }
 
-  // Staged configuration (sm_90a): a raw stage row holds the record's data bytes, then its scale
-  // bytes. 544 B rows: 544 = 32 mod 128, so the 8 lanes of a phase (4 candidates x 2 halves) read
-  // distinct banks; 528 would pair them.
-  static constexpr unsigned kStageRowBytes = 544;
+  // Staged configuration (sm_90a): raw stage rows of kDsv41StageRowBytes.
+  static constexpr unsigned kStageRowBytes = kDsv41StageRowBytes;
   static constexpr bool kAsyncGather = false;
   template <bool kHasExtra>
   __device__ static __forceinline__ bool gather_bulk(const SparseNvfp4Params& p, const sparse_detail::TokenWork& w, int t, int chunk,
@@ -148,8 +146,6 @@ template <bool kHasExtra>
 __global__ void __launch_bounds__(kDsv41SmallThreads, 1) sparse_dsv41_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
   static_assert(kDsv41SmallThreads == sparse_block_threads(1), "the portable variant is the compact body");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(sparse_dsv41_staged_smem_bytes() == sparse_decode_smem_bytes(1, false, dsv41::Format::kStageRowBytes),
-                "the host's staged shared-memory size is the body's");
   if (p.bulk_gather) {
     sparse_detail::sparse_decode<dsv41::Format, 1, kHasExtra, false>(p);
     return;

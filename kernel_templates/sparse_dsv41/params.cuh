@@ -15,9 +15,12 @@ constexpr int kDsv41SmallThreads = 256;
 // grid sparse_sm90_grid(T, H, num_splits), clusters of sparse_sm90_cluster(H).
 // Dynamic shared memory per CTA: the portable variant has the NVFP4 compact layout (87,600 B).
 KILN_SPARSE_HD constexpr unsigned sparse_dsv41_small_smem_bytes() { return sparse_decode_smem_bytes(1, true); }
-// Its staged body (sm_90a, SparseNvfp4Params::bulk_gather): the NVFP4 staged layout with 544 B raw
-// stage rows (a 528 B main record, or a 288 B extra one, padded for banks), one head tile.
-KILN_SPARSE_HD constexpr unsigned sparse_dsv41_staged_smem_bytes() { return sparse_decode_smem_bytes(1, false, 544u); }
+// Its staged body (sm_90a, SparseNvfp4Params::bulk_gather): the NVFP4 staged layout, one head tile,
+// with raw stage rows of a record's data bytes then its scale bytes (a 528 B main record or a 288 B
+// extra one), padded to 544 B: 544 = 32 mod 128, so the 8 lanes of a phase (4 candidates x 2
+// halves) read distinct banks, where 528 would pair them.
+constexpr unsigned kDsv41StageRowBytes = 544;
+KILN_SPARSE_HD constexpr unsigned sparse_dsv41_staged_smem_bytes() { return sparse_decode_smem_bytes(1, false, kDsv41StageRowBytes); }
 // The Hopper variant has the NVFP4 sm90 layout (its raw stage holds 32 of these records).
 KILN_SPARSE_HD constexpr unsigned sparse_dsv41_sm90_smem_bytes() { return sparse_sm90_smem_bytes(); }
 
