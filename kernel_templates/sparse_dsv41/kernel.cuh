@@ -139,19 +139,22 @@ struct Format {
 }  // namespace dsv41
 
 // H (p.heads: 8, 16, 32, 48, ..., 128) is a run-time value. kHasExtra: an FP4 extra cache shares the softmax.
-// At run time p.split: write mid_out/mid_lse, merged by sparse_nvfp4_merge_kernel.
-// On sm_90a p.bulk_gather picks the staged body (records by bulk copies into raw stages, two decoded
-// tiles; sparse_dsv41_staged_smem_bytes) instead of the compact one, which every target has.
+// At run time p.split: write mid_out/mid_lse, merged by sparse_nvfp4_merge_kernel. This kernel is
+// the compact body, every target's.
 template <bool kHasExtra>
 __global__ void __launch_bounds__(kDsv41SmallThreads, 1) sparse_dsv41_decode_kernel(const __grid_constant__ SparseNvfp4Params p) {
   static_assert(kDsv41SmallThreads == sparse_block_threads(1), "the portable variant is the compact body");
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if (p.bulk_gather) {
-    sparse_detail::sparse_decode<dsv41::Format, 1, kHasExtra, false>(p);
-    return;
-  }
-#endif
   sparse_detail::sparse_decode<dsv41::Format, 1, kHasExtra, true>(p);
+}
+
+// The staged body (sm_90a; SparseNvfp4Params::bulk_gather set, sparse_dsv41_staged_smem_bytes): records
+// by bulk copies into raw stages, two decoded tiles. A kernel of its own, so that the compact one
+// keeps its own registers and code. Elsewhere an empty kernel, which the launcher never picks.
+template <bool kHasExtra>
+__global__ void __launch_bounds__(kDsv41SmallThreads, 1) sparse_dsv41_staged_kernel(const __grid_constant__ SparseNvfp4Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  sparse_detail::sparse_decode<dsv41::Format, 1, kHasExtra, false>(p);
+#endif
 }
 
 #endif  // __CUDACC__

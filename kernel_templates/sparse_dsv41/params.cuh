@@ -21,6 +21,8 @@ KILN_SPARSE_HD constexpr unsigned sparse_dsv41_small_smem_bytes() { return spars
 // halves) read distinct banks, where 528 would pair them.
 constexpr unsigned kDsv41StageRowBytes = 544;
 KILN_SPARSE_HD constexpr unsigned sparse_dsv41_staged_smem_bytes() { return sparse_decode_smem_bytes(1, false, kDsv41StageRowBytes); }
+// The default variant's module holds the compact kernel (entry 0) and the staged one.
+constexpr int kDsv41StagedEntry = 1;
 // The Hopper variant has the NVFP4 sm90 layout (its raw stage holds 32 of these records).
 KILN_SPARSE_HD constexpr unsigned sparse_dsv41_sm90_smem_bytes() { return sparse_sm90_smem_bytes(); }
 

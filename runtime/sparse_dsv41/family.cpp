@@ -24,8 +24,10 @@ KernelSource render(const Dsv41Policy& p) {
   if (p.variant == Dsv41Variant::kSm90) {
     return KernelSource{"#include \"sparse_dsv41/kernel_sm90.cuh\"\n", sparse::sparse_sm90_entries("sparse_dsv41", p.heads, p.has_extra)};
   }
+  // The compact kernel, then the staged one (kDsv41StagedEntry, empty off sm_90a).
   return KernelSource{"#include \"sparse_dsv41/kernel.cuh\"\n",
-                      {fmt::format("kiln::sparse_dsv41_decode_kernel<{}>", p.has_extra)}};
+                      {fmt::format("kiln::sparse_dsv41_decode_kernel<{}>", p.has_extra),
+                       fmt::format("kiln::sparse_dsv41_staged_kernel<{}>", p.has_extra)}};
 }
 
 std::vector<SemanticKey> companions(const Dsv41Policy& p, std::string_view arch) {

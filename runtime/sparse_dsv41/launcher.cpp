@@ -146,8 +146,9 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   const KernelHandle& handle = acquire(service, policy, stream, device);
   const int cluster = dsv41_cluster_size(target, static_cast<int>(c.tokens), c.heads, runs, opt.cluster);
   const bool unpaired = dsv41_unpaired(target, static_cast<int>(c.tokens), c.heads, runs, cluster);
+  const int entry = unpaired ? kSparseSm90UnpairedEntry : params.bulk_gather ? kDsv41StagedEntry : 0;
   sparse::launch_sparse_decode(handle, decode_config(policy, params, cluster, unpaired), params, opt.enable_pdl.value_or(true), stream,
-                               unpaired);
+                               entry);
   return plan;
 }
 

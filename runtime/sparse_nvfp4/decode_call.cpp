@@ -289,9 +289,9 @@ LaunchConfig sparse_sm90_config(const SparseNvfp4Params& params, int heads, int 
 }
 
 void launch_sparse_decode(const KernelHandle& handle, LaunchConfig decode, const SparseNvfp4Params& params, bool pdl,
-                          CUstream stream, bool unpaired) {
+                          CUstream stream, int entry) {
   decode.pdl = pdl;
-  launch(handle, decode, params, stream, unpaired ? kSparseSm90UnpairedEntry : 0);
+  launch(handle, decode, params, stream, entry);
   if (params.split) {
     LaunchConfig merge;
     merge.grid[0] = static_cast<unsigned>(sparse_merge_grid(params.num_tokens, params.heads));

@@ -91,7 +91,8 @@ LaunchConfig decode_config(const SparsePolicy& policy, const SparseNvfp4Params& 
 void launch_sparse(const SparsePolicy& policy, const SparseNvfp4Params& params, const SparseLaunch& l, CUstream stream, int device,
                    KernelService& service) {
   const KernelHandle& handle = acquire(service, policy, stream, device);
-  launch_sparse_decode(handle, decode_config(policy, params, l.cluster, l.unpaired), params, /*pdl=*/true, stream, l.unpaired);
+  launch_sparse_decode(handle, decode_config(policy, params, l.cluster, l.unpaired), params, /*pdl=*/true, stream,
+                       l.unpaired ? kSparseSm90UnpairedEntry : 0);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "kiln/jit/error.h"
 #include "kiln/jit/family.h"
 #include "kiln/jit/semantic_key.h"
+#include "kiln/kernel_templates/sparse_dsv41/params.cuh"
 #include "kiln/runtime/families.h"
 #include "kiln/runtime/paged_cache_view.h"
 #include "kiln/runtime/sparse_dsv41/launcher.h"
@@ -420,8 +421,9 @@ TEST_CASE("dsv41 policy: fields, key, render", "[unit]") {
   // groups), so keys that differ only in them share one cache entry; has_extra is a template
   // argument. The merge is the NVFP4 family's sparse_merge module, the key's companion.
   const kiln::KernelSource s2 = f.render(f.canonicalize({{"heads", 8}, {"has_extra", true}}));
-  REQUIRE(s2.name_expressions.size() == 1);
+  REQUIRE(s2.name_expressions.size() == 2);
   CHECK(s2.name_expressions[0] == "kiln::sparse_dsv41_decode_kernel<true>");
+  CHECK(s2.name_expressions[kiln::kDsv41StagedEntry] == "kiln::sparse_dsv41_staged_kernel<true>");
   CHECK(s2.source.find("sparse_dsv41/kernel.cuh") != std::string::npos);
   const std::vector<kiln::SemanticKey> companions = kiln::companion_keys(kiln::SemanticKey("sparse_dsv41", canonical, "sm_90a"));
   REQUIRE(companions.size() == 1);
