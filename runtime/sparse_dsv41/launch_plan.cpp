@@ -86,16 +86,21 @@ Dsv41Plan dsv41_launch_plan(const Dsv41Device& device, int tokens, int heads, in
   return r;
 }
 
-bool dsv41_bulk_gather(const Dsv41Device& device, const Dsv41Plan& runs, std::optional<bool> requested) {
+bool dsv41_bulk_gather(const Dsv41Device& device, int tokens, int heads, bool has_extra, const Dsv41Plan& runs,
+                       std::optional<bool> requested) {
   const bool staged = device.arch == "sm_90a" && runs.variant == Dsv41Variant::kDefault;
   if (requested && *requested && !staged) {
     check::fail("bulk_gather", "only with the \"default\" variant on sm_90a (its staged body)",
                 fmt::format("true with variant \"{}\" on {}", dsv41_variant_name(runs.variant), device.arch));
   }
-  // H100, every config of the bench grid forced onto "default": the staged body 1.03-1.20x the speed
-  // of the compact-only kernel it replaced, except one token with the extra pool (10 one-chunk
-  // splits: 0.95x at H 64, 0.98x at H 128), where the compact body beside it is slower still.
-  return staged && requested.value_or(true);
+  if (requested || !staged) return staged && requested.value_or(true);
+  // H100, one token, each body forced: the staged body 1.08-1.24x the speed of the compact one without
+  // the extra pool, but with it, where every CTA of a single wave runs one chunk (40 and 80 CTAs), the compact
+  // one is ahead (8.1 against 8.9 us at H 64, 8.7 against 8.9 at H 128). From 8 tokens (320 CTAs)
+  // the staged body leads again (20.8 against 21.3 us at H 64, 128 + 512 candidates).
+  const bool one_wave_of_single_chunks =
+      runs.chunks_per_block == 1 && sparse_decode_grid(tokens, heads, 1, runs.num_splits) <= device.sms;
+  return !(has_extra && one_wave_of_single_chunks);
 }
 
 std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads) {

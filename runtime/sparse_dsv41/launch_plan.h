@@ -66,11 +66,13 @@ Dsv41Plan resolve_dsv41_plan(int tokens, int heads, int topk, int extra_topk, co
 Dsv41Plan dsv41_launch_plan(const Dsv41Device& device, int tokens, int heads, int chunks, const Dsv41Plan& plan, bool planned,
                             std::optional<bool> cluster = std::nullopt, int split_stride = 0, int max_splits = 16);
 // Whether a launch of `runs` runs the "default" variant's staged body on sm_90a (records gathered by
-// bulk copies into raw stages in shared memory, SparseNvfp4Params::bulk_gather) instead of its
-// compact one (records gathered into registers, the body every target has): `requested`, else
-// the staged body wherever it exists. Requesting it for "sm90" or off sm_90a is kInvalidArgument
-// naming bulk_gather.
-bool dsv41_bulk_gather(const Dsv41Device& device, const Dsv41Plan& runs, std::optional<bool> requested);
+// bulk copies into raw stages in shared memory, SparseNvfp4Params::bulk_gather; its own kernel,
+// kDsv41StagedEntry) instead of its compact one (records gathered into registers, the body every
+// target has): `requested`, else the staged body wherever it exists, except with the extra pool
+// where the grid is one wave of CTAs that run one chunk each. Requesting it for "sm90" or off sm_90a
+// is kInvalidArgument naming bulk_gather.
+bool dsv41_bulk_gather(const Dsv41Device& device, int tokens, int heads, bool has_extra, const Dsv41Plan& runs,
+                       std::optional<bool> requested);
 // Every variant the launcher picks on `arch` for H heads without an override (what a prebuild
 // manifest needs for that target).
 std::vector<Dsv41Variant> dsv41_variants_for(std::string_view arch, int heads);

@@ -141,7 +141,7 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   const Dsv41Plan runs = dsv41_launch_plan(target, static_cast<int>(c.tokens), c.heads, num_chunks(c.topk, c.extra_topk), plan,
                                            !opt.num_splits, opt.cluster, c.split_stride, opt.max_splits);
   SparseNvfp4Params params = sparse_params(a, c, runs.num_splits, runs.chunks_per_block);
-  params.bulk_gather = dsv41_bulk_gather(target, runs, opt.bulk_gather);
+  params.bulk_gather = dsv41_bulk_gather(target, static_cast<int>(c.tokens), c.heads, c.has_extra, runs, opt.bulk_gather);
   const Dsv41Policy policy = dsv41_policy(c.heads, c.has_extra, runs);
   const KernelHandle& handle = acquire(service, policy, stream, device);
   const int cluster = dsv41_cluster_size(target, static_cast<int>(c.tokens), c.heads, runs, opt.cluster);

@@ -135,13 +135,23 @@ TEST_CASE("dsv41 validation: variant choice and refusal", "[unit]") {
   CHECK(d::dsv41_launch_plan(kH200, 8, 128, 32, compact, true, std::nullopt, 32) == compact);
   // The staged body: "default" on sm_90a only.
   const d::Dsv41Plan sm90_runs{d::Dsv41Variant::kSm90, 2, 4, 8, 0};
-  CHECK(d::dsv41_bulk_gather(kH200, compact, std::nullopt));
-  CHECK(d::dsv41_bulk_gather(kH200, compact, true));
-  CHECK_FALSE(d::dsv41_bulk_gather(kH200, compact, false));
-  CHECK_FALSE(d::dsv41_bulk_gather(kRtx, compact, std::nullopt));
-  CHECK_FALSE(d::dsv41_bulk_gather(kH200, sm90_runs, false));
-  expect_error([&] { d::dsv41_bulk_gather(kH200, sm90_runs, true); }, "bulk_gather", {"\"default\" variant on sm_90a", "\"sm90\""});
-  expect_error([&] { d::dsv41_bulk_gather(kRtx, compact, true); }, "bulk_gather", {"sm_120a"});
+  CHECK(d::dsv41_bulk_gather(kH200, 8, 128, false, compact, std::nullopt));
+  CHECK(d::dsv41_bulk_gather(kH200, 8, 128, false, compact, true));
+  CHECK_FALSE(d::dsv41_bulk_gather(kH200, 8, 128, false, compact, false));
+  CHECK_FALSE(d::dsv41_bulk_gather(kRtx, 8, 128, false, compact, std::nullopt));
+  CHECK_FALSE(d::dsv41_bulk_gather(kH200, 8, 128, false, sm90_runs, false));
+  expect_error([&] { d::dsv41_bulk_gather(kH200, 8, 128, false, sm90_runs, true); }, "bulk_gather",
+               {"\"default\" variant on sm_90a", "\"sm90\""});
+  expect_error([&] { d::dsv41_bulk_gather(kRtx, 8, 128, false, compact, true); }, "bulk_gather", {"sm_120a"});
+  // With the extra pool the compact body runs one wave of one-chunk CTAs: 1 token of 64 heads as 10
+  // splits is 40 CTAs. Not without the pool, nor at 8 tokens (320 CTAs), nor with two chunks a CTA,
+  // nor when the staged body is asked for.
+  const d::Dsv41Plan single{d::Dsv41Variant::kDefault, 1, 10, 1, 0};
+  CHECK_FALSE(d::dsv41_bulk_gather(kH200, 1, 64, true, single, std::nullopt));
+  CHECK(d::dsv41_bulk_gather(kH200, 1, 64, false, single, std::nullopt));
+  CHECK(d::dsv41_bulk_gather(kH200, 8, 64, true, single, std::nullopt));
+  CHECK(d::dsv41_bulk_gather(kH200, 1, 64, true, d::Dsv41Plan{d::Dsv41Variant::kDefault, 1, 5, 2, 0}, std::nullopt));
+  CHECK(d::dsv41_bulk_gather(kH200, 1, 64, true, single, true));
   CHECK(std::string(d::dsv41_variant_name(d::Dsv41Variant::kDefault)) == "default");
   CHECK(std::string(d::dsv41_variant_name(d::Dsv41Variant::kSm90)) == "sm90");
 
