@@ -42,9 +42,9 @@ Dsv41Variant choose_variant(const Dsv41Device& device, int tokens, int heads, co
   const Dsv41Plan sm90{Dsv41Variant::kSm90, variant_head_tiles(Dsv41Variant::kSm90, heads), split.num_splits, split.chunks_per_block};
   const int deal = dsv41_cluster_size(device, tokens, heads, sm90, cluster);
   if (deal > 1 && (split.chunks_per_block + deal - 1) / deal >= 2) return Dsv41Variant::kSm90;
-  // H100, 1 token, "default" with its staged body against sm90: 10-20 sm90 CTAs of one chunk each
-  // 7.6-8.9 us against 10.6-11.8, and 32 CTAs of two chunks (H 128, 2048 candidates) 12.6 us against
-  // 14.1; from 8 tokens (40+ CTAs) sm90 is ahead (14.8 vs 20.8 us at H 64, 128 + 512 candidates).
+  // H100, 1 token, "default" (dsv41_bulk_gather's body) against sm90: 10-20 sm90 CTAs of one chunk
+  // each 7.7-8.7 us against 10.7-11.8, and 32 CTAs of two chunks (H 128, 2048 candidates) 11.8 us
+  // against 14.3; from 8 tokens (40+ CTAs) sm90 is ahead (14.9 vs 20.9 us at H 64, 128 + 512).
   const long long blocks = static_cast<long long>(tokens) * sparse_sm90_head_groups(heads) * split.num_splits;
   return 4 * blocks <= device.sms ? Dsv41Variant::kDefault : Dsv41Variant::kSm90;
 }
