@@ -102,8 +102,9 @@ SparseNvfp4Params sparse_params(const SparseCallArgs& a, const SparseCall& c, in
 LaunchConfig sparse_sm90_config(const SparseNvfp4Params& params, int heads, int cluster, bool unpaired, std::size_t smem_bytes);
 
 // The decode launch (`decode`'s geometry; the module's kernel `entry`: kSparseSm90UnpairedEntry for
-// an unpaired sm90 launch, kDsv41StagedEntry for the V4.1 default variant's staged body), then, when `params.split`, the merge (sparse_nvfp4_merge_kernel,
-// the module of the handle's sparse_merge companion). With `pdl` both are programmatic dependents of
+// an unpaired sm90 launch, kDsv41StagedEntry for the V4.1 default variant's staged body), then,
+// when `params.split`, the merge (sparse_nvfp4_merge_kernel, the module of the handle's
+// sparse_merge companion). With `pdl` both are programmatic dependents of
 // the kernel before them in the stream: their blocks start during its tail and wait for it
 // (griddepcontrol.wait) before reading any input.
 void launch_sparse_decode(const KernelHandle& handle, LaunchConfig decode, const SparseNvfp4Params& params, bool pdl,
