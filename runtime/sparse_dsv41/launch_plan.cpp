@@ -93,7 +93,8 @@ bool dsv41_bulk_gather(const Dsv41Device& device, int tokens, int heads, bool ha
     check::fail("bulk_gather", "only with the \"default\" variant on sm_90a (its staged body)",
                 fmt::format("true with variant \"{}\" on {}", dsv41_variant_name(runs.variant), device.arch));
   }
-  if (requested || !staged) return staged && requested.value_or(true);
+  if (!staged) return false;
+  if (requested) return *requested;
   // H100, one token, each body forced: the staged body 1.08-1.24x the speed of the compact one
   // without the extra pool; with it, where every CTA of a single wave runs one chunk (40 and 80
   // CTAs), the compact one is ahead (8.1 against 8.9 us at H 64, 8.7 against 8.9 at H 128). From 8
