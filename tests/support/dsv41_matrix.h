@@ -70,7 +70,7 @@ struct Launch {
   std::optional<Variant> variant;
   std::optional<bool> enable_pdl;
   std::optional<bool> cluster;  // "sm90": true deals a split to as many CTAs as it can
-  std::optional<bool> bulk_gather;  // "default" on sm_90a: false runs its compact body (sm_120a's)
+  std::optional<bool> bulk_gather;  // "default" on sm_90a: true runs its staged body, false its compact one
   std::string name() const;
 };
 
@@ -80,8 +80,8 @@ std::vector<Dsv41Case> conformance_matrix();
 
 // The launches of one case on a device (sm90: an sm_90a device, which has both variants): the
 // decode's own choice first (the GPU suite runs it twice: a bitwise repeat), every variant the
-// device has forced, "sm90" with its split dealt to a cluster, "default" with its compact body, and
-// for sweeps every forced num_splits whose normalisation keeps it (>= ceil(chunks / 16)) with each
+// device has forced, "sm90" also with its split dealt to a cluster, "default" on sm_90a with its
+// staged and with its compact body, and for sweeps every forced num_splits whose normalisation keeps it (>= ceil(chunks / 16)) with each
 // of these. After the first, launches set enable_pdl on, off and unset in turn.
 std::vector<Launch> launches(const Dsv41Case& c, bool sm90);
 
