@@ -302,9 +302,7 @@ void run_case(const Dsv41Case& c, std::uint64_t seed, int case_number, AccuracyT
 
 // The variants this device has, forced ("default" twice on sm_90a: its staged and its compact body).
 std::vector<Launch> forced_variants(std::optional<int> num_splits = std::nullopt) {
-  if (!on_sm90()) return {Launch{num_splits, Variant::kDefault, std::nullopt}};
-  return {Launch{num_splits, Variant::kDefault, std::nullopt, std::nullopt, true}, Launch{num_splits, Variant::kSm90, std::nullopt},
-          Launch{num_splits, Variant::kDefault, std::nullopt, std::nullopt, false}};
+  return kiln::testing::dsv41_matrix::forced_variants(num_splits, on_sm90());
 }
 
 Dsv41Case dual(int t, int h, int topk, int xtopk, int page, int xpage) {

@@ -218,17 +218,19 @@ std::vector<Dsv41Case> conformance_matrix() {
   return m;
 }
 
-std::vector<Launch> launches(const Dsv41Case& c, bool sm90) {
+std::vector<Launch> forced_variants(std::optional<int> num_splits, bool sm90) {
   // On sm_90a "default" runs with each of its bodies, whichever dsv41_bulk_gather would pick.
+  if (!sm90) return {Launch{num_splits, Variant::kDefault, std::nullopt}};
+  return {Launch{num_splits, Variant::kDefault, std::nullopt, std::nullopt, true}, Launch{num_splits, Variant::kSm90, std::nullopt},
+          Launch{num_splits, Variant::kDefault, std::nullopt, std::nullopt, false}};
+}
+
+std::vector<Launch> launches(const Dsv41Case& c, bool sm90) {
   const auto forced = [&](std::optional<int> n, std::vector<Launch>& to) {
-    if (!sm90) {
-      to.push_back(Launch{n, Variant::kDefault, std::nullopt, std::nullopt});
-      return;
-    }
-    to.push_back(Launch{n, Variant::kDefault, std::nullopt, std::nullopt, true});
-    to.push_back(Launch{n, Variant::kSm90, std::nullopt, std::nullopt});
-    to.push_back(Launch{n, Variant::kSm90, std::nullopt, true});
-    to.push_back(Launch{n, Variant::kDefault, std::nullopt, std::nullopt, false});
+    std::vector<Launch> v = forced_variants(n, sm90);
+    // "sm90" also with its split dealt to a cluster, right after the plain "sm90" launch.
+    if (sm90) v.insert(v.begin() + 2, Launch{n, Variant::kSm90, std::nullopt, true});
+    to.insert(to.end(), v.begin(), v.end());
   };
   std::vector<Launch> out = {Launch{c.num_splits, std::nullopt, std::nullopt, std::nullopt}};
   forced(c.num_splits, out);

@@ -78,6 +78,10 @@ struct Launch {
 // sinks, LSE scales and forced splits, without the cross product.
 std::vector<Dsv41Case> conformance_matrix();
 
+// Every variant the device has, forced (sm90: an sm_90a device): "default" with its staged body,
+// "sm90", "default" with its compact body; elsewhere "default" alone.
+std::vector<Launch> forced_variants(std::optional<int> num_splits, bool sm90);
+
 // The launches of one case on a device (sm90: an sm_90a device, which has both variants): the
 // decode's own choice first (the GPU suite runs it twice: a bitwise repeat), every variant the
 // device has forced, "sm90" also with its split dealt to a cluster, "default" on sm_90a with its
