@@ -100,7 +100,7 @@ bool dsv41_bulk_gather(const Dsv41Device& device, int tokens, int heads, bool ha
   // CTAs), the compact one is ahead (8.1 against 8.9 us at H 64, 8.7 against 8.9 at H 128). From 8
   // tokens (320 CTAs) the staged body leads again (20.8 against 21.3 us at H 64, 128 + 512).
   const bool one_wave_of_single_chunks =
-      runs.chunks_per_block == 1 && sparse_decode_grid(tokens, heads, 1, runs.num_splits) <= device.sms;
+      runs.chunks_per_block == 1 && sparse_decode_grid(tokens, heads, runs.head_tiles, runs.num_splits) <= device.sms;
   return !(has_extra && one_wave_of_single_chunks);
 }
 
