@@ -135,7 +135,7 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
   check_sparse_devices(on, a);
   const int device = on.device();
   // kiln has no target for CC 12.1 (device_arch refuses it), so no device it runs on shares host memory.
-  const sparse::SparseDevice gpu = sparse::sparse_device(service, device);
+  const sparse::SparseDevice gpu = sparse::sparse_device(service, device, stream);
   const Dsv41Device target{gpu.arch, gpu.sms, false, gpu.residency};
   const Dsv41Plan plan = finish_plan(a, c, target);
   const Dsv41Plan runs = dsv41_launch_plan(target, static_cast<int>(c.tokens), c.heads, num_chunks(c.topk, c.extra_topk), plan,
@@ -154,6 +154,7 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
 
 void warm_sparse_dsv41(const Dsv41Policy& policy, const std::vector<int>& devices, KernelService& service) {
   warm_policy(service, policy, devices);
+  for (int device : devices) sparse::sparse_device(service, device);  // what a capture's first call must not read
 }
 
 }  // namespace kiln::dsv41

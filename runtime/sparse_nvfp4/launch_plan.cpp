@@ -12,6 +12,7 @@
 #include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
 #include "kiln/runtime/sparse_nvfp4/decode_call.h"
 #include "kiln/runtime/sparse_nvfp4/planner.h"
+#include "kiln/runtime/driver.h"
 #include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
@@ -50,9 +51,22 @@ bool mma_runs_first(const SparseDevice& device, int tokens, int heads, int chunk
   return mma.chunks_per_block <= (sparse_bulk_gather(mma) ? 3 : 2) && sparse_decode_grid(tokens, heads, mma.head_tiles, mma.num_splits) <= device.sms;
 }
 
+void refuse_while_capturing(CUstream stream, int device) {
+  const Driver& d = Driver::get();
+  d.require(fmt::format("read the sparse decode's facts of device {}", device));
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  d.check(d.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+  if (capture == CU_STREAM_CAPTURE_STATUS_NONE) return;
+  throw Error(ErrorCode::kNotWarm,
+              fmt::format("the stream is capturing a CUDA graph and the sparse decode has not been warmed on device {}: "
+                          "its cluster residency is read from the driver once, outside capture. Warm a sparse decode key "
+                          "on the device before capture (warm_sparse, warm_sparse_dsv41 or kiln warm --manifest)",
+                          device));
+}
+
 }  // namespace
 
-SparseDevice sparse_device(KernelService& service, int device) {
+SparseDevice sparse_device(KernelService& service, int device, std::optional<CUstream> stream) {
   // One entry per device, written once: later calls are one atomic load and allocate nothing.
   static std::array<std::atomic<const SparseDevice*>, 64> cache{};
   static std::mutex mutex;
@@ -61,6 +75,7 @@ SparseDevice sparse_device(KernelService& service, int device) {
   if (cacheable) {
     if (const SparseDevice* d = cache[device].load(std::memory_order_acquire)) return *d;
   }
+  if (stream) refuse_while_capturing(*stream, device);
   SparseDevice d;
   switch (device_target(service, device)) {
     case SparseTarget::kSm90a: d.arch = "sm_90a"; break;

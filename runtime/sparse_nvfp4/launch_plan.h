@@ -32,8 +32,11 @@ struct SparseDevice {
 
 // `device`'s target, SM count and cluster residency (device_cluster_residency for the sm90 CTA's
 // shape; read from the driver once per device, then one atomic load). A GPU kiln has no sparse
-// decode kernel for is kUnsupported naming its arch.
-SparseDevice sparse_device(KernelService& service, int device);
+// decode kernel for is kUnsupported naming its arch. The first read loads a probe module, which
+// would invalidate a CUDA graph capture, so with `stream` given and capturing it is refused
+// (kNotWarm) instead; warming a sparse decode key on the device (warm_sparse, warm_sparse_dsv41,
+// kiln warm) reads it beforehand.
+SparseDevice sparse_device(KernelService& service, int device, std::optional<CUstream> stream = std::nullopt);
 
 // Refuses (kUnsupported, naming it) an arch kiln has no sparse decode kernel for.
 void check_sparse_arch(std::string_view arch);

@@ -116,7 +116,7 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
   if (c.tokens == 0) return finish_plan(a, c, kZeroTokenSms);
   const StreamDevice on(stream);
   check_sparse_devices(on, a);
-  const SparseDevice device = sparse_device(service, on.device());
+  const SparseDevice device = sparse_device(service, on.device(), stream);
   const SplitPlanResult plan = finish_plan(a, c, device.sms);
   const SparseLaunch l = plan_sparse_launch(device, static_cast<int>(c.tokens), c.heads, num_chunks(c.topk, c.extra_topk), plan,
                                             !opt.num_splits, opt.kernel, opt.cluster, c.split_stride, opt.max_splits, opt.bulk_gather);
@@ -128,6 +128,7 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
 
 void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices, KernelService& service) {
   warm_policy(service, policy, devices);
+  for (int device : devices) sparse_device(service, device);  // what a capture's first call must not read
 }
 
 }  // namespace kiln::sparse

@@ -1,7 +1,8 @@
-"""kiln from torch on the GPU: both decode ops and the NVFP4 and DeepSeek-V4.1 writers against torch fp32 references at
-the spec tolerances, CUDA graph capture and replay after in-place metadata changes, not-warm and
-sealed errors, torch.compile(fullgraph=True), torch.library.opcheck, two streams, and (with two
-GPUs) per-device handles and refusal of tensors spread over devices."""
+"""kiln from torch on the GPU: the MLA, sparse NVFP4 and DeepSeek-V4.1 decode ops and the NVFP4 and
+DeepSeek-V4.1 writers against torch fp32 references at the spec tolerances, CUDA graph capture and
+replay after in-place metadata changes, not-warm and sealed errors, torch.compile(fullgraph=True),
+torch.library.opcheck, two streams, and (with two GPUs) per-device handles and refusal of tensors
+spread over devices."""
 from __future__ import annotations
 
 import pytest
@@ -85,6 +86,18 @@ def nvfp4_dequantize(pages_u8, page):
     return torch.cat([vals.reshape(-1, 448), rope], 1)
 
 
+def token_attention(q, keys, sm_scale, sink=None, lse_scale=1.0):
+    """One token's attention over its candidate rows (each key is also the value), fp32: (o [H, 512],
+    base-2 LSE [H] times lse_scale). No candidate gives o = 0 and LSE -inf, or the sink's."""
+    s = sm_scale * q.float() @ keys.T  # [H, n]
+    L = torch.logsumexp(s, -1)
+    o = torch.softmax(s, -1) @ keys
+    if sink is not None:
+        o = o * torch.sigmoid(L - sink)[:, None]
+        L = torch.logaddexp(L, sink)
+    return o, L * LOG2E * lse_scale
+
+
 def sparse_reference(q, rows, indices, sm_scale, extra_rows=None, extra_indices=None, sink=None, lse_scale=1.0):
     """runtime/sparse_nvfp4/README.md "What it computes": q with NoPE dims NVFP4-round-tripped, fp32."""
     T, H, _ = q.shape
@@ -93,18 +106,29 @@ def sparse_reference(q, rows, indices, sm_scale, extra_rows=None, extra_indices=
     out = torch.zeros(T, H, 512, device=q.device)
     lse = torch.empty(T, H, device=q.device)
     for t in range(T):
-        idx = indices[t][indices[t] >= 0].long()
-        K = rows[idx]
+        K = rows[indices[t][indices[t] >= 0].long()]
         if extra_rows is not None:
             K = torch.cat([K, extra_rows[extra_indices[t][extra_indices[t] >= 0].long()]])
-        s = sm_scale * qhat[t] @ K.T  # [H, n]
-        L = torch.logsumexp(s, -1)
-        o = torch.softmax(s, -1) @ K
-        if sink is not None:
-            o = o * torch.sigmoid(L - sink)[:, None]
-            L = torch.logaddexp(L, sink)
-        out[t], lse[t] = o, L * LOG2E * lse_scale
+        out[t], lse[t] = token_attention(qhat[t], K, sm_scale, sink, lse_scale)
     return out, lse
+
+
+def dsv41_dequantize(pages_u8, page, fmt):
+    """FOOTER pages [P, page * record] bytes -> fp32 rows [P * page, 512], by the tables of
+    runtime/sparse_dsv41/README.md ("The two cache formats")."""
+    P = pages_u8.shape[0]
+    data_bytes, group = (512, 32) if fmt == "fp8" else (256, 16)
+    data = pages_u8[:, :page * data_bytes].reshape(P * page, data_bytes)
+    scales = pages_u8[:, page * data_bytes:].reshape(P * page, 512 // group)
+    if fmt == "fp8":
+        vals = data.contiguous().view(torch.float8_e4m3fn).float()
+        mult = torch.exp2(scales.float() - 127)
+    else:
+        codes = torch.stack([data & 15, data >> 4], -1).reshape(P * page, 512).long()
+        mag = torch.tensor(E2M1, device=pages_u8.device)[codes & 7]
+        vals = torch.where(codes >= 8, -mag, mag)
+        mult = scales.contiguous().view(torch.float8_e4m3fn).float()
+    return (vals.reshape(P * page, 512 // group, group) * mult[..., None]).reshape(P * page, 512)
 
 
 def assert_close(got, want, rtol, atol, rel_l2=None):
@@ -199,6 +223,74 @@ class Sparse:
         out, lse = sparse_reference(self.q, rows, self.indices, self.sm_scale, extra, self.extra_indices, self.sink)
         assert_close(self.output, out, 5e-2, 5e-2)
         assert_close(self.out_lse, lse, 2e-2, 2e-2)
+
+
+class Dsv41:
+    """A DeepSeek-V4.1 decode problem, shaped like upstream's dual-cache grid: the 528-byte main cache
+    in 61-row pages inside a pool with 128 padding bytes a page, the 288-byte extra cache in 32-row
+    pages, ragged lengths in both sections, masked slots, one token with no candidate, a sink."""
+
+    main_page, extra_page = 61, 32
+
+    def __init__(self, H=64, T=8, topk=128, extra=512, seed=9):
+        g = torch.Generator().manual_seed(seed)
+        dev = torch.device("cuda", 0)
+
+        def latent(n):  # upstream's data: randn / 10 clamped to [-1, 1], in bf16
+            return (torch.randn(n, 512, generator=g) / 10).clamp(-1, 1).bfloat16().to(dev)
+
+        main_pages, extra_pages = 16, 4096 // self.extra_page
+        main = kiln.dsv41_fp8_quantize_pack_sparse_mla_cache(
+            latent(main_pages * self.main_page).view(main_pages, -1, 512))
+        page_bytes = self.main_page * 528
+        self.pool = torch.full((main_pages, page_bytes + 128), 0xAB, dtype=torch.uint8, device=dev)
+        self.pool[:, :page_bytes] = main.view(main_pages, -1)
+        self.cache = self.pool[:, :page_bytes].view(main_pages, self.main_page, 528)
+        self.extra_cache = kiln.dsv41_fp4_quantize_pack_sparse_mla_cache(
+            latent(extra_pages * self.extra_page).view(extra_pages, -1, 512))
+        self.indices = torch.randint(-1, main_pages * self.main_page, (T, topk), generator=g).int().to(dev)
+        self.indices[:, 120:] = -1
+        self.extra_indices = torch.randint(0, extra_pages * self.extra_page, (T, extra), generator=g).int().to(dev)
+        self.extra_indices[::2, :16] = -1
+        self.topk_length = torch.randint(topk // 2, topk + 1, (T,), generator=g).int().to(dev)
+        self.extra_topk_length = torch.randint(extra // 2, extra + 1, (T,), generator=g).int().to(dev)
+        self.topk_length[3] = self.extra_topk_length[3] = 0
+        self.sink = (torch.rand(H, generator=g) * 6 - 2).to(dev)
+        self.q = latent(T * H).view(T, H, 512)
+        self.output = torch.empty(T, H, 512, dtype=torch.bfloat16, device=dev)
+        self.out_lse = torch.empty(T, H, dtype=torch.float32, device=dev)
+        chunks = kiln.cake_sparse_mla_sm120_dsv41_mixed_num_chunks(topk, extra)
+        self.mid_out = torch.empty(T, H, chunks, 512, dtype=torch.bfloat16, device=dev)
+        self.mid_lse = torch.empty(T, H, chunks, dtype=torch.float32, device=dev)
+        self.sm_scale, self.lse_scale = 512 ** -0.5, 0.5
+
+    def run(self, **kw):
+        return kiln.cake_sparse_mla_sm120_dsv41_mixed_decode(
+            self.q, self.cache, self.indices, self.output, self.out_lse, self.sm_scale, topk_length=self.topk_length,
+            attn_sink=self.sink, extra_kv_cache=self.extra_cache, extra_indices=self.extra_indices,
+            extra_topk_length=self.extra_topk_length, mid_out=self.mid_out, mid_lse=self.mid_lse,
+            lse_scale=self.lse_scale, **kw)
+
+    def check(self):
+        """The output and LSE against the fp32 reference at upstream's bf16-route tolerance, 1e-2."""
+        pages = self.pool.shape[0]
+        rows = dsv41_dequantize(self.pool[:, :self.main_page * 528], self.main_page, "fp8")
+        extra = dsv41_dequantize(self.extra_cache.view(self.extra_cache.shape[0], -1), self.extra_page, "fp4")
+        assert rows.shape[0] == pages * self.main_page and bool(rows.isfinite().all() and extra.isfinite().all())
+        out = torch.empty_like(self.output, dtype=torch.float32)
+        lse = torch.empty_like(self.out_lse)
+        for t in range(self.q.shape[0]):
+            main_slots = self.indices[t, :int(self.topk_length[t])]
+            extra_slots = self.extra_indices[t, :int(self.extra_topk_length[t])]
+            keys = torch.cat([rows[main_slots[main_slots >= 0].long()], extra[extra_slots[extra_slots >= 0].long()]])
+            out[t], lse[t] = token_attention(self.q[t], keys, self.sm_scale, self.sink, self.lse_scale)
+            if keys.shape[0] == 0:  # exactly zero (its LSE, the sink's, is checked below)
+                assert not bool(self.output[t].any()), f"token {t} has no candidate but a nonzero output"
+        # These outputs are means of a few hundred rows of randn / 10, about 1e-2 in size, so the atol
+        # alone would pass a zero output: the relative L2 error is bounded too. One bf16 P, the partial
+        # rows and the output each round at 2^-9, a few tenths of a percent together.
+        assert_close(self.output, out, 1e-2, 1e-2, rel_l2=0.02)
+        assert_close(self.out_lse, lse, 1e-2, 1e-2)
 
 
 # ---------------------------------------------------------------- tests
@@ -380,6 +472,39 @@ def test_sparse_direct_and_split():
                                                                num_sms=sms, head_tiles=tiles)
     assert plan == {"head_tiles": tiles, "num_splits": splits[0], "chunks_per_block": splits[1]}
     p.check()
+
+
+@pytest.mark.parametrize("heads", [8, 64, 128])
+def test_dsv41_decode_planned_and_split(heads):
+    p = Dsv41(H=heads)
+    plan = p.run()
+    assert set(plan) == {"variant", "head_tiles", "num_splits", "chunks_per_block", "precision"}
+    assert plan["variant"] in kiln.cake_sparse_mla_sm120_dsv41_mixed_format_info()["variants"]
+    assert plan["precision"] == 0
+    p.check()
+    plan = p.run(num_splits=2)  # 2 + 8 chunks: 5 per block
+    assert (plan["num_splits"], plan["chunks_per_block"]) == (2, 5)
+    p.check()
+
+
+def test_dsv41_capture_after_warm_replays_new_indices():
+    # 32 heads are used by no other test of this file, so only warm_sparse_dsv41 has loaded the kernels
+    # the capture needs.
+    p = Dsv41(H=32, seed=10)
+    kiln.warm_sparse_dsv41(32, has_extra=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        p.run()
+    g = torch.Generator().manual_seed(11)
+    p.indices.copy_(torch.randint(-1, p.pool.shape[0] * p.main_page, p.indices.shape, generator=g).int())
+    p.extra_topk_length.copy_(torch.randint(0, p.extra_indices.shape[1] + 1, p.extra_topk_length.shape,
+                                            generator=g).int())
+    graph.replay()
+    torch.cuda.synchronize()
+    p.check()
+    replayed = p.output.clone(), p.out_lse.clone()
+    p.run()
+    assert torch.equal(replayed[0], p.output) and torch.equal(replayed[1], p.out_lse)
 
 
 def test_graph_capture_and_replay_after_metadata_changes():
