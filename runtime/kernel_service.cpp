@@ -19,6 +19,7 @@
 #include "kiln/jit/log.h"
 #include "kiln/runtime/driver.h"
 #include "kiln/runtime/manifest.h"
+#include "kiln/runtime/stream_device.h"
 #include "kiln/runtime/worker_threads.h"
 
 namespace kiln {
@@ -303,9 +304,7 @@ const KernelHandle& KernelService::acquire(std::uint64_t fingerprint, const std:
   const SemanticKey key = make_key();
   const Driver& d = Driver::get();
   d.require(fmt::format("launch kernel {}", key.str()));
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  d.check(d.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
-  if (capture != CU_STREAM_CAPTURE_STATUS_NONE && find_loaded(key, device) == nullptr) {
+  if (stream_capturing(stream) && find_loaded(key, device) == nullptr) {
     throw Error(ErrorCode::kNotWarm,
                 fmt::format("the stream is capturing a CUDA graph and this kernel is not warm on device {}; nothing "
                             "was compiled. Warm the key before capture (warm function or kiln warm --manifest)",

@@ -7,6 +7,13 @@
 
 namespace kiln {
 
+bool stream_capturing(CUstream stream) {
+  const Driver& d = Driver::get();
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  d.check(d.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+  return capture != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 StreamDevice::StreamDevice(CUstream stream) {
   const Driver& d = Driver::get();
   d.require("launch a kernel");

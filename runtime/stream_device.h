@@ -11,6 +11,10 @@
 
 namespace kiln {
 
+// Whether `stream` is capturing a CUDA graph (driver work that a capture would not survive, a module
+// load or an allocation, must be refused then). Throws Error(kDriver) when the query fails.
+bool stream_capturing(CUstream stream);
+
 class StreamDevice {
  public:
   // Throws Error(kDriver) without a driver, or when a default stream (0, CU_STREAM_LEGACY,

@@ -331,9 +331,7 @@ TensorView prims_ts_batch_decode_with_kv_cache_mla(
   const Driver& d = Driver::get();
   bool allocated = false;
   if (!out) {
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    d.check(d.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    if (stream_capturing(stream)) {
       check::fail("out", "a caller-provided output while the stream is capturing a CUDA graph (allocation is not "
                          "graph-safe)", "none");
     }

@@ -10,9 +10,10 @@
 #include <mutex>
 
 #include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/driver.h"
 #include "kiln/runtime/sparse_nvfp4/decode_call.h"
 #include "kiln/runtime/sparse_nvfp4/planner.h"
-#include "kiln/runtime/driver.h"
+#include "kiln/runtime/stream_device.h"
 #include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
@@ -52,11 +53,8 @@ bool mma_runs_first(const SparseDevice& device, int tokens, int heads, int chunk
 }
 
 void refuse_while_capturing(CUstream stream, int device) {
-  const Driver& d = Driver::get();
-  d.require(fmt::format("read the sparse decode's facts of device {}", device));
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  d.check(d.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
-  if (capture == CU_STREAM_CAPTURE_STATUS_NONE) return;
+  Driver::get().require(fmt::format("read the sparse decode's facts of device {}", device));
+  if (!stream_capturing(stream)) return;
   throw Error(ErrorCode::kNotWarm,
               fmt::format("the stream is capturing a CUDA graph and the sparse decode has not been warmed on device {}: "
                           "its cluster residency is read from the driver once, outside capture. Warm a sparse decode key "

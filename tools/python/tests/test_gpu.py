@@ -273,10 +273,9 @@ class Dsv41:
 
     def check(self):
         """The output and LSE against the fp32 reference at upstream's bf16-route tolerance, 1e-2."""
-        pages = self.pool.shape[0]
         rows = dsv41_dequantize(self.pool[:, :self.main_page * 528], self.main_page, "fp8")
         extra = dsv41_dequantize(self.extra_cache.view(self.extra_cache.shape[0], -1), self.extra_page, "fp4")
-        assert rows.shape[0] == pages * self.main_page and bool(rows.isfinite().all() and extra.isfinite().all())
+        assert bool(rows.isfinite().all() and extra.isfinite().all())
         out = torch.empty_like(self.output, dtype=torch.float32)
         lse = torch.empty_like(self.out_lse)
         for t in range(self.q.shape[0]):
