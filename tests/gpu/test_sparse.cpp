@@ -44,6 +44,7 @@
 #include "kiln/runtime/driver.h"
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/sparse_nvfp4/launch_plan.h"
 #include "kiln/runtime/sparse_nvfp4/launcher.h"
 #include "kiln/runtime/sparse_nvfp4/planner.h"
 #include "tests/support/h200_residency.h"
@@ -867,6 +868,51 @@ TEST_CASE("sparse: T == 0 returns the plan without launching, even on a capturin
 
 // Captures one launch after warming its exact policy, then replays after rewriting Q, indices and
 // lengths in place; every replay must equal an eager launch bit for bit and the oracle within tolerance.
+// A server warms at start-up and then captures: the first decode of the process runs inside a
+// capture, and every fact it reads (kernels, companions, the device's cluster residency) must have
+// been read by warm_sparse alone. Hidden: after any other test's eager launch it could not fail, so
+// ctest runs it as the only test of its process.
+TEST_CASE("sparse: first call of a process captured after warm_sparse alone", "[.][gpu][sparse][first-call]") {
+  ScopedPools pools;
+  const kiln::Driver& d = kiln::Driver::get();
+  const SparseCase c = with_extra(4, 64, 512, 128, 64, 2, kC, kH, kOn, kBothLen, kUnitLse);
+  const std::string& arch = kiln::KernelService::global().device_arch(0);
+  for (const SparseKernel kernel : kiln::sparse::sparse_kernels_for(arch, c.heads)) {
+    for (const int tiles : {1, 2}) {
+      if (tiles == 2 && (kernel != SparseKernel::kMma || c.heads % 32 != 0)) continue;
+      for (const bool split : {false, true}) kiln::sparse::warm_sparse({c.heads, tiles, c.has_extra, split, kernel}, {0});
+    }
+  }
+  Rng rng(base_seed() + 5151);
+  HostCase h = make_host_case(c, base_seed() + 5151);
+  run_oracle(h);
+  DeviceCase dev(h);
+  const kt::Stream stream;
+  SplitPlanResult captured;
+  kt::CapturedGraph graph(stream.get(), [&] { captured = dev.launch(Variant{}, h.sm_scale, true, stream.get()); });
+  graph.instantiate();
+  for (int round = 0; round < 2; ++round) {
+    if (round > 0) {
+      draw_inputs(h, rng);
+      run_oracle(h);
+      dev.upload(h);
+    }
+    dev.poison();
+    d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
+    graph.launch(stream.get());
+    d.check(d.cuStreamSynchronize(stream.get()), "cuStreamSynchronize after replay");
+    const Outputs replayed{kt::download_outputs(dev), captured};
+    const Outputs eager = run_variant(dev, h, Variant{}, true);
+    const std::string what = "first-call graph round " + std::to_string(round);
+    INFO(c.label() << " " << what << ": replay differs from eager");
+    CHECK(same_bits(replayed, eager));
+    const bool ok = check_against_oracle(h, replayed, what, nullptr);
+    std::printf("%s sparse %s %s plan %d/%d/%d\n", ok && same_bits(replayed, eager) ? "PASS" : "FAIL", what.c_str(), c.label().c_str(),
+                captured.head_tiles, captured.num_splits, captured.chunks_per_block);
+    std::fflush(stdout);
+  }
+}
+
 TEST_CASE("sparse: graph replay after in-place index and length changes equals eager", "[gpu][sparse]") {
   ScopedPools pools;
   const kiln::Driver& d = kiln::Driver::get();
