@@ -866,15 +866,44 @@ TEST_CASE("sparse: T == 0 returns the plan without launching, even on a capturin
   CHECK(plan.chunks_per_block == 10);
 }
 
-// Captures one launch after warming its exact policy, then replays after rewriting Q, indices and
-// lengths in place; every replay must equal an eager launch bit for bit and the oracle within tolerance.
+namespace {
+
+// Replays `graph` (one captured launch of `v` on `dev`) `rounds` times, with new Q, indices and
+// lengths at the same addresses before every round after the first: each replay against the oracle
+// and bit for bit against an eager launch. `what` names the test in its lines.
+void check_replays(const kt::CapturedGraph& graph, CUstream stream, const SplitPlanResult& captured, DeviceCase& dev, HostCase& h,
+                   const Variant& v, Rng& rng, int rounds, const char* what) {
+  const kiln::Driver& d = kiln::Driver::get();
+  for (int round = 0; round < rounds; ++round) {
+    if (round > 0) {
+      draw_inputs(h, rng);
+      run_oracle(h);
+      dev.upload(h);
+    }
+    dev.poison();
+    d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
+    graph.launch(stream);
+    d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize after replay");
+    const Outputs replayed{kt::download_outputs(dev), captured};
+    const Outputs eager = run_variant(dev, h, v, true);
+    const std::string round_name = std::string(what) + " round " + std::to_string(round);
+    INFO(h.c.label() << " " << round_name << ": replay differs from eager");
+    CHECK(same_bits(replayed, eager));
+    const bool ok = check_against_oracle(h, replayed, round_name, nullptr);
+    std::printf("%s sparse %s %-90s %s plan %d/%d/%d\n", ok && same_bits(replayed, eager) ? "PASS" : "FAIL", what, h.c.label().c_str(),
+                round_name.c_str(), captured.head_tiles, captured.num_splits, captured.chunks_per_block);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
 // A server warms at start-up and then captures: the first decode of the process runs inside a
 // capture, and every fact it reads (kernels, companions, the device's cluster residency) must have
 // been read by warm_sparse alone. Hidden: after any other test's eager launch it could not fail, so
 // ctest runs it as the only test of its process.
 TEST_CASE("sparse: first call of a process captured after warm_sparse alone", "[.][gpu][sparse][first-call]") {
   ScopedPools pools;
-  const kiln::Driver& d = kiln::Driver::get();
   const SparseCase c = with_extra(4, 64, 512, 128, 64, 2, kC, kH, kOn, kBothLen, kUnitLse);
   const std::string& arch = kiln::KernelService::global().device_arch(0);
   for (const SparseKernel kernel : kiln::sparse::sparse_kernels_for(arch, c.heads)) {
@@ -891,31 +920,13 @@ TEST_CASE("sparse: first call of a process captured after warm_sparse alone", "[
   SplitPlanResult captured;
   kt::CapturedGraph graph(stream.get(), [&] { captured = dev.launch(Variant{}, h.sm_scale, true, stream.get()); });
   graph.instantiate();
-  for (int round = 0; round < 2; ++round) {
-    if (round > 0) {
-      draw_inputs(h, rng);
-      run_oracle(h);
-      dev.upload(h);
-    }
-    dev.poison();
-    d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
-    graph.launch(stream.get());
-    d.check(d.cuStreamSynchronize(stream.get()), "cuStreamSynchronize after replay");
-    const Outputs replayed{kt::download_outputs(dev), captured};
-    const Outputs eager = run_variant(dev, h, Variant{}, true);
-    const std::string what = "first-call graph round " + std::to_string(round);
-    INFO(c.label() << " " << what << ": replay differs from eager");
-    CHECK(same_bits(replayed, eager));
-    const bool ok = check_against_oracle(h, replayed, what, nullptr);
-    std::printf("%s sparse %s %s plan %d/%d/%d\n", ok && same_bits(replayed, eager) ? "PASS" : "FAIL", what.c_str(), c.label().c_str(),
-                captured.head_tiles, captured.num_splits, captured.chunks_per_block);
-    std::fflush(stdout);
-  }
+  check_replays(graph, stream.get(), captured, dev, h, Variant{}, rng, 2, "first-call graph");
 }
 
+// Captures one launch after warming its exact policy, then replays after rewriting Q, indices and
+// lengths in place; every replay must equal an eager launch bit for bit and the oracle within tolerance.
 TEST_CASE("sparse: graph replay after in-place index and length changes equals eager", "[gpu][sparse]") {
   ScopedPools pools;
-  const kiln::Driver& d = kiln::Driver::get();
   struct GraphCase {
     SparseCase c;
     Variant v;
@@ -947,25 +958,6 @@ TEST_CASE("sparse: graph replay after in-place index and length changes equals e
     graph.instantiate();
     CHECK(captured == plan);
 
-    for (int round = 0; round < 3; ++round) {
-      if (round > 0) {  // new Q, indices and lengths at the same addresses
-        draw_inputs(h, rng);
-        run_oracle(h);
-        dev.upload(h);
-      }
-      dev.poison();
-      d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
-      graph.launch(stream.get());
-      d.check(d.cuStreamSynchronize(stream.get()), "cuStreamSynchronize after replay");
-      const Outputs replayed{kt::download_outputs(dev), captured};
-      const Outputs eager = run_variant(dev, h, v, true);
-      const std::string what = "graph round " + std::to_string(round);
-      INFO(c.label() << " " << what << ": replay differs from eager");
-      CHECK(same_bits(replayed, eager));
-      const bool ok = check_against_oracle(h, replayed, what, nullptr);
-      std::printf("%s sparse graph %-90s %s plan %d/%d/%d\n", ok && same_bits(replayed, eager) ? "PASS" : "FAIL", c.label().c_str(),
-                  what.c_str(), captured.head_tiles, captured.num_splits, captured.chunks_per_block);
-      std::fflush(stdout);
-    }
+    check_replays(graph, stream.get(), captured, dev, h, v, rng, 3, "graph");
   }
 }

@@ -529,11 +529,40 @@ TEST_CASE("dsv41: lse_scale changes the LSE only", "[gpu][dsv41]") {
   }
 }
 
+namespace {
+
+// Replays `graph` (one captured launch of `l` on `dev`) over every round of the case's inputs,
+// uploaded at the same addresses: each replay against the oracle and bit for bit against an eager
+// launch. `what` names the test in its lines.
+void check_replays(const kt::CapturedGraph& graph, CUstream stream, const Dsv41Plan& captured, DeviceCase& dev, const Launch& l,
+                   const char* what) {
+  const kiln::Driver& d = kiln::Driver::get();
+  const HostCase& h = dev.h;
+  const Dsv41Case& c = dev.c;
+  for (std::size_t round = 0; round < h.rounds.size(); ++round) {
+    dev.upload(h.rounds[round]);
+    const Reference ref = run_oracle(h, h.rounds[round], c.lse_scale);
+    dev.poison();
+    d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
+    graph.launch(stream);
+    d.check(d.cuStreamSynchronize(stream), "cuStreamSynchronize after replay");
+    const Outputs replayed{kt::download_outputs(dev), captured};
+    const Outputs eager = run(dev, l, true);
+    INFO(c.label() << " [" << l.name() << "] " << what << " round " << round << ": replay differs from eager");
+    CHECK(same_bits(replayed, eager));
+    const bool ok = check_against_oracle(c, ref, replayed, l, nullptr);
+    std::printf("%s dsv41 %s %-90s round %zu plan %s\n", ok && same_bits(replayed, eager) ? "PASS" : "FAIL", what, c.label().c_str(), round,
+                plan_string(captured).c_str());
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
 // Captures a launch after warming its key, then replays after rewriting Q, indices and lengths in
 // place: every replay equals an eager launch bit for bit and the oracle within tolerance. Eager
 // launches with enable_pdl on, off and unset give the same bits.
 TEST_CASE("dsv41: graph replay and enable_pdl give the same bits as eager launches", "[gpu][dsv41]") {
-  const kiln::Driver& d = kiln::Driver::get();
   struct GraphCase {
     Dsv41Case c;
     Launch l;
@@ -571,22 +600,7 @@ TEST_CASE("dsv41: graph replay and enable_pdl give the same bits as eager launch
     kt::CapturedGraph graph(stream.get(), [&] { captured = dev.launch(l, true, stream.get()); });
     graph.instantiate();
     CHECK(captured == eager0.plan);
-    for (int round = 0; round < 3; ++round) {
-      dev.upload(h.rounds[round]);
-      const Reference ref = run_oracle(h, h.rounds[round], c.lse_scale);
-      dev.poison();
-      d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
-      graph.launch(stream.get());
-      d.check(d.cuStreamSynchronize(stream.get()), "cuStreamSynchronize after replay");
-      const Outputs replayed{kt::download_outputs(dev), captured};
-      const Outputs eager = run(dev, l, true);
-      INFO(c.label() << " [" << l.name() << "] graph round " << round << ": replay differs from eager");
-      CHECK(same_bits(replayed, eager));
-      const bool ok = check_against_oracle(c, ref, replayed, l, nullptr);
-      std::printf("%s dsv41 graph %-90s round %d plan %s\n", ok && same_bits(replayed, eager) ? "PASS" : "FAIL", c.label().c_str(), round,
-                  plan_string(captured).c_str());
-      std::fflush(stdout);
-    }
+    check_replays(graph, stream.get(), captured, dev, l, "graph");
   }
 }
 
@@ -595,7 +609,6 @@ TEST_CASE("dsv41: graph replay and enable_pdl give the same bits as eager launch
 // been read by warm_sparse_dsv41 alone. Hidden: after any other test's eager launch it could not fail,
 // so ctest runs it as the only test of its process.
 TEST_CASE("dsv41: first call of a process captured after warm_sparse_dsv41 alone", "[.][gpu][dsv41][first-call]") {
-  const kiln::Driver& d = kiln::Driver::get();
   Dsv41Case c = dual(4, 32, 128, 512, 61, 32);
   c.sink = true;
   c.lengths = Lengths::kBoth;
@@ -610,22 +623,7 @@ TEST_CASE("dsv41: first call of a process captured after warm_sparse_dsv41 alone
   Dsv41Plan captured;
   kt::CapturedGraph graph(stream.get(), [&] { captured = dev.launch(Launch{}, true, stream.get()); });
   graph.instantiate();
-  for (int round = 0; round < 2; ++round) {
-    dev.upload(h.rounds[round]);
-    const Reference ref = run_oracle(h, h.rounds[round], c.lse_scale);
-    dev.poison();
-    d.check(d.cuCtxSynchronize(), "cuCtxSynchronize (uploads and poison before replay)");
-    graph.launch(stream.get());
-    d.check(d.cuStreamSynchronize(stream.get()), "cuStreamSynchronize after replay");
-    const Outputs replayed{kt::download_outputs(dev), captured};
-    const Outputs eager = run(dev, Launch{}, true);
-    INFO(c.label() << " first-call graph round " << round << ": replay differs from eager");
-    CHECK(same_bits(replayed, eager));
-    const bool ok = check_against_oracle(c, ref, replayed, Launch{}, nullptr);
-    std::printf("%s dsv41 first-call graph %-90s round %d plan %s\n", ok && same_bits(replayed, eager) ? "PASS" : "FAIL",
-                c.label().c_str(), round, plan_string(captured).c_str());
-    std::fflush(stdout);
-  }
+  check_replays(graph, stream.get(), captured, dev, Launch{}, "first-call graph");
 }
 
 // Split scratch needs no zeroing: whatever mid_out and mid_lse hold before a launch (zeros, NaN,
