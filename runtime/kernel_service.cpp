@@ -17,6 +17,7 @@
 #include "kiln/jit/error.h"
 #include "kiln/jit/family.h"
 #include "kiln/jit/log.h"
+#include "kiln/runtime/device_facts.h"
 #include "kiln/runtime/driver.h"
 #include "kiln/runtime/manifest.h"
 #include "kiln/runtime/stream_device.h"
@@ -234,6 +235,8 @@ const KernelHandle& KernelService::warm(const SemanticKey& key, int device) {
     });
     slot->owned = load(key, *artifact.entry, device);
     slot->owned->companions = std::move(companions);
+    // Before the handle is handed out: a launch that finds the key warm must find these read too.
+    read_device_facts(*this, key, device);
     slot->ready.store(slot->owned.get(), std::memory_order_release);
   });
   return *slot->ready.load(std::memory_order_acquire);

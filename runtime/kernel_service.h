@@ -64,7 +64,7 @@ class KernelService {
 
   // Loads `key` on `device` (building first when needed) and sets its attributes; warms the key's
   // companions (Family::companions) on the device too, on threads of their own while the key builds,
-  // and hands them out with it.
+  // and hands them out with it; reads the device facts its family's launches need (device_facts.h).
   const KernelHandle& warm(const SemanticKey& key, int device);
   // The same, and enters the handle in acquire()'s fast-path table under `fingerprint`, so that the
   // first launch after warm-up (often inside graph capture) is one hash lookup.

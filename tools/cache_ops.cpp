@@ -16,8 +16,6 @@
 #include "kiln/jit/error.h"
 #include "kiln/jit/family.h"
 #include "kiln/runtime/manifest.h"
-#include "kiln/runtime/sparse_dsv41/family.h"
-#include "kiln/runtime/sparse_nvfp4/launch_plan.h"
 #include "kiln/runtime/worker_threads.h"
 #include "tools/default_manifest.h"
 
@@ -138,13 +136,6 @@ std::vector<std::size_t> warm_on_devices(KernelService& service, const std::vect
       if (k.arch() == arch) mine.push_back(k);
     }
     service.warm(mine, {device}, progress);
-    // A sparse decode's first call reads the device's cluster residency, which a CUDA graph capture
-    // would not survive: read it here, beside its kernels.
-    if (std::any_of(mine.begin(), mine.end(), [](const SemanticKey& k) {
-          return k.family() == sparse::kSparseFamily || k.family() == dsv41::kDsv41Family;
-        })) {
-      sparse::sparse_device(service, device);
-    }
     warmed.push_back(mine.size());
   }
   return warmed;

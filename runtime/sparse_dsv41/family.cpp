@@ -5,7 +5,9 @@
 #include <vector>
 
 #include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/device_facts.h"
 #include "kiln/runtime/sparse_nvfp4/family.h"
+#include "kiln/runtime/sparse_nvfp4/launch_plan.h"
 #include "kiln/runtime/validation.h"
 
 namespace kiln::dsv41 {
@@ -93,6 +95,10 @@ SemanticKey Dsv41Policy::key(std::string_view arch) const {
 
 std::uint64_t Dsv41Policy::fingerprint() const { return schema().fingerprint(*this); }
 
-void register_dsv41_family() { schema().register_family(); }
+void register_dsv41_family() {
+  schema().register_family();
+  // The V4.1 launches plan on the sparse family's device facts (sparse::sparse_device).
+  register_device_facts(kDsv41Family, [](KernelService& service, int device) { sparse::sparse_device(service, device); });
+}
 
 }  // namespace kiln::dsv41

@@ -154,7 +154,6 @@ Dsv41Plan cake_sparse_mla_sm120_dsv41_mixed_decode(const TensorView& q, const Te
 
 void warm_sparse_dsv41(const Dsv41Policy& policy, const std::vector<int>& devices, KernelService& service) {
   warm_policy(service, policy, devices);
-  for (int device : devices) sparse::sparse_device(service, device);  // what a capture's first call must not read
 }
 
 }  // namespace kiln::dsv41

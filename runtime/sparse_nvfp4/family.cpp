@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
+#include "kiln/runtime/device_facts.h"
+#include "kiln/runtime/sparse_nvfp4/launch_plan.h"
 #include "kiln/runtime/validation.h"
 
 namespace kiln::sparse {
@@ -103,6 +105,7 @@ SemanticKey SparseMergePolicy::key(std::string_view arch) const { return merge_s
 void register_sparse_family() {
   schema().register_family();
   merge_schema().register_family();
+  register_device_facts(kSparseFamily, [](KernelService& service, int device) { sparse_device(service, device); });
 }
 
 }  // namespace kiln::sparse

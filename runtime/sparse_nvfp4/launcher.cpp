@@ -128,7 +128,6 @@ SplitPlanResult cake_sparse_mla_sm120_dsv4_nvfp4_decode(const TensorView& q, con
 
 void warm_sparse(const SparsePolicy& policy, const std::vector<int>& devices, KernelService& service) {
   warm_policy(service, policy, devices);
-  for (int device : devices) sparse_device(service, device);  // what a capture's first call must not read
 }
 
 }  // namespace kiln::sparse
