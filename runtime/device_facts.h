@@ -13,7 +13,7 @@ class SemanticKey;
 // Reads (and caches, process-wide) what the family's launches will ask of `device`; throws Error.
 using DeviceFactsReader = void (*)(KernelService& service, int device);
 
-// Families register at start-up with their policy schema; registering a family again replaces its reader.
+// A family's PolicySchema registers its reader when it registers the family; registering again replaces it.
 void register_device_facts(std::string_view family, DeviceFactsReader read);
 
 // Runs the reader of `key`'s family on `device`; nothing when the family registered none.

@@ -22,6 +22,7 @@
 #include "kiln/jit/error.h"
 #include "kiln/jit/family.h"
 #include "kiln/jit/semantic_key.h"
+#include "kiln/runtime/device_facts.h"
 
 namespace kiln {
 
@@ -142,9 +143,16 @@ class PolicySchema {
   using CrossCheck = void (*)(const P&);  // rules between fields, run after every field's own rule
   using Companions = std::vector<SemanticKey> (*)(const P&, std::string_view arch);  // Family::companions
 
+  // `device_facts`: what the family's launches read from the driver beyond the device's limits
+  // (device_facts.h), registered with the family so that every warm of its keys reads it.
   PolicySchema(std::string_view family, std::vector<PolicyField<P>> fields, Render render,
-               CrossCheck cross_check = nullptr, Companions companions = nullptr)
-      : family_(family), fields_(std::move(fields)), render_(render), cross_check_(cross_check), companions_(companions) {
+               CrossCheck cross_check = nullptr, Companions companions = nullptr, DeviceFactsReader device_facts = nullptr)
+      : family_(family),
+        fields_(std::move(fields)),
+        render_(render),
+        cross_check_(cross_check),
+        companions_(companions),
+        device_facts_(device_facts) {
     for (const auto& f : fields_) field_list_ += (field_list_.empty() ? "" : ", ") + std::string(f.name);
     tag_ = XXH3_64bits(family_.data(), family_.size());
   }
@@ -224,7 +232,10 @@ class PolicySchema {
 
   // Idempotent; runtime/families.cpp calls it for every family kiln ships.
   void register_family() const {
-    std::call_once(registered_, [this] { kiln::register_family(std::make_unique<Adapter>(*this)); });
+    std::call_once(registered_, [this] {
+      kiln::register_family(std::make_unique<Adapter>(*this));
+      if (device_facts_) register_device_facts(family_, device_facts_);
+    });
   }
 
  private:
@@ -266,6 +277,7 @@ class PolicySchema {
   Render render_;
   CrossCheck cross_check_;
   Companions companions_;
+  DeviceFactsReader device_facts_;
   std::string field_list_;
   std::uint64_t tag_ = 0;
   mutable std::once_flag registered_;

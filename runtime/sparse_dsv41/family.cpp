@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
-#include "kiln/runtime/device_facts.h"
 #include "kiln/runtime/sparse_nvfp4/family.h"
 #include "kiln/runtime/sparse_nvfp4/launch_plan.h"
 #include "kiln/runtime/validation.h"
@@ -46,6 +45,9 @@ void check_heads(const Dsv41Policy& p) {
 
 std::string describe_variant(std::int64_t v) { return fmt::format("variant #{}", v); }
 
+// The V4.1 launches plan on the NVFP4 family's device facts (its cluster residency and SM count).
+void read_sparse_device(KernelService& service, int device) { sparse::sparse_device(service, device); }
+
 const PolicySchema<Dsv41Policy>& schema() {
   // No default head count: a key for the wrong H would warm a kernel the server never launches.
   static const PolicySchema<Dsv41Policy> s(
@@ -57,7 +59,7 @@ const PolicySchema<Dsv41Policy>& schema() {
                                          {{"default", value(Dsv41Variant::kDefault)}, {"sm90", value(Dsv41Variant::kSm90)}},
                                          value(Dsv41Variant::kDefault), ErrorCode::kInvalidArgument, "\"default\" or \"sm90\"",
                                          &describe_variant)},
-      &render, &check_heads, &companions);
+      &render, &check_heads, &companions, &read_sparse_device);
   return s;
 }
 
@@ -95,10 +97,6 @@ SemanticKey Dsv41Policy::key(std::string_view arch) const {
 
 std::uint64_t Dsv41Policy::fingerprint() const { return schema().fingerprint(*this); }
 
-void register_dsv41_family() {
-  schema().register_family();
-  // The V4.1 launches plan on the sparse family's device facts (sparse::sparse_device).
-  register_device_facts(kDsv41Family, [](KernelService& service, int device) { sparse::sparse_device(service, device); });
-}
+void register_dsv41_family() { schema().register_family(); }
 
 }  // namespace kiln::dsv41

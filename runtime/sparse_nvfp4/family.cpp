@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "kiln/kernel_templates/sparse_nvfp4/params.cuh"
-#include "kiln/runtime/device_facts.h"
 #include "kiln/runtime/sparse_nvfp4/launch_plan.h"
 #include "kiln/runtime/validation.h"
 
@@ -53,6 +52,9 @@ void check_head_tiles(const SparsePolicy& p) {
 
 std::string describe_kernel(std::int64_t v) { return fmt::format("kernel #{}", v); }
 
+// The cluster residency and SM count the launch plans on, read once per device.
+void read_sparse_device(KernelService& service, int device) { sparse_device(service, device); }
+
 const PolicySchema<SparsePolicy>& schema() {
   // No default head count: a key for the wrong H would warm a kernel the server never launches.
   static const PolicySchema<SparsePolicy> s(
@@ -64,7 +66,7 @@ const PolicySchema<SparsePolicy>& schema() {
            "kernel",
            {{"mma", value(SparseKernel::kMma)}, {"mma_small", value(SparseKernel::kMmaSmall)}, {"sm90", value(SparseKernel::kSm90)}},
            value(SparseKernel::kMma), ErrorCode::kInvalidArgument, "\"mma\", \"mma_small\" or \"sm90\"", &describe_kernel)},
-      &render, &check_head_tiles, &companions);
+      &render, &check_head_tiles, &companions, &read_sparse_device);
   return s;
 }
 
@@ -105,7 +107,6 @@ SemanticKey SparseMergePolicy::key(std::string_view arch) const { return merge_s
 void register_sparse_family() {
   schema().register_family();
   merge_schema().register_family();
-  register_device_facts(kSparseFamily, [](KernelService& service, int device) { sparse_device(service, device); });
 }
 
 }  // namespace kiln::sparse

@@ -14,9 +14,9 @@
 #include "kiln/runtime/config.h"
 #include "kiln/runtime/device_facts.h"
 #include "kiln/runtime/driver.h"
-#include "kiln/runtime/families.h"
 #include "kiln/runtime/kernel_service.h"
 #include "kiln/runtime/mla_decode/family.h"
+#include "kiln/runtime/nvfp4_writer/writer.h"
 #include "kiln/runtime/sparse_dsv41/family.h"
 #include "kiln/runtime/sparse_nvfp4/family.h"
 #include "tests/support/expect_error.h"
@@ -76,10 +76,12 @@ TEST_CASE("device facts: both sparse families read the GPU (cluster residency), 
     WARN("skipped: this machine has a CUDA driver, so the readers would succeed (the gpu suite's first-call cases cover that)");
     return;
   }
-  kiln::register_builtin_families();
+  // No register_builtin_families: a typed policy's key registers its family, reader included, as
+  // an engine that only calls warm_sparse or KernelService::warm relies on (ctest runs each case
+  // in a process of its own). Without a driver a reader that asks the GPU fails with kDriver; a
+  // family without one does not throw.
   const kiln::testing::TempDir dir("kiln_device_facts_test");
   kiln::KernelService service(config_in(dir));
-  // Without a driver a reader that asks the GPU fails naming the driver; one that is missing would not throw.
   for (const kiln::SemanticKey& key : {kiln::sparse::SparsePolicy{}.key("sm_90a"), kiln::dsv41::Dsv41Policy{}.key("sm_90a")}) {
     INFO(key.str());
     const kiln::Error e = kiln::testing::expect_error([&] { kiln::read_device_facts(service, key, 0); });
@@ -89,5 +91,5 @@ TEST_CASE("device facts: both sparse families read the GPU (cluster residency), 
   mla.heads = 128;
   mla.max_seq_len = 4096;
   CHECK_NOTHROW(kiln::read_device_facts(service, mla.key("sm_90a"), 0));
-  CHECK_NOTHROW(kiln::read_device_facts(service, kiln::SemanticKey("nvfp4_writer", {{"op", "append"}, {"page_size", 64}}, "sm_90a"), 0));
+  CHECK_NOTHROW(kiln::read_device_facts(service, kiln::nvfp4::WriterPolicy{kiln::nvfp4::WriterOp::kAppend, 64}.key("sm_90a"), 0));
 }
