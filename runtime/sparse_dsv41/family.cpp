@@ -45,9 +45,6 @@ void check_heads(const Dsv41Policy& p) {
 
 std::string describe_variant(std::int64_t v) { return fmt::format("variant #{}", v); }
 
-// The V4.1 launches plan on the NVFP4 family's device facts (its cluster residency and SM count).
-void read_sparse_device(KernelService& service, int device) { sparse::sparse_device(service, device); }
-
 const PolicySchema<Dsv41Policy>& schema() {
   // No default head count: a key for the wrong H would warm a kernel the server never launches.
   static const PolicySchema<Dsv41Policy> s(
@@ -59,7 +56,7 @@ const PolicySchema<Dsv41Policy>& schema() {
                                          {{"default", value(Dsv41Variant::kDefault)}, {"sm90", value(Dsv41Variant::kSm90)}},
                                          value(Dsv41Variant::kDefault), ErrorCode::kInvalidArgument, "\"default\" or \"sm90\"",
                                          &describe_variant)},
-      &render, &check_heads, &companions, &read_sparse_device);
+      &render, &check_heads, &companions, &sparse::read_sparse_device);  // the NVFP4 family's device facts
   return s;
 }
 

@@ -52,9 +52,6 @@ void check_head_tiles(const SparsePolicy& p) {
 
 std::string describe_kernel(std::int64_t v) { return fmt::format("kernel #{}", v); }
 
-// The cluster residency and SM count the launch plans on, read once per device.
-void read_sparse_device(KernelService& service, int device) { sparse_device(service, device); }
-
 const PolicySchema<SparsePolicy>& schema() {
   // No default head count: a key for the wrong H would warm a kernel the server never launches.
   static const PolicySchema<SparsePolicy> s(

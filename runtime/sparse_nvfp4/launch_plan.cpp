@@ -92,6 +92,8 @@ SparseDevice sparse_device(KernelService& service, int device, std::optional<CUs
   return d;
 }
 
+void read_sparse_device(KernelService& service, int device) { sparse_device(service, device); }
+
 SplitPlanResult resolve_plan(int tokens, int heads, int topk, int extra_topk, int sms, std::optional<int> num_splits,
                              int max_splits, std::optional<int> head_tiles) {
   SplitPlanResult r;

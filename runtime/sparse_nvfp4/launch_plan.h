@@ -34,9 +34,12 @@ struct SparseDevice {
 // shape; read from the driver once per device, then one atomic load). A GPU kiln has no sparse
 // decode kernel for is kUnsupported naming its arch. The first read loads a probe module, which
 // would invalidate a CUDA graph capture, so with `stream` given and capturing it is refused
-// (kNotWarm) instead; warming a sparse decode key on the device (warm_sparse, warm_sparse_dsv41,
-// kiln warm) reads it beforehand.
+// (kNotWarm) instead; warming a sparse decode key on the device (any route: KernelService::warm
+// runs read_sparse_device) reads it beforehand.
 SparseDevice sparse_device(KernelService& service, int device, std::optional<CUstream> stream = std::nullopt);
+
+// sparse_device as both sparse families' device-facts reader (device_facts.h).
+void read_sparse_device(KernelService& service, int device);
 
 // Refuses (kUnsupported, naming it) an arch kiln has no sparse decode kernel for.
 void check_sparse_arch(std::string_view arch);
